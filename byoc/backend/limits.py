@@ -1,0 +1,58 @@
+"""Limits a backend declares once instead of re-checking them in every predicate.
+
+They are applied to every op a backend would take, whether by an op rule or inside a pattern,
+before the backend's own predicate runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+from byoc.ir.types import dtype_name, has_static_shape, is_tensor_constant, tensor_types
+
+# Ops whose second operand is a weight in the usual sense (constant in a trained model).
+WEIGHT_OPS = frozenset(
+    {
+        "relax.nn.conv1d",
+        "relax.nn.conv2d",
+        "relax.nn.conv3d",
+        "relax.nn.conv2d_transpose",
+        "relax.matmul",
+    }
+)
+_LAYOUT_ATTRS = ("data_layout", "layout")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Hardware-wide limits: supported dtypes, data layouts, tensor rank, constant weights."""
+
+    dtypes: tuple[str, ...] | None = ("float32",)
+    layouts: tuple[str, ...] | None = None
+    max_rank: int | None = None
+    constant_weights: bool = False
+    static_shapes: bool = True
+
+    def violation(self, call: relax.Call) -> str | None:
+        """Why `call` breaks these limits, or None."""
+        op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else str(call.op)
+        operands = [("input", i, t) for i, arg in enumerate(call.args) for t in tensor_types(arg.ty)]
+        operands += [("output", i, t) for i, t in enumerate(tensor_types(call.ty))]
+        for role, index, ty in operands:
+            if self.static_shapes and not has_static_shape(ty):
+                return f"{role} {index} has a dynamic shape"
+            if self.dtypes is not None and dtype_name(ty) not in self.dtypes:
+                return f"{role} {index} has dtype {dtype_name(ty)}; supported: {', '.join(self.dtypes)}"
+            if self.max_rank is not None and ty.ndim > self.max_rank:
+                return f"{role} {index} has rank {ty.ndim}; at most {self.max_rank} supported"
+        if self.layouts is not None and call.attrs is not None:
+            for attr in _LAYOUT_ATTRS:
+                layout = getattr(call.attrs, attr, None)
+                if isinstance(layout, str) and layout not in self.layouts:
+                    return f"{attr} {layout}; supported: {', '.join(self.layouts)}"
+        if self.constant_weights and op_name in WEIGHT_OPS and len(call.args) > 1 and not is_tensor_constant(call.args[1]):
+            return "weights must be constants"
+        return None

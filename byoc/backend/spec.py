@@ -1,0 +1,120 @@
+"""The backend specification: what a vendor writes to describe its hardware.
+
+A backend names the op patterns it executes as one instruction (paper section 3.1.1), the single
+ops it accepts and under which conditions (3.1.2), its hardware-wide limits, its cost rules for
+splitting regions (3.1.3), a priority for when several backends accept an op, and how its
+regions are handed over: a JSON graph, C source, or a custom binary format (3.3).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tvm import relax
+from tvm.relax.dpl import DFPattern
+
+from byoc.backend.cost import CostRules
+from byoc.backend.limits import Limits
+from byoc.backend.verdict import Verdict
+from byoc.errors import BackendRegistrationError
+
+if TYPE_CHECKING:
+    from byoc.codegen_c.library import CLibrary
+    from byoc.codegen_json.runtime import JsonRuntime
+    from byoc.custom_formats.format import CustomFormat
+    from byoc.partition.group import PatternMatch
+
+CODEGEN_KINDS = ("json", "c", "custom")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+OpCheck = Callable[[relax.Call], Verdict]
+PatternCheck = Callable[["PatternMatch"], Verdict]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A sequence of ops the hardware runs as one composite instruction."""
+
+    name: str
+    pattern: DFPattern
+    annotations: Mapping[str, DFPattern] = field(default_factory=dict)
+    check: PatternCheck | None = None
+
+
+@dataclass(frozen=True)
+class OpRule:
+    """A single op the hardware accepts, when `check` (if any) does not reject it."""
+
+    op: str
+    check: OpCheck | None = None
+
+
+@dataclass
+class Backend:
+    name: str
+    codegen: str
+    priority: int = 0
+    limits: Limits = field(default_factory=Limits)
+    cost: CostRules = field(default_factory=CostRules)
+    description: str = ""
+    patterns: list[Pattern] = field(default_factory=list)
+    op_rules: dict[str, OpRule] = field(default_factory=dict)
+    json_runtime: JsonRuntime | None = None
+    c_library: CLibrary | None = None
+    custom_format: CustomFormat | None = None
+    codegen_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise BackendRegistrationError(
+                f"backend name {self.name!r} must be lower-case letters, digits and '_', starting with a letter"
+            )
+        if self.codegen not in CODEGEN_KINDS:
+            raise BackendRegistrationError(f"backend {self.name!r}: codegen {self.codegen!r} is not one of {CODEGEN_KINDS}")
+
+    # --------------------------------------------------------------- patterns
+    def pattern(
+        self,
+        name: str,
+        pattern: DFPattern,
+        annotations: Mapping[str, DFPattern] | None = None,
+        check: PatternCheck | None = None,
+    ) -> Pattern:
+        """Declare a composite; patterns declared first are tried first."""
+        if any(p.name == name for p in self.patterns):
+            raise BackendRegistrationError(f"backend {self.name!r} declares pattern {name!r} twice")
+        declared = Pattern(name, pattern, dict(annotations or {}), check)
+        self.patterns.append(declared)
+        return declared
+
+    # -------------------------------------------------------------- op rules
+    def supports(self, *ops: str, check: OpCheck | None = None) -> None:
+        """Declare single ops this backend accepts, all under one optional predicate."""
+        for op in ops:
+            self.op_rules[op] = OpRule(op, check)
+
+    def op(self, *ops: str) -> Callable[[OpCheck], OpCheck]:
+        """Decorator form of `supports`: the decorated function is the ops' predicate."""
+
+        def register(check: OpCheck) -> OpCheck:
+            self.supports(*ops, check=check)
+            return check
+
+        return register
+
+    def rules(self) -> dict[str, OpRule]:
+        """Own op rules plus those registered for this backend with `register_op_attr`."""
+        from byoc.annotate.registry import registered_op_rules
+
+        return {**registered_op_rules(self.name), **self.op_rules}
+
+    # -------------------------------------------------------------- codegen
+    def validate_codegen(self) -> None:
+        """Raise unless the hook for this backend's codegen kind is present."""
+        hook = {"json": self.json_runtime, "c": self.c_library, "custom": self.custom_format}[self.codegen]
+        if hook is None:
+            attr = {"json": "json_runtime", "c": "c_library", "custom": "custom_format"}[self.codegen]
+            raise BackendRegistrationError(f"backend {self.name!r} uses {self.codegen!r} codegen but sets no {attr}")

@@ -1,0 +1,61 @@
+"""JSON graph -> Relax function: the way back, for engines that compile with TVM.
+
+Every node becomes a generic `relax.Call` of the named op with its attributes rebuilt, so any
+op Relax knows round-trips without a per-op table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from byoc.errors import JsonGraphError
+from byoc.ir.attrs import dict_to_attrs
+
+
+def graph_to_relax(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> relax.Function:
+    where = f"region {graph['symbol']} ({graph['backend']})"
+    params = [relax.Var(i["name"], relax.TensorType(i["shape"], i["dtype"])) for i in graph["inputs"]]
+    bound_constants = {name: relax.const(constants[name]) for name in graph["constants"]}
+    values: list[relax.Expr] = []
+
+    def expr(ref: Mapping[str, Any]) -> relax.Expr:
+        if "input" in ref:
+            return params[ref["input"]]
+        if "node" in ref:
+            value = values[ref["node"]]
+            return relax.TupleGetItem(value, ref["index"]) if "index" in ref and isinstance(value.ty, relax.TupleType) else value
+        if "const" in ref:
+            return bound_constants[ref["const"]]
+        if "tuple" in ref:
+            return relax.Tuple([expr(item) for item in ref["tuple"]])
+        if "shape" in ref:
+            return relax.ShapeExpr(ref["shape"])
+        if "prim" in ref:
+            dtype = ref["dtype"]
+            is_float = dtype.startswith(("float", "bfloat"))
+            immediate = tvm.tirx.FloatImm(dtype, ref["prim"]) if is_float else tvm.tirx.IntImm(dtype, int(ref["prim"]))
+            return relax.prim_value(immediate)
+        if "string" in ref:
+            return relax.StringImm(ref["string"])
+        raise JsonGraphError(f"{where}: unknown reference {ref}")
+
+    builder = relax.BlockBuilder()
+    with builder.function("main", params=params):
+        with builder.dataflow():
+            for node in graph["nodes"]:
+                try:
+                    op = tvm.ir.Op.get(node["op"])
+                    attrs = dict_to_attrs(node["attrs_type"], node["attrs"]) if "attrs_type" in node else None
+                    call = relax.Call(op, [expr(a) for a in node["args"]], attrs)
+                    values.append(builder.emit(call, node["name"]))
+                except Exception as error:
+                    raise JsonGraphError(f"{where}: cannot rebuild node {node['name']!r} ({node['op']}): {error}") from error
+            outputs = [expr(o) for o in graph["outputs"]]
+            result = builder.emit_output(outputs[0] if len(outputs) == 1 else relax.Tuple(outputs))
+        builder.emit_func_output(result)
+    return builder.get()["main"]

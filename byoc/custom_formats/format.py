@@ -1,0 +1,33 @@
+"""The API of a vendor's own binary format (paper section 3.3, option 3).
+
+At compile time `serialize(graph, constants, options)` turns the region (its JSON graph and
+constants) into the vendor's bytes; at load time `deserialize(payload, options)` turns them into
+an engine. byoc wraps the bytes in a checked container and stores them in the artifact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from byoc.runtime_metadata.engine import Engine
+
+Graph = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class CustomFormat:
+    name: str
+    version: int
+    serialize: Callable[[Graph, Mapping[str, np.ndarray], dict], bytes]
+    deserialize: Callable[[bytes, dict], Engine]
+    # The accelerator configuration a blob is built for (e.g. "ethos-u55-256"); a blob is
+    # refused by a runtime configured for another one.
+    config: Callable[[dict], str] = lambda options: ""
+    readable_versions: tuple[int, ...] = ()
+
+    def versions(self) -> tuple[int, ...]:
+        return self.readable_versions or (self.version,)

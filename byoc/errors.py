@@ -1,0 +1,74 @@
+"""Errors byoc raises. Each names what was wrong and, where one is involved, the model node,
+region and backend, so that a user can act on the message alone."""
+
+from __future__ import annotations
+
+
+class ByocError(Exception):
+    """Base class of every error byoc raises on purpose."""
+
+
+class UnknownModelError(ByocError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class UnknownBackendError(ByocError, KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class BackendRegistrationError(ByocError):
+    """Two backends with one name, or a backend spec that contradicts itself."""
+
+
+class ModelLoadError(ByocError):
+    """A model file that cannot be read or converted."""
+
+
+class DynamicShapeError(ByocError):
+    """A shape that is not known at compile time where byoc needs a static one."""
+
+
+class PredicateError(ByocError):
+    """A backend's check predicate raised; names the backend and the pattern or op."""
+
+
+class PartitionError(ByocError):
+    """The partitioner was given options or a module it cannot work with."""
+
+
+class CodegenError(ByocError):
+    """A region that a code generator cannot express; names the region and backend."""
+
+
+class JsonGraphError(ByocError):
+    """A JSON graph that is not valid; names the region and backend."""
+
+
+class CustomFormatError(ByocError):
+    """A vendor blob that is corrupt, truncated, foreign or built for another configuration."""
+
+
+class BuildError(ByocError):
+    """Building a partitioned module failed; names the region and backend."""
+
+
+class ArtifactError(ByocError):
+    """An artifact file that is unreadable, truncated or corrupt, or whose vendors are missing."""
+
+
+class MissingVendorError(ArtifactError):
+    """An artifact needs a vendor runtime that is not installed."""
+
+
+class InputError(ByocError, ValueError):
+    """Inputs that do not match the model: count, name, shape or dtype."""
+
+
+class EngineError(ByocError):
+    """A region's engine failed to build or to run; names the region and backend."""
+
+
+class CacheError(ByocError):
+    """An engine cache entry that cannot be used (it is rebuilt)."""

@@ -1,0 +1,6 @@
+"""Model frontends: ONNX to Relax with node names kept, and the shared graph clean-up."""
+
+from byoc.frontend.cleanup import cleanup
+from byoc.frontend.onnx_import import from_onnx, load_onnx_model
+
+__all__ = ["cleanup", "from_onnx", "load_onnx_model"]

@@ -1,0 +1,26 @@
+"""The graph-level clean-up every backend shares, run once before partitioning."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from byoc.frontend.fold_constants import fold_constants_numpy
+
+
+def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
+    """Fold constants, decompose what inference does not need, drop dead code.
+
+    Batch norms that follow a convolution were folded on the ONNX graph already; any other is
+    decomposed into multiply/add here, so that no backend sees a training-style batch_norm tuple.
+    """
+    passes = tvm.transform.Sequential(
+        [
+            relax.transform.DecomposeOpsForInference(),
+            tvm.transform.module_pass(lambda mod, _ctx: fold_constants_numpy(mod), opt_level=0, name="FoldConstantsNumpy"),
+            relax.transform.FoldConstant(),
+            relax.transform.CanonicalizeBindings(),
+            relax.transform.DeadCodeElimination(["main"]),
+        ]
+    )
+    return passes(mod)

@@ -1,0 +1,67 @@
+"""Rebuilding a Relax function binding by binding.
+
+TVM's expression mutator remaps variable uses but not their definitions, and Relax variable
+names cannot be changed in place, so renaming or replacing values means re-emitting every
+binding through a BlockBuilder while the mutator substitutes the new variables into later uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+
+@mutator
+class VarSubstitution(PyExprMutator):
+    """Substitutes variables in expressions; the traversal itself runs in C++."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def substitute(self, expr: relax.Expr) -> relax.Expr:
+        return self.visit_expr(expr)
+
+    def bind(self, old: relax.Var, new: relax.Expr) -> None:
+        self.set_var_remap(old, new)
+
+
+NameRule = Callable[[relax.Var], "str | None"]
+# A value rule may emit bindings of its own through the builder before returning the value.
+ValueRule = Callable[[relax.Expr, relax.BlockBuilder], "relax.Expr | None"]
+
+
+def rebuild_function(
+    func: relax.Function,
+    name_of: NameRule | None = None,
+    replace_value: ValueRule | None = None,
+) -> relax.Function:
+    """A copy of `func` with bound variables renamed by `name_of` and bound values (after
+    substitution of earlier changes) replaced by `replace_value`; None keeps what was there."""
+    substitution = VarSubstitution()
+    builder = relax.BlockBuilder()
+    attrs = dict(func.attrs) if func.attrs else None
+    with builder.function("main", params=list(func.params), attrs=attrs, pure=func.is_pure):
+        for block in func.body.blocks:
+            is_dataflow = isinstance(block, relax.DataflowBlock)
+            with builder.dataflow() if is_dataflow else contextlib.nullcontext():
+                for binding in block.bindings:
+                    value = substitution.substitute(binding.value)
+                    if replace_value is not None:
+                        value = replace_value(value, builder) or value
+                    value = builder.normalize(value)
+                    name = (name_of(binding.var) if name_of else None) or binding.var.name
+                    # Emitting a pre-made variable keeps the name exact: BlockBuilder.emit would
+                    # append a counter to every repeated name.
+                    var_type = type(binding.var)
+                    if isinstance(binding, relax.MatchCast):
+                        new_var = var_type(name, binding.ty)
+                        builder.emit_normalized(relax.MatchCast(new_var, value, binding.ty))
+                    else:
+                        new_var = var_type(name, value.ty)
+                        builder.emit_normalized(relax.VarBinding(new_var, value))
+                    substitution.bind(binding.var, new_var)
+        builder.emit_func_output(substitution.substitute(func.body.body))
+    return builder.get()["main"]

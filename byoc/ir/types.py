@@ -1,0 +1,67 @@
+"""Reading shapes, dtypes and constants off Relax expressions.
+
+In TVM 0.27 a tensor constant is a `GenericConst` while scalar PrimValues (`FloatImm`,
+`IntImm`) are also `tvm.ir.Constant`s, so "is this a weight?" needs the narrower test below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from byoc.errors import DynamicShapeError
+
+TensorConstant = tvm.ir.expr.GenericConst
+
+
+def is_tensor_constant(expr: relax.Expr) -> bool:
+    return isinstance(expr, TensorConstant)
+
+
+def constant_array(expr: relax.Expr) -> np.ndarray:
+    return expr.value.numpy()
+
+
+def is_tensor_type(ty: relax.Type) -> bool:
+    return isinstance(ty, relax.TensorType)
+
+
+def static_shape(ty: relax.Type, what: str = "tensor") -> tuple[int, ...]:
+    """The static shape of a tensor type; a clear error where a dimension is symbolic."""
+    shape = ty.shape
+    if shape is None or not isinstance(shape, relax.ShapeExpr):
+        raise DynamicShapeError(f"{what} has an unknown shape ({ty}); byoc needs static shapes")
+    dims = []
+    for dim in shape.values:
+        if not isinstance(dim, tvm.ir.prim.expr.IntImm):
+            raise DynamicShapeError(f"{what} has a dynamic dimension {dim} ({ty}); byoc needs static shapes")
+        dims.append(int(dim))
+    return tuple(dims)
+
+
+def has_static_shape(ty: relax.Type) -> bool:
+    shape = getattr(ty, "shape", None)
+    return isinstance(shape, relax.ShapeExpr) and all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in shape.values)
+
+
+def dtype_name(ty: relax.Type) -> str:
+    return str(ty.dtype)
+
+
+def tensor_types(ty: relax.Type) -> list[relax.TensorType]:
+    """The tensor types inside a (possibly nested tuple) type."""
+    if isinstance(ty, relax.TensorType):
+        return [ty]
+    if isinstance(ty, relax.TupleType):
+        return [t for field in ty.fields for t in tensor_types(field)]
+    return []
+
+
+def nbytes(ty: relax.Type) -> int:
+    """Bytes of all tensors in a type; 0 for a tensor whose shape is not static."""
+    total = 0
+    for tensor in tensor_types(ty):
+        if has_static_shape(tensor):
+            total += int(np.prod(static_shape(tensor), dtype=np.int64)) * np.dtype(dtype_name(tensor)).itemsize
+    return total

@@ -1,0 +1,100 @@
+"""The embedded model zoo: ONNX models built in code with seeded random weights.
+
+`names()` lists the models, `get(name)` builds one at its published size and
+`get(name, small=True)` a reduced configuration with the same structure, for tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from byoc.errors import UnknownModelError
+from byoc.models.bert import bert_encoder
+from byoc.models.cnn import mobilenet_v2, resnet18, resnet50, vgg19
+from byoc.models.graph_builder import INPUT_RANGE_KEY, model_input_shapes
+from byoc.models.inception import inception_v3
+from byoc.models.mlp import mlp
+from byoc.models.ssd import ssd_detector
+
+__all__ = ["ZooModel", "get", "names", "describe", "sample_inputs", "model_input_shapes"]
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    builder: Callable[..., onnx.ModelProto]
+    task: str
+    description: str
+    small: dict = field(default_factory=dict)
+
+
+_ZOO = {
+    entry.name: entry
+    for entry in [
+        ZooModel("mlp", mlp, "classifier", "3 hidden layers, 256 features, 10 classes", {"features": 64, "hidden": (128, 64)}),
+        ZooModel("resnet18", resnet18, "classifier", "ResNet-18, 224x224", {"image_size": 64}),
+        ZooModel("resnet50", resnet50, "classifier", "ResNet-50, 224x224", {"image_size": 64}),
+        ZooModel("mobilenet_v2", mobilenet_v2, "classifier", "MobileNetV2 1.0, 224x224", {"image_size": 64}),
+        ZooModel("vgg19", vgg19, "classifier", "VGG-19, 224x224", {"image_size": 32}),
+        ZooModel("inception_v3", inception_v3, "classifier", "Inception-v3, 299x299", {"image_size": 107}),
+        ZooModel(
+            "bert_encoder",
+            bert_encoder,
+            "encoder",
+            "BERT-base-like encoder: 12 layers, hidden 768, 12 heads, sequence 128",
+            {"layers": 2, "hidden": 128, "heads": 4, "intermediate": 512, "seq_len": 32, "vocab": 1000},
+        ),
+        ZooModel(
+            "ssd_detector",
+            ssd_detector,
+            "detector",
+            "SSD-like detector, 300x300, 21 classes, NonMaxSuppression post-processing",
+            {"image_size": 96},
+        ),
+    ]
+}
+
+
+def names() -> list[str]:
+    return list(_ZOO)
+
+
+def describe(name: str) -> ZooModel:
+    try:
+        return _ZOO[name]
+    except KeyError:
+        raise UnknownModelError(f"unknown zoo model {name!r}; the zoo has: {', '.join(_ZOO)}") from None
+
+
+def get(name: str, small: bool = False, **overrides) -> onnx.ModelProto:
+    """Build a zoo model; `small=True` keeps the structure and shrinks sizes for quick tests."""
+    entry = describe(name)
+    kwargs = {**(entry.small if small else {}), **overrides}
+    return entry.builder(**kwargs)
+
+
+def sample_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random inputs that fit the model's input shapes, dtypes and value ranges."""
+    rng = np.random.default_rng(seed)
+    ranges = {
+        prop.key[len(INPUT_RANGE_KEY) :]: tuple(int(v) for v in prop.value.split(","))
+        for prop in model.metadata_props
+        if prop.key.startswith(INPUT_RANGE_KEY)
+    }
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+        if np.issubdtype(dtype, np.integer):
+            low, high = ranges.get(value.name, (0, 100))
+            inputs[value.name] = rng.integers(low, high, size=shape).astype(dtype)
+        else:
+            inputs[value.name] = rng.standard_normal(shape).astype(dtype)
+    return inputs

@@ -1,0 +1,196 @@
+"""Pattern-based grouping (paper section 3.1.1) with TVM's FuseOpsByPattern.
+
+Every backend's patterns go into one FuseOpsByPattern run, ordered by backend priority and then
+by declaration, so that where two patterns overlap the higher-priority one wins (FuseOpsByPattern
+keeps the first match). Each match is checked against the backend's declared limits, against
+ops forced to the host, against higher-priority backends that accept one of its ops on their
+own, and finally against the pattern's own predicate, whose reason is recorded when it rejects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import relax
+from tvm.relax.transform import FuseOpsByPattern, FusionPattern, PatternCheckContext
+
+from byoc.backend.spec import Backend, OpRule, Pattern
+from byoc.backend.verdict import rejection
+from byoc.errors import PredicateError
+from byoc.partition.reasons import HostReasons
+
+COMPOSITE_ATTR = "Composite"
+
+
+@dataclass
+class PatternMatch:
+    """What a pattern predicate sees: the matched root call, the named sub-expressions
+    (`match["bias"]`), and every op call of the match."""
+
+    backend: str
+    pattern: str
+    root: relax.Expr
+    annotated: dict[str, relax.Expr]
+    calls: list[relax.Call] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> relax.Expr:
+        return self.annotated[name]
+
+    def get(self, name: str, default: relax.Expr | None = None) -> relax.Expr | None:
+        return self.annotated.get(name, default)
+
+    def ops(self) -> list[str]:
+        return [call.op.name for call in self.calls]
+
+
+@dataclass
+class PlacementPolicy:
+    """What every check consults: backends in priority order, their op rules, forced host ops."""
+
+    backends: Sequence[Backend]
+    rules: Sequence[dict[str, OpRule]]
+    host_ops: frozenset[str]
+    reasons: HostReasons
+    accepted_roots: list[tuple[int, str]] = field(default_factory=list)  # (binding position, node name)
+    positions: dict[int, int] = field(default_factory=dict)  # variable id -> binding position
+
+    def forced_to_host(self, node: str, op: str) -> bool:
+        return op in self.host_ops or node in self.host_ops
+
+    def op_rejection(self, index: int, call: relax.Call, node: str) -> str | None:
+        """Why backend `index` does not take single op `call`, or None when it does."""
+        backend = self.backends[index]
+        rule = self.rules[index].get(call.op.name)
+        if rule is None:
+            return f"no pattern or op rule for {call.op.name}"
+        limit = backend.limits.violation(call)
+        if limit is not None:
+            return limit
+        if rule.check is None:
+            return None
+        try:
+            verdict = rule.check(call)
+            return rejection(verdict, f"predicate for {call.op.name} rejected it")
+        except Exception as error:
+            raise PredicateError(
+                f"backend {backend.name!r}: the predicate for op {call.op.name} raised at node {node!r}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+
+
+class _PatternChecker:
+    """The check passed to FuseOpsByPattern for one pattern of one backend.
+
+    An exception inside a check cannot cross FuseOpsByPattern cleanly, so it is stored and
+    re-raised, naming backend and pattern, after the pass returns.
+    """
+
+    def __init__(self, policy: PlacementPolicy, index: int, pattern: Pattern, errors: list[BaseException]) -> None:
+        self.policy = policy
+        self.index = index
+        self.backend = policy.backends[index]
+        self.pattern = pattern
+        self.errors = errors
+
+    def __call__(self, ctx: PatternCheckContext) -> bool:
+        if self.errors:
+            return False
+        bindings = [(var.name, value) for var, value in ctx.matched_bindings.items()]
+        names = [name for name, _ in bindings]
+        calls = [(name, v) for name, v in bindings if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op)]
+        try:
+            reason = self._rejection(ctx, calls)
+        except Exception as error:
+            node = names[-1] if names else "?"
+            self.errors.append(
+                PredicateError(
+                    f"backend {self.backend.name!r}: the check of pattern {self.pattern.name!r} raised at node "
+                    f"{node!r}: {type(error).__name__}: {error}"
+                ).with_traceback(error.__traceback__)
+            )
+            self.errors[-1].__cause__ = error
+            return False
+        if reason is not None:
+            for name in names:
+                self.policy.reasons.add(name, f"{self.backend.name}: pattern {self.pattern.name}: {reason}")
+            return False
+        # The composite is named after its first op (the conv of conv+bias+relu, say).
+        positions = self.policy.positions
+        root = ctx.value_to_bound_var[ctx.matched_expr]
+        first = min(ctx.matched_bindings.keys(), key=lambda var: positions[var.id_])
+        self.policy.accepted_roots.append((positions[root.id_], first.name))
+        return True
+
+    def _rejection(self, ctx: PatternCheckContext, calls: list[tuple[str, relax.Call]]) -> str | None:
+        for name, call in calls:
+            if self.policy.forced_to_host(name, call.op.name):
+                return f"{call.op.name} at {name} is forced to the host"
+            limit = self.backend.limits.violation(call)
+            if limit is not None:
+                return f"{call.op.name}: {limit}"
+            for higher in range(self.index):
+                if self.policy.op_rejection(higher, call, name) is None:
+                    return f"{call.op.name} goes to higher-priority backend {self.policy.backends[higher].name}"
+        if self.pattern.check is None:
+            return None
+        match = PatternMatch(
+            self.backend.name,
+            self.pattern.name,
+            ctx.matched_expr,
+            {k: v for k, v in ctx.annotated_expr.items()},
+            [call for _, call in calls],
+        )
+        return rejection(self.pattern.check(match), "pattern check rejected the match")
+
+
+def group_patterns(mod: tvm.IRModule, policy: PlacementPolicy) -> tuple[tvm.IRModule, dict[int, str]]:
+    """Wrap every accepted pattern match in a private function with a `Composite` attribute
+    named `<backend>.<pattern>`.
+
+    Also returns the model node name of each composite call (by variable id): FuseOpsByPattern
+    names the calls `lv`, and shares one function among identical matches, so the name is
+    recovered from the accepted matches instead. FuseOpsByPattern emits each composite call where
+    its root binding was, so composite calls and accepted roots come in the same order.
+    """
+    policy.positions = {
+        binding.var.id_: position
+        for position, binding in enumerate(b for block in mod["main"].body.blocks for b in block.bindings)
+    }
+    errors: list[BaseException] = []
+    fusion_patterns = [
+        FusionPattern(
+            f"{backend.name}.{pattern.name}",
+            pattern.pattern,
+            dict(pattern.annotations),
+            _PatternChecker(policy, index, pattern, errors),
+        )
+        for index, backend in enumerate(policy.backends)
+        for pattern in backend.patterns
+    ]
+    if not fusion_patterns:
+        return mod, {}
+    grouped = FuseOpsByPattern(fusion_patterns, bind_constants=False, annotate_codegen=False)(mod)
+    if errors:
+        raise errors[0]
+    return grouped, _composite_names(grouped, policy.accepted_roots)
+
+
+def _composite_names(mod: tvm.IRModule, accepted_roots: list[tuple[int, str]]) -> dict[int, str]:
+    composite_gvars = {
+        gv.name_hint
+        for gv, func in mod.functions.items()
+        if isinstance(func, relax.Function) and func.attrs is not None and COMPOSITE_ATTR in func.attrs
+    }
+    calls = [
+        binding.var.id_
+        for block in mod["main"].body.blocks
+        for binding in block.bindings
+        if isinstance(binding.value, relax.Call)
+        and isinstance(binding.value.op, relax.GlobalVar)
+        and binding.value.op.name_hint in composite_gvars
+    ]
+    if len(calls) != len(accepted_roots):
+        raise AssertionError(f"{len(calls)} composite calls for {len(accepted_roots)} accepted pattern matches")
+    return {var_id: name for var_id, (_, name) in zip(calls, sorted(accepted_roots))}

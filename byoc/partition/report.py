@@ -1,0 +1,127 @@
+"""The partition report: regions per backend, offload ratios by nodes and by MACs (the columns
+of the paper's tables), and every op left on the host with the reasons it stayed there."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+import tvm
+
+from byoc.errors import PartitionError
+from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord
+
+
+def _ratio(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+def _bytes(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError
+
+
+@dataclass
+class PartitionReport:
+    backends: list[str]
+    regions: list[RegionRecord]
+    host_ops: list[HostOpRecord]
+    total_ops: int
+    total_macs: int
+
+    @property
+    def offloaded_ops(self) -> int:
+        return sum(r.num_ops for r in self.regions)
+
+    @property
+    def offloaded_macs(self) -> int:
+        return sum(r.macs for r in self.regions)
+
+    @property
+    def offload_ratio_nodes(self) -> float:
+        """Fraction of ops (composites counted by their ops) that run on a backend."""
+        return _ratio(self.offloaded_ops, self.total_ops)
+
+    @property
+    def offload_ratio_macs(self) -> float:
+        """Fraction of multiply-accumulates that run on a backend."""
+        return _ratio(self.offloaded_macs, self.total_macs)
+
+    def region(self, symbol: str) -> RegionRecord:
+        for region in self.regions:
+            if region.symbol == symbol:
+                return region
+        raise KeyError(f"no region {symbol!r}; regions: {[r.symbol for r in self.regions]}")
+
+    def host_reasons(self) -> dict[str, list[str]]:
+        """Reasons by host node name."""
+        return {h.node: h.reasons for h in self.host_ops}
+
+    def to_dict(self) -> dict:
+        return {
+            "backends": self.backends,
+            "offload_ratio_nodes": self.offload_ratio_nodes,
+            "offload_ratio_macs": self.offload_ratio_macs,
+            "total_ops": self.total_ops,
+            "total_macs": self.total_macs,
+            "regions": [{**vars(r), "num_ops": r.num_ops} for r in self.regions],
+            "host_ops": [vars(h) for h in self.host_ops],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_table(self, max_host_ops: int | None = 40) -> str:
+        lines = [
+            f"backends: {', '.join(self.backends)}",
+            f"offload ratio: {self.offload_ratio_nodes:.1%} of {self.total_ops} ops, "
+            f"{self.offload_ratio_macs:.1%} of {self.total_macs:,} MACs, in {len(self.regions)} region(s)",
+            "",
+        ]
+        header = ("region", "backend", "ops", "MACs", "inputs", "outputs", "constants", "first node")
+        rows = [
+            (
+                r.symbol,
+                r.backend,
+                str(r.num_ops),
+                f"{r.macs:,}",
+                _bytes(r.input_bytes),
+                _bytes(r.output_bytes),
+                _bytes(r.constant_bytes),
+                r.nodes[0],
+            )
+            for r in self.regions
+        ]
+        lines += _format_table(header, rows)
+        if self.host_ops:
+            lines += ["", f"on the host ({len(self.host_ops)} node(s)):"]
+            shown = self.host_ops if max_host_ops is None else self.host_ops[:max_host_ops]
+            host_rows = [(h.node, "+".join(o.removeprefix("relax.") for o in h.ops), "; ".join(h.reasons)) for h in shown]
+            lines += _format_table(("node", "op", "why"), host_rows)
+            if len(shown) < len(self.host_ops):
+                hidden = Counter(o for h in self.host_ops[len(shown) :] for o in h.ops)
+                summary = ", ".join(f"{op} x{n}" for op, n in hidden.most_common())
+                lines.append(f"... and {len(self.host_ops) - len(shown)} more: {summary}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_table()
+
+
+def _format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*row) for row in rows)]
+
+
+def report(mod: tvm.IRModule) -> PartitionReport:
+    """The report of a module returned by `partition_for`."""
+    raw = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
+    if raw is None:
+        raise PartitionError("this module carries no partition record: partition it with byoc.partition_for first")
+    record = PartitionRecord.from_dict(json.loads(str(raw)))
+    return PartitionReport(record.backends, record.regions, record.host_ops, record.total_ops, record.total_macs)

@@ -1,0 +1,147 @@
+"""`byoc.build`: code generation for every region, host compilation, one compiled model."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import warnings
+from collections.abc import Mapping
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from byoc.backend.registry import backend_origin, get_backend
+from byoc.errors import BuildError, ByocError
+from byoc.ir.types import static_shape, tensor_types
+from byoc.partition.inline import inline_regions
+from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
+from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
+from byoc.runtime_metadata.codegen import generate_region
+from byoc.runtime_metadata.constants import ConstantStore
+from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
+from byoc.runtime_metadata.model import CompiledModel
+
+# RunCodegen looks codegens up in the global registry: one build at a time registers them.
+_RUN_CODEGEN = threading.Lock()
+
+
+def region_functions(mod: tvm.IRModule) -> list[tuple[str, str, relax.Function]]:
+    """(symbol, backend, function) of every offloaded region."""
+    found = []
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function) and func.attrs is not None and CODEGEN_ATTR in func.attrs:
+            symbol = str(func.attrs[SYMBOL_ATTR]) if SYMBOL_ATTR in func.attrs else gvar.name_hint
+            found.append((symbol, str(func.attrs[CODEGEN_ATTR]), func))
+    return sorted(found, key=lambda item: item[0])
+
+
+def model_io(mod: tvm.IRModule) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    main = mod["main"]
+    count = int(main.attrs["num_input"]) if main.attrs is not None and "num_input" in main.attrs else len(main.params)
+    inputs = [TensorSpec(p.name, static_shape(p.ty, f"input {p.name!r}"), str(p.ty.dtype)) for p in main.params[:count]]
+    outputs = []
+    for position, ty in enumerate(tensor_types(main.ret_ty)):
+        shape = tuple(int(d) if isinstance(d, tvm.ir.prim.expr.IntImm) else -1 for d in ty.shape.values) if ty.shape is not None else ()
+        outputs.append(TensorSpec(f"output{position}", shape, str(ty.dtype)))
+    return inputs, outputs
+
+
+def _generate(mod, strict, backend_options, store):
+    artifacts: list[RegionArtifact] = []
+    failed: list[str] = []
+    for symbol, backend_name, func in region_functions(mod):
+        try:
+            backend = get_backend(backend_name)
+            artifacts.append(generate_region(func, symbol, backend, store, backend_options.get(backend_name, {})))
+        except Exception as error:
+            message = f"region {symbol} ({backend_name}): code generation failed: {type(error).__name__}: {error}"
+            if strict:
+                raise BuildError(message) from error
+            warnings.warn(f"byoc: {message}; the region falls back to the host", stacklevel=3)
+            failed.append(symbol)
+    return artifacts, failed
+
+
+def _c_modules_codegen(artifacts: dict[str, RegionArtifact]):
+    def codegen(funcs, options, constant_names):
+        modules = []
+        for func in funcs:
+            artifact = artifacts[str(func.attrs[SYMBOL_ATTR])]
+            if artifact.codegen == "c":
+                symbol = artifact.symbol
+                # Constants are handed over by byoc's constant store through __init_<symbol>, so
+                # the module reports none and TVM adds no constant loader of its own.
+                create = tvm.get_global_func("runtime.CSourceModuleCreate")
+                modules.append(create(artifact.payload.decode(), "c", [symbol, f"__init_{symbol}"], []))
+        return modules
+
+    return codegen
+
+
+def _compile_flags(artifacts: list[RegionArtifact]) -> list[str]:
+    flags: list[str] = []
+    for backend in {a.backend for a in artifacts if a.codegen == "c"}:
+        for flag in get_backend(backend).c_library.compile_flags():
+            if flag not in flags:
+                flags.append(flag)
+    return flags
+
+
+def build(
+    mod: tvm.IRModule,
+    target: str = "llvm",
+    strict: bool = False,
+    backend_options: Mapping[str, dict] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    engines: str = "lazy",
+) -> CompiledModel:
+    """Compile a partitioned module into a `CompiledModel`.
+
+    Each region goes through its backend's code generator. A generator that raises makes its
+    region fall back to the host with a warning naming it, or fails the build when `strict`.
+    `backend_options` are per backend name. Engines are built on first use (`engines="lazy"`)
+    or now (`"eager"`); JSON engines that can be saved are cached under `cache_dir` (default:
+    $BYOC_CACHE_DIR or ~/.cache/byoc/engines).
+    """
+    if engines not in ("lazy", "eager"):
+        raise ByocError(f"engines must be 'lazy' or 'eager', not {engines!r}")
+    backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
+    store = ConstantStore()
+    artifacts, failed = _generate(mod, strict, backend_options, store)
+    if failed:
+        mod = inline_regions(mod, failed)
+    by_symbol = {a.symbol: a for a in artifacts}
+    backends = {a.backend: get_backend(a.backend) for a in artifacts}
+    inputs, outputs = model_io(mod)
+    with _RUN_CODEGEN:
+        for name in backends:
+            tvm_ffi.register_global_func(f"relax.ext.{name}", _c_modules_codegen(by_symbol), override=True)
+        lowered = relax.transform.RunCodegen()(mod)
+    executable = relax.build(lowered, target=target)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "host.so")
+        try:
+            executable.export_library(path, options=_compile_flags(artifacts))
+        except Exception as error:
+            raise BuildError(f"compiling the host library failed: {error}") from error
+        with open(path, "rb") as f:
+            host_library = f.read()
+        host = tvm.runtime.load_module(path)
+    model = CompiledModel(
+        host_library,
+        host,
+        artifacts,
+        backends,
+        store,
+        inputs,
+        outputs,
+        str(target),
+        {name: backend_origin(name) for name in backends},
+        backend_options,
+        EngineCache(cache_dir if cache_dir is not None else default_cache_dir()),
+    )
+    if engines == "eager":
+        model.create_engines()
+    return model

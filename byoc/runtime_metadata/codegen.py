@@ -1,0 +1,61 @@
+"""Code generation of every region at build time, by the backend's chosen format.
+
+Each region is first written as a JSON graph (byoc's vendor-neutral region form); a JSON backend
+ships it as is, a C backend turns it into C source through its emitter table, and a custom
+backend turns it into its own binary through its serialize hook.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from tvm import relax
+
+from byoc.backend.spec import Backend
+from byoc.codegen_json.serialize import region_to_json
+from byoc.custom_formats.container import wrap
+from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
+from byoc.runtime_metadata.constants import ConstantStore
+
+
+def _output_specs(graph: Mapping[str, Any]) -> list[TensorSpec]:
+    specs = []
+    for position, ref in enumerate(graph["outputs"]):
+        if "node" in ref:
+            entry = graph["nodes"][ref["node"]]["outputs"][ref.get("index", 0)]
+        elif "input" in ref:
+            entry = graph["inputs"][ref["input"]]
+        else:
+            entry = graph["constants"][ref["const"]]
+        specs.append(TensorSpec(f"output{position}", tuple(entry["shape"]), entry["dtype"]))
+    return specs
+
+
+def generate_region(func: relax.Function, symbol: str, backend: Backend, store: ConstantStore, options: dict) -> RegionArtifact:
+    graph, constants = region_to_json(func, symbol, backend.name)
+    inputs = [TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
+    outputs = _output_specs(graph)
+    artifact = RegionArtifact(symbol, backend.name, backend.codegen, b"", [], inputs, outputs)
+    if backend.codegen == "json":
+        store.add_all(constants)
+        artifact.payload = json.dumps(graph, sort_keys=True, separators=(",", ":")).encode()
+        artifact.constants = list(constants)
+        artifact.vendor_version = backend.json_runtime.version
+        artifact.format_name = "json"
+    elif backend.codegen == "c":
+        from byoc.codegen_c.generate import generate_c_source
+
+        store.add_all(constants)
+        artifact.payload = generate_c_source(graph, backend.c_library, constants).encode()
+        artifact.constants = list(constants)
+        artifact.vendor_version = backend.c_library.version
+        artifact.format_name = "c"
+    else:
+        fmt = backend.custom_format
+        raw = fmt.serialize(graph, constants, options)
+        artifact.payload = wrap(raw, fmt.name, fmt.version, symbol, backend.name, fmt.config(options))
+        artifact.vendor_version = f"{fmt.name}-{fmt.version}"
+        artifact.format_name = fmt.name
+    return artifact

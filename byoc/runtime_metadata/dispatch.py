@@ -1,0 +1,123 @@
+"""How the host reaches regions that run through Python engines (JSON graphs, custom blobs).
+
+RunCodegen turns each region call into `call_dps_packed("<symbol>", inputs..., outputs...)`; the
+VM resolves such names in the global function registry when a VirtualMachine is created. Each
+model registers its region callables under their symbols and creates its VM under one lock, so
+two models with the same region symbols in one process each keep their own engines.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from byoc.backend.spec import Backend
+from byoc.errors import ByocError, EngineError
+from byoc.runtime_metadata.artifact_types import RegionArtifact
+from byoc.runtime_metadata.constants import ConstantStore
+from byoc.runtime_metadata.engine_cache import EngineCache
+from byoc.runtime_metadata.engines import EngineRecord, create_engine
+
+_VM_CREATION = threading.Lock()
+
+
+class RegionTimes:
+    """Per-region time accumulated while profiling, in seconds."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.transfer = 0.0
+        self.execution = 0.0
+
+    def reset(self) -> None:
+        self.__init__()
+
+
+class RegionRuntime:
+    """The callable the VM invokes for one region; creates the engine on first use."""
+
+    def __init__(
+        self,
+        artifact: RegionArtifact,
+        backend: Backend,
+        store: ConstantStore,
+        options: dict,
+        cache: EngineCache | None,
+    ) -> None:
+        self.artifact = artifact
+        self.backend = backend
+        self.store = store
+        self.options = options
+        self.cache = cache
+        self.record: EngineRecord | None = None
+        self.times: RegionTimes | None = None  # set while profiling
+        self._num_inputs = len(artifact.inputs)
+        self._lock = threading.Lock()
+        self._where = f"region {artifact.symbol} ({artifact.backend})"
+
+    def ensure_engine(self) -> EngineRecord:
+        if self.record is None:
+            with self._lock:
+                if self.record is None:
+                    self.record = create_engine(self.artifact, self.backend, self.store, self.options, self.cache)
+        return self.record
+
+    def __call__(self, *args: tvm.runtime.Tensor) -> None:
+        try:
+            record = self.record or self.ensure_engine()
+            times = self.times
+            if times is None:
+                arrays = [np.from_dlpack(a) for a in args]
+                record.engine.run(arrays[: self._num_inputs], arrays[self._num_inputs :])
+                return
+            start = time.perf_counter()
+            arrays = [np.from_dlpack(a) for a in args]
+            wrapped = time.perf_counter()
+            record.engine.run(arrays[: self._num_inputs], arrays[self._num_inputs :])
+            done = time.perf_counter()
+            times.calls += 1
+            times.transfer += wrapped - start
+            times.execution += done - wrapped
+        except ByocError:
+            raise
+        except Exception as error:
+            raise EngineError(f"{self._where}: the engine failed: {type(error).__name__}: {error}") from error
+
+
+def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime]) -> relax.VirtualMachine:
+    """A VirtualMachine whose region calls reach these `regions`."""
+    with _VM_CREATION:
+        symbols = []
+        for region in regions:
+            tvm_ffi.register_global_func(region.artifact.symbol, region, override=True)
+            symbols.append(region.artifact.symbol)
+        try:
+            return relax.VirtualMachine(host, tvm.cpu())
+        finally:
+            # The VM holds the functions it resolved; the registry must not keep this model alive.
+            for symbol in symbols:
+                tvm_ffi.registry.remove_global_func(symbol)
+
+
+def init_c_regions(host: tvm.runtime.Module, artifacts: Iterable[RegionArtifact], store: ConstantStore) -> list:
+    """Hand each C region its constants once, through its `__init_<symbol>` function.
+
+    Returns the TVM views of the constants: they share memory with the store's arrays and must
+    stay alive as long as the library uses them.
+    """
+    keep_alive: list = []
+    for artifact in artifacts:
+        constants = [tvm.runtime.from_dlpack(store.get(name)) for name in artifact.constants]
+        keep_alive.extend(constants)
+        init: Callable = host.get_function(f"__init_{artifact.symbol}")
+        try:
+            init(*constants)
+        except Exception as error:
+            raise EngineError(f"region {artifact.symbol} ({artifact.backend}): initialisation failed: {error}") from error
+    return keep_alive

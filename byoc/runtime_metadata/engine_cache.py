@@ -1,0 +1,84 @@
+"""The on-disk engine cache, for vendors whose engine build is expensive.
+
+An entry's key covers the region's content (its payload), its constants, its input shapes (they
+are part of the payload), the build options and the vendor library's version: never only the
+region's symbol name, which two different models share. Entries carry a checksum; a corrupt or
+truncated entry is reported and rebuilt, never handed to a vendor loader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+from byoc.errors import CacheError
+from byoc.runtime_metadata.artifact_types import RegionArtifact
+from byoc.runtime_metadata.constants import ConstantStore
+
+CACHE_ENV = "BYOC_CACHE_DIR"
+_MAGIC = b"BYOCENG1"
+_LAYOUT = struct.Struct("<32sQ")
+
+
+def default_cache_dir() -> Path:
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "byoc" / "engines"
+
+
+def engine_cache_key(artifact: RegionArtifact, store: ConstantStore, options: dict) -> str:
+    digest = hashlib.sha256()
+    description = {
+        "backend": artifact.backend,
+        "vendor_version": artifact.vendor_version,
+        "options": options,
+        "constants": [store.key(name) for name in artifact.constants],
+        "inputs": [[list(spec.shape), spec.dtype] for spec in artifact.inputs],
+    }
+    digest.update(json.dumps(description, sort_keys=True, default=str).encode())
+    digest.update(hashlib.sha256(artifact.payload).digest())
+    return digest.hexdigest()
+
+
+class EngineCache:
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, backend: str, key: str) -> Path:
+        return self.directory / backend / f"{key}.engine"
+
+    def get(self, backend: str, key: str) -> bytes | None:
+        """The cached engine bytes, None when absent; CacheError when the entry is damaged."""
+        path = self._path(backend, key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        header = len(_MAGIC) + _LAYOUT.size
+        if len(data) < header or not data.startswith(_MAGIC):
+            raise CacheError(f"engine cache entry {path} is not a byoc cache entry")
+        checksum, length = _LAYOUT.unpack_from(data, len(_MAGIC))
+        content = data[header:]
+        if len(content) != length:
+            raise CacheError(f"engine cache entry {path} is truncated ({len(content)} of {length} bytes)")
+        if hashlib.sha256(content).digest() != checksum:
+            raise CacheError(f"engine cache entry {path} is corrupt (checksum mismatch)")
+        return content
+
+    def put(self, backend: str, key: str, content: bytes) -> Path:
+        path = self._path(backend, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _MAGIC + _LAYOUT.pack(hashlib.sha256(content).digest(), len(content)) + content
+        # Write then rename, so that a reader never sees half an entry.
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
+            tmp.write(data)
+        os.replace(tmp.name, path)
+        return path
+
+    def discard(self, backend: str, key: str) -> None:
+        self._path(backend, key).unlink(missing_ok=True)

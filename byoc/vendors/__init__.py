@@ -1,0 +1,1 @@
+"""Built-in vendor integrations, each a backend specification plus its codegen and runtime."""

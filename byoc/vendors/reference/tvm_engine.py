@@ -1,0 +1,62 @@
+"""An engine that compiles a region's JSON graph with TVM itself (LLVM, untuned).
+
+It lets partitioned modules run before a real vendor exists, and it is the reference that
+tests compare partitioned and unpartitioned results with.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from byoc.codegen_json.to_relax import graph_to_relax
+
+TARGET = "llvm"
+
+
+class TvmEngine:
+    def __init__(self, executable: tvm.runtime.Module) -> None:
+        self.executable = executable
+        self._local = threading.local()
+
+    def _vm(self) -> relax.VirtualMachine:
+        # A VirtualMachine keeps per-call registers: one per thread.
+        vm = getattr(self._local, "vm", None)
+        if vm is None:
+            vm = self._local.vm = relax.VirtualMachine(self.executable, tvm.cpu())
+        return vm
+
+    def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        result = self._vm()["main"](*[tvm.runtime.from_dlpack(x) for x in inputs])
+        results = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
+        for out, value in zip(outputs, results):
+            np.copyto(out, np.from_dlpack(value))
+
+
+def build_engine(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: dict) -> TvmEngine:
+    func = graph_to_relax(graph, constants)
+    executable = relax.build(tvm.IRModule({"main": func}), target=options.get("target", TARGET))
+    return TvmEngine(executable)
+
+
+def save_engine(engine: TvmEngine) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "engine.so")
+        engine.executable.export_library(path)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def load_engine(blob: bytes, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: dict) -> TvmEngine:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "engine.so")
+        with open(path, "wb") as f:
+            f.write(blob)
+        return TvmEngine(tvm.runtime.load_module(path))
