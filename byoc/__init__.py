@@ -8,7 +8,7 @@ from byoc import models
 from byoc.backend import Backend, CostRules, Limits, Pattern, get_backend, list_backends, register_backend, unregister_backend
 from byoc.frontend import cleanup, from_onnx
 from byoc.partition import PartitionReport, RegionSummary, partition_for, report
-from byoc.runtime_metadata import CompiledModel, Engine, build
+from byoc.runtime_metadata import CompiledModel, Engine, build, load
 
 __version__ = "0.1.0"
 
@@ -24,6 +24,7 @@ __all__ = [
     "build",
     "cleanup",
     "from_onnx",
+    "load",
     "get_backend",
     "list_backends",
     "models",

@@ -113,7 +113,9 @@ def build_block_graph(block: relax.BindingBlock, composites: dict[str, Composite
         inputs = sorted({index_of[v.id_] for v in used_vars(value) if v.id_ in index_of})
         kind, op, op_names, macs, const_bytes = _classify(binding, composites)
         name = names.get(binding.var.id_, binding.var.name)
-        nodes.append(Node(index, name, binding, kind, op, inputs, op_names, macs, const_bytes, nbytes(binding.var.ty)))
+        # Glue (aliases, tuple access) makes no new tensor: it adds nothing to a working set.
+        out_bytes = 0 if kind == GLUE else nbytes(binding.var.ty)
+        nodes.append(Node(index, name, binding, kind, op, inputs, op_names, macs, const_bytes, out_bytes))
         users.append([])
         for producer in inputs:
             users[producer].append(index)

@@ -97,7 +97,9 @@ class _PatternChecker:
     def __call__(self, ctx: PatternCheckContext) -> bool:
         if self.errors:
             return False
-        bindings = [(var.name, value) for var, value in ctx.matched_bindings.items()]
+        positions = self.policy.positions
+        ordered = sorted(ctx.matched_bindings.items(), key=lambda item: positions[item[0].id_])
+        bindings = [(var.name, value) for var, value in ordered]
         names = [name for name, _ in bindings]
         calls = [(name, v) for name, v in bindings if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op)]
         try:

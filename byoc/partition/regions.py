@@ -58,11 +58,11 @@ def summarize(region: Region, graph: BlockGraph, backend: str, boundary: RegionB
     members = [graph.nodes[i] for i in region.members]
     return RegionSummary(
         backend=backend,
-        nodes=tuple(dict.fromkeys(node.name for node in members)),
+        nodes=tuple(dict.fromkeys(node.name for node in members if node.op_names)),
         ops=tuple(op for node in members for op in node.op_names),
         macs=region.macs,
         constant_bytes=sum(node.const_bytes for node in members),
         working_bytes=region.working_bytes,
         input_bytes=sum(nbytes(var.ty) for var in boundary.inputs),
-        output_bytes=sum(graph.nodes[i].out_bytes for i in boundary.outputs),
+        output_bytes=sum(nbytes(graph.nodes[i].binding.var.ty) for i in boundary.outputs),
     )

@@ -1,7 +1,8 @@
 """The metadata-module runtime: build a partitioned module, run it, export and load one artifact."""
 
+from byoc.runtime_metadata.artifact import load
 from byoc.runtime_metadata.build import build
 from byoc.runtime_metadata.engine import Engine
 from byoc.runtime_metadata.model import CompiledModel
 
-__all__ = ["CompiledModel", "Engine", "build"]
+__all__ = ["CompiledModel", "Engine", "build", "load"]

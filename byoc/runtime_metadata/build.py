@@ -64,6 +64,18 @@ def _generate(mod, strict, backend_options, store):
     return artifacts, failed
 
 
+def _signature_only(func: relax.Function) -> relax.Function:
+    """A region function reduced to its signature.
+
+    RunCodegen collects the constants of every region function into the host executable, where
+    they would be stored a second time: byoc's constant store already holds them and hands them
+    to the engines. Code generation is done by then, so RunCodegen only needs the signatures.
+    """
+    outputs = [relax.op.zeros(relax.ShapeExpr(list(t.shape.values)), t.dtype) for t in tensor_types(func.ret_ty)]
+    body = outputs[0] if isinstance(func.ret_ty, relax.TensorType) else relax.Tuple(outputs)
+    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
+
+
 def _c_modules_codegen(artifacts: dict[str, RegionArtifact]):
     def codegen(funcs, options, constant_names):
         modules = []
@@ -118,7 +130,11 @@ def build(
     with _RUN_CODEGEN:
         for name in backends:
             tvm_ffi.register_global_func(f"relax.ext.{name}", _c_modules_codegen(by_symbol), override=True)
-        lowered = relax.transform.RunCodegen()(mod)
+        stubbed = mod.clone()
+        for gvar, func in mod.functions.items():
+            if gvar.name_hint in by_symbol:
+                stubbed[gvar] = _signature_only(func)
+        lowered = relax.transform.RunCodegen()(stubbed)
     executable = relax.build(lowered, target=target)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "host.so")

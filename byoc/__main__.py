@@ -1,0 +1,5 @@
+import sys
+
+from byoc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,35 @@
+"""The `byoc` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from byoc.errors import ByocError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from byoc.cli import demo, models, partition
+
+    parser = argparse.ArgumentParser(prog="byoc", description="Partition, compile and run models on host + accelerators.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (models, partition, demo):
+        module.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except ByocError as error:
+        print(f"byoc: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from byoc.cli import main
+
+
+def test_models_lists_the_zoo(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "resnet50" in out and "ssd_detector" in out
+
+
+def test_partition_prints_a_report_and_draws(tmp_path, capsys):
+    svg, dot = tmp_path / "g.svg", tmp_path / "g.dot"
+    assert main(["partition", "bert_encoder", "--small", "--vendor", "reference", "--svg", str(svg), "--dot", str(dot)]) == 0
+    out = capsys.readouterr().out
+    assert "offload ratio:" in out and "embeddings/Gather" in out
+    assert svg.read_text().startswith("<svg") and dot.read_text().startswith("digraph")
+
+
+def test_partition_json_and_options(capsys):
+    assert main(["partition", "mlp", "--small", "--vendor", "reference", "--json", "--max-ops", "2"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all(r["num_ops"] <= 2 for r in data["regions"]) and len(data["regions"]) > 1
+
+
+def test_partition_of_an_onnx_file(tmp_path, capsys):
+    import onnx
+
+    from byoc import models
+
+    path = tmp_path / "mlp.onnx"
+    onnx.save(models.get("mlp", small=True), path)
+    assert main(["partition", str(path), "--vendor", "reference"]) == 0
+    assert "mlp.onnx" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["partition", "mlp", "--vendor", "nope"], "unknown backend 'nope'; registered backends:"),
+        (["partition", "alexnet", "--vendor", "reference"], "neither an ONNX file nor a zoo model"),
+        (["partition", "/no/such/model.onnx", "--vendor", "reference"], "no such file"),
+    ],
+)
+def test_errors_name_what_was_wrong(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_console_script_entry_point():
+    result = subprocess.run([sys.executable, "-m", "byoc", "models"], capture_output=True, text=True, check=True)
+    assert "mlp" in result.stdout
