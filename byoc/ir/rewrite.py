@@ -49,8 +49,9 @@ def rebuild_function(
             with builder.dataflow() if is_dataflow else contextlib.nullcontext():
                 for binding in block.bindings:
                     value = substitution.substitute(binding.value)
-                    if replace_value is not None:
-                        value = replace_value(value, builder) or value
+                    replacement = replace_value(value, builder) if replace_value is not None else None
+                    if replacement is not None:
+                        value = replacement
                     value = builder.normalize(value)
                     name = (name_of(binding.var) if name_of else None) or binding.var.name
                     # Emitting a pre-made variable keeps the name exact: BlockBuilder.emit would

@@ -14,6 +14,8 @@ from byoc.partition.regions import RegionSummary
 
 
 def fallback_reason(summary: RegionSummary, rules: CostRules) -> str | None:
+    if summary.non_tensor_boundary:
+        return f"a tuple value crosses the region boundary at {summary.non_tensor_boundary}"
     if summary.num_ops < rules.min_ops_per_region:
         return f"region too small: {summary.num_ops} op(s), the minimum is {rules.min_ops_per_region}"
     if rules.fallback_without_macs and summary.macs == 0:

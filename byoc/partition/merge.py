@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tvm import relax
+
 from byoc.backend.cost import CostRules
 from byoc.partition.graph import GLUE, Node
 
@@ -75,6 +77,9 @@ class _RegionBuilder:
         return self.deps[producer] | (1 << rid if rid >= 0 else 0)
 
     def _glue_backend(self, node: Node) -> int:
+        # A tuple made of region outputs is built on the host: a region returns tensors only.
+        if isinstance(node.binding.value, relax.Tuple):
+            return -1
         backends = {self.regions[self.find(self.region_of[p])].backend if self.region_of[p] >= 0 else -1 for p in node.inputs}
         return backends.pop() if len(backends) == 1 else -1
 

@@ -23,6 +23,7 @@ class RegionSummary:
     working_bytes: int
     input_bytes: int
     output_bytes: int
+    non_tensor_boundary: str = ""  # a value at the boundary that is not a tensor, by name
 
     @property
     def num_ops(self) -> int:
@@ -56,6 +57,7 @@ def region_boundary(region: Region, graph: BlockGraph) -> RegionBoundary:
 
 def summarize(region: Region, graph: BlockGraph, backend: str, boundary: RegionBoundary) -> RegionSummary:
     members = [graph.nodes[i] for i in region.members]
+    boundary_vars = [*boundary.inputs, *(graph.nodes[i].binding.var for i in boundary.outputs)]
     return RegionSummary(
         backend=backend,
         nodes=tuple(dict.fromkeys(node.name for node in members if node.op_names)),
@@ -65,4 +67,5 @@ def summarize(region: Region, graph: BlockGraph, backend: str, boundary: RegionB
         working_bytes=region.working_bytes,
         input_bytes=sum(nbytes(var.ty) for var in boundary.inputs),
         output_bytes=sum(nbytes(graph.nodes[i].binding.var.ty) for i in boundary.outputs),
+        non_tensor_boundary=next((v.name for v in boundary_vars if not isinstance(v.ty, relax.TensorType)), ""),
     )

@@ -110,18 +110,6 @@ def _read_checked(archive: zipfile.ZipFile, manifest: dict, name: str, what: str
     return data
 
 
-def _library_path(data: bytes) -> Path:
-    """Host libraries are loaded from a file; identical ones share one, keyed by content."""
-    directory = default_cache_dir().parent / "libraries"
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{_sha256(data)[:32]}.so"
-    if not path.exists() or _sha256(path.read_bytes()) != _sha256(data):
-        with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as tmp:
-            tmp.write(data)
-        os.replace(tmp.name, path)
-    return path
-
-
 def load(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None, engines: str = "lazy") -> CompiledModel:
     """Load an artifact written by `CompiledModel.export`, in this or any other process."""
     with _open(path) as archive:
@@ -162,10 +150,8 @@ def load(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None, en
                     info=entry.get("info", {}),
                 )
             )
-    host = tvm.runtime.load_module(str(_library_path(host_library)))
     model = CompiledModel(
         host_library,
-        host,
         artifacts,
         backends,
         store,

@@ -13,6 +13,7 @@ import tvm_ffi
 from tvm import relax
 
 from byoc.backend.registry import backend_origin, get_backend
+from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError
 from byoc.ir.types import static_shape, tensor_types
 from byoc.partition.inline import inline_regions
@@ -83,10 +84,10 @@ def _c_modules_codegen(artifacts: dict[str, RegionArtifact]):
             artifact = artifacts[str(func.attrs[SYMBOL_ATTR])]
             if artifact.codegen == "c":
                 symbol = artifact.symbol
-                # Constants are handed over by byoc's constant store through __init_<symbol>, so
-                # the module reports none and TVM adds no constant loader of its own.
+                # Constants are handed over from byoc's constant store through the init function,
+                # so the module reports none and TVM adds no constant loader of its own.
                 create = tvm.get_global_func("runtime.CSourceModuleCreate")
-                modules.append(create(artifact.payload.decode(), "c", [symbol, f"__init_{symbol}"], []))
+                modules.append(create(artifact.payload.decode(), "c", [symbol, init_symbol(symbol)], []))
         return modules
 
     return codegen
@@ -144,10 +145,8 @@ def build(
             raise BuildError(f"compiling the host library failed: {error}") from error
         with open(path, "rb") as f:
             host_library = f.read()
-        host = tvm.runtime.load_module(path)
     model = CompiledModel(
         host_library,
-        host,
         artifacts,
         backends,
         store,

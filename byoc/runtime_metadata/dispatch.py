@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import tvm
@@ -103,21 +103,3 @@ def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime]) -> rel
             # The VM holds the functions it resolved; the registry must not keep this model alive.
             for symbol in symbols:
                 tvm_ffi.registry.remove_global_func(symbol)
-
-
-def init_c_regions(host: tvm.runtime.Module, artifacts: Iterable[RegionArtifact], store: ConstantStore) -> list:
-    """Hand each C region its constants once, through its `__init_<symbol>` function.
-
-    Returns the TVM views of the constants: they share memory with the store's arrays and must
-    stay alive as long as the library uses them.
-    """
-    keep_alive: list = []
-    for artifact in artifacts:
-        constants = [tvm.runtime.from_dlpack(store.get(name)) for name in artifact.constants]
-        keep_alive.extend(constants)
-        init: Callable = host.get_function(f"__init_{artifact.symbol}")
-        try:
-            init(*constants)
-        except Exception as error:
-            raise EngineError(f"region {artifact.symbol} ({artifact.backend}): initialisation failed: {error}") from error
-    return keep_alive

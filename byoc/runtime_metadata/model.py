@@ -19,15 +19,15 @@ from byoc.backend.spec import Backend
 from byoc.errors import InputError
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
-from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm, init_c_regions
+from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm
 from byoc.runtime_metadata.engine_cache import EngineCache
+from byoc.runtime_metadata.host_library import load_host_library
 
 
 class CompiledModel:
     def __init__(
         self,
         host_library: bytes,
-        host: tvm.runtime.Module,
         artifacts: list[RegionArtifact],
         backends: Mapping[str, Backend],
         store: ConstantStore,
@@ -39,7 +39,6 @@ class CompiledModel:
         cache: EngineCache | None = None,
     ) -> None:
         self.host_library = host_library
-        self.host = host
         self.artifacts = artifacts
         self.store = store
         self.inputs = inputs
@@ -52,7 +51,7 @@ class CompiledModel:
             for a in artifacts
             if a.codegen != "c"
         }
-        self._c_constants = init_c_regions(host, [a for a in artifacts if a.codegen == "c"], store)
+        self.host = load_host_library(host_library, artifacts, store)
         self._local = threading.local()
 
     # ------------------------------------------------------------------ running

@@ -1,0 +1,272 @@
+"""Region -> C source (paper section 3.3, option 2).
+
+The source exports two functions in TVM's FFI calling convention, compiled into the host library:
+`byoc_init_<symbol>` receives the region's constants once, allocates intermediate buffers and runs
+each kernel's initialisation; `<symbol>` runs the kernels on the inputs and writes the outputs
+(destination-passing: outputs are preallocated by the host and passed last). Intermediate
+buffers share memory slots by liveness. A region's state is guarded by a mutex, since several
+host threads may run the model at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from byoc.codegen_c.library import CBuffer, CLibrary, KernelCall, KernelCode
+from byoc.errors import CodegenError
+
+ALIGNMENT = 64
+
+_RUNTIME_HELPERS = """
+static DLTensor* byoc_tensor(const TVMFFIAny* value) {
+  if (value->type_index == kTVMFFIDLTensorPtr) return (DLTensor*)value->v_ptr;
+  if (value->type_index == kTVMFFITensor) return (DLTensor*)((char*)value->v_obj + sizeof(TVMFFIObject));
+  return NULL;
+}
+
+static void* byoc_data(const TVMFFIAny* value) {
+  DLTensor* tensor = byoc_tensor(value);
+  return tensor == NULL ? NULL : (void*)((char*)tensor->data + tensor->byte_offset);
+}
+
+#define BYOC_FAIL(message) do { byoc_error = (message); goto fail; } while (0)
+"""
+
+
+@dataclass
+class _Kernel:
+    nodes: list[dict[str, Any]]
+    pattern: str | None
+
+
+def _kernels(graph: Mapping[str, Any]) -> list[_Kernel]:
+    """Consecutive nodes of one composite form a kernel; any other node is a kernel alone."""
+    kernels: list[_Kernel] = []
+    current_id = None
+    for node in graph["nodes"]:
+        composite = node.get("composite")
+        if composite is not None and composite["id"] == current_id:
+            kernels[-1].nodes.append(node)
+            continue
+        current_id = composite["id"] if composite else None
+        pattern = composite["pattern"].split(".", 1)[1] if composite else None
+        kernels.append(_Kernel([node], pattern))
+    return kernels
+
+
+def _tensor_refs(ref: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    if "tuple" in ref:
+        return [r for item in ref["tuple"] for r in _tensor_refs(item)]
+    if "input" in ref or "const" in ref or "node" in ref:
+        return [ref]
+    return []
+
+
+def _key(ref: Mapping[str, Any]) -> tuple:
+    if "input" in ref:
+        return ("input", ref["input"])
+    if "const" in ref:
+        return ("const", ref["const"])
+    return ("node", ref["node"], ref.get("index", 0))
+
+
+class _Generator:
+    def __init__(self, graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray]) -> None:
+        self.graph = graph
+        self.library = library
+        self.constants = constants
+        self.symbol = graph["symbol"]
+        self.where = f"region {self.symbol} ({graph['backend']})"
+        self.buffers: dict[tuple, CBuffer] = {}
+        self.slot_of: dict[str, int] = {}
+        self.slot_sizes: list[int] = []
+        self.output_copies: list[tuple[CBuffer, tuple]] = []  # (output, key of the value to copy)
+        self.outputs: list[CBuffer] = []
+        self.kernels = _kernels(graph)
+
+    # ---------------------------------------------------------------- buffers
+    def _assign_buffers(self) -> None:
+        graph = self.graph
+        for index, spec in enumerate(graph["inputs"]):
+            self.buffers[("input", index)] = CBuffer(f"in{index}", tuple(spec["shape"]), spec["dtype"], "input")
+        for index, (name, spec) in enumerate(graph["constants"].items()):
+            self.buffers[("const", name)] = CBuffer(f"c{index}", tuple(spec["shape"]), spec["dtype"], "constant")
+        for index, ref in enumerate(graph["outputs"]):
+            spec = self._spec(ref)
+            buffer = CBuffer(f"out{index}", tuple(spec["shape"]), spec["dtype"], "output")
+            self.outputs.append(buffer)
+            key = _key(ref)
+            if key[0] == "node" and key not in self.buffers:
+                self.buffers[key] = buffer  # the producing kernel writes the output in place
+            else:
+                self.output_copies.append((buffer, key))
+        for node in graph["nodes"]:
+            for index, spec in enumerate(node["outputs"]):
+                key = ("node", node["id"], index)
+                if key not in self.buffers:
+                    self.buffers[key] = CBuffer(f"t{node['id']}_{index}", tuple(spec["shape"]), spec["dtype"], "intermediate")
+        self._share_slots()
+
+    def _spec(self, ref: Mapping[str, Any]) -> Mapping[str, Any]:
+        if "input" in ref:
+            return self.graph["inputs"][ref["input"]]
+        if "const" in ref:
+            return self.graph["constants"][ref["const"]]
+        return self.graph["nodes"][ref["node"]]["outputs"][ref.get("index", 0)]
+
+    def _share_slots(self) -> None:
+        """Intermediates whose lifetimes (in kernels) do not overlap share a memory slot."""
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        by_name: dict[str, CBuffer] = {}
+        for position, kernel in enumerate(self.kernels):
+            for node in kernel.nodes:
+                touched = [self.buffers[_key(r)] for a in node["args"] for r in _tensor_refs(a)]
+                touched += [self.buffers[("node", node["id"], i)] for i in range(len(node["outputs"]))]
+                for buffer in touched:
+                    if buffer.kind == "intermediate":
+                        by_name[buffer.name] = buffer
+                        first.setdefault(buffer.name, position)
+                        last[buffer.name] = position
+        free: list[int] = []
+        releases: dict[int, list[str]] = {}
+        for name, position in last.items():
+            releases.setdefault(position, []).append(name)
+        for position in range(len(self.kernels)):
+            starting = sorted((n for n, p in first.items() if p == position), key=lambda n: -by_name[n].size)
+            for name in starting:
+                nbytes = by_name[name].size * np.dtype(by_name[name].dtype).itemsize
+                slot = min((s for s in free if self.slot_sizes[s] >= nbytes), key=lambda s: self.slot_sizes[s], default=None)
+                if slot is None and free:
+                    slot = max(free, key=lambda s: self.slot_sizes[s])
+                if slot is None:
+                    slot = len(self.slot_sizes)
+                    self.slot_sizes.append(0)
+                else:
+                    free.remove(slot)
+                self.slot_sizes[slot] = max(self.slot_sizes[slot], nbytes)
+                self.slot_of[name] = slot
+            # Buffers whose last use is this kernel are free for the next kernel, not this one:
+            # a kernel must never write an output over one of its own inputs.
+            free.extend(self.slot_of[n] for n in releases.get(position, []))
+
+    # ---------------------------------------------------------------- kernels
+    def _kernel_call(self, position: int, kernel: _Kernel) -> KernelCall:
+        inside = {("node", n["id"], i) for n in kernel.nodes for i in range(len(n["outputs"]))}
+        inputs: list[CBuffer] = []
+        arg_buffers = []
+        for node in kernel.nodes:
+            per_arg = []
+            for arg in node["args"]:
+                refs = _tensor_refs(arg)
+                buffers = [self.buffers[_key(r)] for r in refs]
+                for ref, buffer in zip(refs, buffers):
+                    if _key(ref) not in inside and buffer not in inputs:
+                        inputs.append(buffer)
+                per_arg.append(buffers if "tuple" in arg else (buffers[0] if buffers else None))
+            arg_buffers.append(per_arg)
+        used_later = {_key(r) for k in self.kernels[position + 1 :] for n in k.nodes for a in n["args"] for r in _tensor_refs(a)}
+        used_later |= {_key(r) for r in self.graph["outputs"]}
+        outputs = [self.buffers[key] for key in sorted(inside) if key in used_later]
+        values = {self.buffers[("const", name)].name: self.constants[name] for name in self.graph["constants"]}
+        constants = {b.name: values[b.name] for b in inputs if b.kind == "constant"}
+        return KernelCall(self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers)
+
+    def _emit(self, position: int, kernel: _Kernel) -> KernelCode:
+        root = kernel.nodes[0]
+        emitter = self.library.emitter_for(kernel.pattern, root["op"])
+        if emitter is None:
+            what = f"pattern {kernel.pattern!r}" if kernel.pattern else f"op {root['op']}"
+            raise CodegenError(f"{self.where}: {self.library.name} has no C emitter for {what} (node {root['name']!r})")
+        return emitter(self._kernel_call(position, kernel))
+
+    # ----------------------------------------------------------------- source
+    def source(self) -> str:
+        self._assign_buffers()
+        codes = [self._emit(position, kernel) for position, kernel in enumerate(self.kernels)]
+        constants = [b for b in self.buffers.values() if b.kind == "constant"]
+        intermediates = sorted({b for b in self.buffers.values() if b.kind == "intermediate"}, key=lambda b: b.name)
+        inputs = [self.buffers[("input", i)] for i in range(len(self.graph["inputs"]))]
+        outputs = self.outputs
+        where = self.where
+        includes = ["<stdint.h>", "<stdlib.h>", "<string.h>", "<pthread.h>", "<tvm/ffi/c_api.h>", "<dlpack/dlpack.h>"]
+        includes += [h if h.startswith("<") else f"<{h}>" for h in self.library.headers]
+        includes += [h for code in codes for h in code.includes]
+        lines = [f"/* Generated by byoc: {where}, kernel library {self.library.name} {self.library.version}. */"]
+        lines += [f"#include {h}" for h in dict.fromkeys(includes)]
+        lines += [_RUNTIME_HELPERS, self.library.prologue]
+        lines += ["static pthread_mutex_t byoc_lock = PTHREAD_MUTEX_INITIALIZER;", "static int byoc_ready = 0;"]
+        lines += [f"static void* byoc_slots[{max(1, len(self.slot_sizes))}];"]
+        lines += [f"static {b.ctype}* {b.name};" for b in constants + intermediates]
+        lines += [code.state for code in codes if code.state]
+        lines += ["", "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
+        lines += self._init_function(constants, intermediates, codes)
+        lines += self._run_function(inputs, outputs, codes)
+        lines += ["#ifdef __cplusplus", "}", "#endif", ""]
+        return "\n".join(lines)
+
+    def _signature(self, name: str) -> str:
+        return f"TVM_FFI_DLL_EXPORT int __tvm_ffi_{name}(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {{"
+
+    def _init_function(self, constants, intermediates, codes) -> list[str]:
+        where = self.where
+        lines = [self._signature(init_symbol(self.symbol)), "  const char* byoc_error = NULL;", "  (void)self; (void)result;"]
+        # A library is loaded once per process; a second model loading it shares the first's state.
+        lines.append("  if (byoc_ready) return 0;")
+        lines.append(f'  if (num_args != {len(constants)}) BYOC_FAIL("{where}: initialisation expects {len(constants)} constants");')
+        for index, buffer in enumerate(constants):
+            lines.append(f"  {buffer.name} = ({buffer.ctype}*)byoc_data(&args[{index}]);")
+            lines.append(f'  if ({buffer.name} == NULL) BYOC_FAIL("{where}: constant {index} is not a tensor");')
+        for slot, nbytes in enumerate(self.slot_sizes):
+            rounded = max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
+            lines.append(f"  byoc_slots[{slot}] = aligned_alloc({ALIGNMENT}, {rounded});")
+            lines.append(f'  if (byoc_slots[{slot}] == NULL) BYOC_FAIL("{where}: out of memory for intermediate buffers");')
+        for buffer in intermediates:
+            lines.append(f"  {buffer.name} = ({buffer.ctype}*)byoc_slots[{self.slot_of[buffer.name]}];")
+        lines += [_indent(code.init) for code in codes if code.init.strip()]
+        lines += ["  byoc_ready = 1;", "  return 0;", "fail:"]
+        lines += ['  TVMFFIErrorSetRaisedFromCStr("RuntimeError", byoc_error);', "  return -1;", "}", ""]
+        return lines
+
+    def _run_function(self, inputs, outputs, codes) -> list[str]:
+        where = self.where
+        count = len(inputs) + len(outputs)
+        lines = [self._signature(self.symbol), "  const char* byoc_error = NULL;", "  (void)self; (void)result;"]
+        lines.append(f"  if (num_args != {count}) {{")
+        lines.append(f'    TVMFFIErrorSetRaisedFromCStr("RuntimeError", "{where}: expects {count} tensors (inputs, then outputs)");')
+        lines.append("    return -1;")
+        lines.append("  }")
+        for index, buffer in enumerate([*inputs, *outputs]):
+            lines.append(f"  {buffer.ctype}* {buffer.name} = ({buffer.ctype}*)byoc_data(&args[{index}]);")
+        lines.append("  pthread_mutex_lock(&byoc_lock);")
+        lines.append(f'  if (!byoc_ready) BYOC_FAIL("{where}: called before initialisation");')
+        missing = " || ".join(f"{b.name} == NULL" for b in [*inputs, *outputs])
+        lines.append(f'  if ({missing}) BYOC_FAIL("{where}: an argument is not a tensor");')
+        lines += [_indent(code.run) for code in codes if code.run.strip()]
+        for destination, key in self.output_copies:
+            source = self.buffers[key]
+            nbytes = destination.size * np.dtype(destination.dtype).itemsize
+            lines.append(f"  memcpy({destination.name}, {source.name}, {nbytes});")
+        lines += ["  pthread_mutex_unlock(&byoc_lock);", "  return 0;", "fail:", "  pthread_mutex_unlock(&byoc_lock);"]
+        lines += ['  TVMFFIErrorSetRaisedFromCStr("RuntimeError", byoc_error);', "  return -1;", "}", ""]
+        return lines
+
+
+def init_symbol(symbol: str) -> str:
+    """The initialisation function of a region. Not TVM's `__init_<symbol>` convention: TVM's
+    library module calls `__init_<symbol>` without arguments when `<symbol>` is looked up, and
+    byoc hands the constants over itself, from its constant store."""
+    return f"byoc_init_{symbol}"
+
+
+def _indent(code: str) -> str:
+    return "\n".join("  " + line if line.strip() else line for line in code.strip("\n").splitlines())
+
+
+def generate_c_source(graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray]) -> str:
+    """C source for one region, calling `library` through its emitters."""
+    return _Generator(graph, library, constants).source()

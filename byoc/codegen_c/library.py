@@ -1,0 +1,117 @@
+"""What a vendor that takes C gives byoc: its kernel library and a table of op emitters.
+
+The C generator groups a region's JSON graph into kernels (a composite, or a single op), gives
+each kernel its input and output buffers, and asks the emitter registered for the kernel's
+pattern or op for three pieces of C: file-scope state, code run once at initialisation (when
+constants and intermediate buffers exist, e.g. to create primitives or reorder weights), and code
+run per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+C_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "float16": "uint16_t",
+    "int8": "int8_t",
+    "uint8": "uint8_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "bool": "uint8_t",
+}
+
+
+@dataclass(frozen=True)
+class CBuffer:
+    """A tensor as the generated C sees it: `name` is a pointer of type `ctype*`."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str  # "input", "output", "constant" or "intermediate"
+
+    @property
+    def ctype(self) -> str:
+        return C_TYPES[self.dtype]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ready_at_init(self) -> bool:
+        """Inputs and outputs only exist during a call; constants and intermediates from init."""
+        return self.kind in ("constant", "intermediate")
+
+
+@dataclass
+class KernelCall:
+    """One kernel of a region: the JSON nodes it covers and the buffers it reads and writes."""
+
+    region: str
+    name: str  # a unique C identifier prefix for this kernel's state
+    pattern: str | None  # composite pattern name without the backend prefix, or None
+    nodes: list[dict[str, Any]]
+    inputs: list[CBuffer]
+    outputs: list[CBuffer]
+    constants: Mapping[str, np.ndarray]  # values of constant inputs, by buffer name
+    arg_buffers: list[list[CBuffer | None]]  # per node, per argument: its buffer (None: not a tensor)
+
+    def node(self, op: str) -> dict[str, Any]:
+        """The (first) node of this kernel with op `op`."""
+        return next(n for n in self.nodes if n["op"] == op)
+
+    def arg(self, node: dict[str, Any], index: int) -> CBuffer:
+        buffer = self.arg_buffers[self.nodes.index(node)][index]
+        if buffer is None:
+            raise ValueError(f"argument {index} of node {node['name']!r} is not a tensor")
+        return buffer
+
+    def where(self) -> str:
+        """A human-readable location for error messages."""
+        return f"region {self.region}, node {self.nodes[0]['name']}"
+
+
+@dataclass
+class KernelCode:
+    state: str = ""
+    init: str = ""
+    run: str = ""
+    # Extra include lines this kernel needs.
+    includes: Sequence[str] = ()
+
+
+Emitter = Callable[[KernelCall], KernelCode]
+
+
+@dataclass
+class CLibrary:
+    """A kernel library: how to compile against it and how to emit calls into it."""
+
+    name: str
+    version: str
+    emitters: dict[str, Emitter]  # by pattern name (without backend prefix) or op name
+    headers: Sequence[str] = ()
+    include_dirs: Callable[[], Sequence[str]] = lambda: ()
+    library_dirs: Callable[[], Sequence[str]] = lambda: ()
+    libraries: Sequence[str] = ()
+    prologue: str = ""  # C helpers shared by the emitters of this library
+    extra_flags: Sequence[str] = field(default_factory=list)
+
+    def compile_flags(self) -> list[str]:
+        flags = [f"-I{d}" for d in self.include_dirs()]
+        for directory in self.library_dirs():
+            flags += [f"-L{directory}", f"-Wl,-rpath,{directory}"]
+        flags += [f"-l{lib}" for lib in self.libraries]
+        return flags + list(self.extra_flags)
+
+    def emitter_for(self, pattern: str | None, op: str) -> Emitter | None:
+        if pattern is not None and pattern in self.emitters:
+            return self.emitters[pattern]
+        return self.emitters.get(op)
