@@ -1,0 +1,106 @@
+"""`byoc compile`, `byoc run`, `byoc inspect`: artifacts from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+from byoc.cli.common import add_model_argument, add_partition_options, load_model, partition_options, vendors
+from byoc.errors import InputError
+from byoc.partition import partition_for, report
+from byoc.runtime_metadata.artifact import load, read_manifest
+from byoc.runtime_metadata.build import build
+
+
+def add_parser(commands) -> None:
+    compile_parser = commands.add_parser("compile", help="partition and compile a model into one artifact file")
+    add_model_argument(compile_parser)
+    add_partition_options(compile_parser)
+    compile_parser.add_argument("-o", "--output", required=True, help="artifact file to write (e.g. model.byoc)")
+    compile_parser.add_argument("--strict", action="store_true", help="fail when a region's code generation fails")
+    compile_parser.set_defaults(run=run_compile)
+
+    run_parser = commands.add_parser("run", help="run an artifact")
+    run_parser.add_argument("artifact")
+    run_parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input (default: seeded random)")
+    run_parser.add_argument("--output-dir", help="write each output as output<i>.npy here")
+    run_parser.add_argument("--profile", action="store_true", help="print time per region and for the host")
+    run_parser.add_argument("--repeat", type=int, default=10, help="runs to profile")
+    run_parser.set_defaults(run=run_artifact)
+
+    inspect_parser = commands.add_parser("inspect", help="show an artifact's regions, formats and sizes")
+    inspect_parser.add_argument("artifact")
+    inspect_parser.add_argument("--json", action="store_true")
+    inspect_parser.set_defaults(run=run_inspect)
+
+
+def run_compile(args: argparse.Namespace) -> int:
+    _, mod, label = load_model(args.model, args.small)
+    partitioned = partition_for(mod, vendors(args), **partition_options(args))
+    compiled = build(partitioned, strict=args.strict)
+    compiled.export(args.output)
+    result = report(partitioned)
+    print(
+        f"{label}: {len(compiled.artifacts)} region(s), offload {result.offload_ratio_nodes:.1%} of ops and "
+        f"{result.offload_ratio_macs:.1%} of MACs; wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB)"
+    )
+    return 0
+
+
+def _inputs(specs, given: list[str]) -> dict[str, np.ndarray]:
+    files = {}
+    for item in given:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise InputError(f"--input expects NAME=FILE.npy, got {item!r}")
+        try:
+            files[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise InputError(f"input {name!r}: cannot read {path!r} ({error})") from error
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for spec in specs:
+        if spec.name in files:
+            arrays[spec.name] = files.pop(spec.name)
+        elif np.issubdtype(np.dtype(spec.dtype), np.integer):
+            arrays[spec.name] = rng.integers(0, 100, size=spec.shape).astype(spec.dtype)
+        else:
+            arrays[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+    if files:
+        raise InputError(f"unknown input(s) {sorted(files)}; the model's inputs are {[s.name for s in specs]}")
+    return arrays
+
+
+def run_artifact(args: argparse.Namespace) -> int:
+    model = load(args.artifact)
+    inputs = _inputs(model.inputs, args.input)
+    outputs = model.run(**inputs)
+    for index, value in enumerate(outputs):
+        summary = f"min {value.min():.4g}, max {value.max():.4g}" if value.size else "empty"
+        print(f"output {index}: shape {value.shape} {value.dtype}, {summary}")
+        if args.output_dir:
+            os.makedirs(args.output_dir, exist_ok=True)
+            np.save(os.path.join(args.output_dir, f"output{index}.npy"), value)
+    if args.profile:
+        print(model.profile(**inputs, repeat=args.repeat).to_table())
+    return 0
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    manifest = read_manifest(args.artifact)
+    if args.json:
+        print(json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=2))
+        return 0
+    print(f"artifact {args.artifact}: target {manifest['target']}, TVM {manifest['tvm_version']}")
+    print("inputs: " + ", ".join(f"{s['name']} {tuple(s['shape'])} {s['dtype']}" for s in manifest["inputs"]))
+    print(f"constants: {len(set(manifest['constants'].values()))} unique of {len(manifest['constants'])} named")
+    print(f"{'region':<16}{'backend':<14}{'format':<14}{'payload':>12}{'constants':>11}  vendor")
+    for region in manifest["regions"]:
+        print(
+            f"{region['symbol']:<16}{region['backend']:<14}{region['format_name']:<14}{region['payload_bytes']:>12,}"
+            f"{len(region['constants']):>11}  {manifest['vendors'].get(region['backend'], '?')}"
+        )
+    return 0

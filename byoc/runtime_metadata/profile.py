@@ -1,0 +1,136 @@
+"""Where the time goes (paper figures 7 and 8): per region and for the host, data transfer,
+kernel invocation, execution, and one-time engine initialisation.
+
+The VM's instrumentation hook times every call the host makes; inside a Python-dispatched region
+byoc times the wrapping of the host's buffers for the engine (transfer) and the engine itself
+(execution); invocation is what remains of the region's time as the VM sees it (the call through
+the FFI and the dispatch). A C region runs inside the host library: its whole time counts as
+execution. Host time is the rest of each run. Times are medians over runs, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import tvm
+
+from byoc.runtime_metadata.dispatch import RegionTimes
+
+if TYPE_CHECKING:
+    from byoc.runtime_metadata.model import CompiledModel
+
+
+@dataclass
+class ProfileRow:
+    part: str  # a region symbol, or "host"
+    backend: str
+    calls_per_run: float
+    transfer_ms: float
+    invocation_ms: float
+    execution_ms: float
+    init_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.transfer_ms + self.invocation_ms + self.execution_ms
+
+
+@dataclass
+class ProfileReport:
+    rows: list[ProfileRow]
+    runs: int
+    median_run_ms: float
+
+    def to_dict(self) -> dict:
+        return {"runs": self.runs, "median_run_ms": self.median_run_ms, "rows": [{**asdict(r), "total_ms": r.total_ms} for r in self.rows]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_table(self) -> str:
+        header = f"{'part':<16}{'backend':<14}{'calls':>6}{'transfer':>11}{'invoke':>10}{'execute':>11}{'total':>10}{'init':>11}"
+        lines = [f"median of {self.runs} run(s): {self.median_run_ms:.3f} ms per run (times in ms per run)", header, "-" * len(header)]
+        for r in self.rows:
+            lines.append(
+                f"{r.part:<16}{r.backend:<14}{r.calls_per_run:>6.0f}{r.transfer_ms:>11.3f}{r.invocation_ms:>10.3f}"
+                f"{r.execution_ms:>11.3f}{r.total_ms:>10.3f}{r.init_ms:>11.1f}"
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_table()
+
+
+def profile_model(model: CompiledModel, arrays: list[np.ndarray], repeat: int) -> ProfileReport:
+    if repeat < 1:
+        raise ValueError("repeat must be at least 1")
+    vm = model._vm()
+    inputs = [tvm.runtime.tensor(a) for a in arrays]
+    model.create_engines()
+    symbols = {a.symbol for a in model.artifacts}
+    per_run: list[dict[str, float]] = []
+    region_runs: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    run_times: list[float] = []
+    stack: list[tuple[str, float]] = []
+    seen: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        now = time.perf_counter()
+        if before_run:
+            stack.append((symbol, now))
+        else:
+            name, start = stack.pop()
+            if name in symbols:
+                seen[name] += now - start
+                calls[name] += 1
+        return 0
+
+    vm["main"](*inputs)  # warm up
+    vm.set_instrument(instrument)
+    # Runs with the hook set but before counting: the first instrumented run pays for setup.
+    vm["main"](*inputs)
+    calls.clear()
+    try:
+        for _ in range(repeat):
+            seen.clear()
+            for region in model.regions.values():
+                region.times = RegionTimes()
+            start = time.perf_counter()
+            vm["main"](*inputs)
+            run_times.append(time.perf_counter() - start)
+            per_run.append(dict(seen))
+            for symbol, region in model.regions.items():
+                region_runs[symbol].append((region.times.transfer, region.times.execution, region.times.calls))
+    finally:
+        vm.set_instrument(lambda *args: 0)
+        for region in model.regions.values():
+            region.times = None
+
+    def median_ms(values) -> float:
+        return statistics.median(values) * 1e3 if values else 0.0
+
+    rows = []
+    for artifact in model.artifacts:
+        symbol = artifact.symbol
+        in_vm = median_ms([run.get(symbol, 0.0) for run in per_run])
+        region = model.regions.get(symbol)
+        calls_per_run = calls[symbol] / repeat
+        if region is None:  # C: linked into the host library
+            rows.append(ProfileRow(symbol, artifact.backend, calls_per_run, 0.0, 0.0, in_vm, 0.0))
+            continue
+        transfer = median_ms([t for t, _, _ in region_runs[symbol]])
+        execution = median_ms([e for _, e, _ in region_runs[symbol]])
+        init_ms = region.record.seconds * 1e3 if region.record else 0.0
+        invocation = max(0.0, in_vm - transfer - execution)
+        rows.append(ProfileRow(symbol, artifact.backend, calls_per_run, transfer, invocation, execution, init_ms))
+    total = median_ms(run_times)
+    regions_ms = sum(r.total_ms for r in rows)
+    rows.append(ProfileRow("host", "(host)", 1, 0.0, 0.0, max(0.0, total - regions_ms), 0.0))
+    return ProfileReport(rows, repeat, total)

@@ -1,0 +1,353 @@
+"""The three code-generation formats end to end, the artifact, caches, profiling, concurrency."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+
+import numpy as np
+import pytest
+from c_vendor import make_c_backend
+from custom_vendor import make_custom_backend
+
+import byoc
+from byoc.errors import ArtifactError, BuildError, CustomFormatError, InputError, JsonGraphError, MissingVendorError
+
+from conftest import REPO, assert_fp32_close, onnxruntime_outputs, small_model, small_module
+from graphs import chain_module, registered
+
+
+@pytest.fixture(scope="module")
+def c_backend():
+    with registered(make_c_backend()) as (backend,):
+        yield backend
+
+
+@pytest.fixture(scope="module")
+def custom_backend():
+    with registered(make_custom_backend()) as (backend,):
+        yield backend
+
+
+def _fresh_process_run(artifact, inputs_path, vendors_module=None):
+    """Load an artifact in a new interpreter and return its outputs."""
+    setup = f"import sys; sys.path.insert(0, {os.path.join(REPO, 'tests')!r}); import byoc\n"
+    if vendors_module:
+        setup += f"import {vendors_module.split(':')[0]} as v; byoc.register_backend(v.{vendors_module.split(':')[1]}())\n"
+    script = setup + f"""
+import numpy as np
+inputs = dict(np.load({str(inputs_path)!r}))
+outputs = byoc.load({str(artifact)!r}).run(**inputs)
+np.savez({str(inputs_path) + '.out.npz'!r}, *outputs)
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, env=os.environ.copy())
+    with np.load(str(inputs_path) + ".out.npz") as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+@pytest.mark.parametrize(
+    "vendor, model_name, register",
+    [
+        ("reference", "resnet18", None),
+        ("cloops", "resnet18", "c_vendor:make_c_backend"),
+        ("blobby", "mlp", "custom_vendor:make_custom_backend"),
+    ],
+    ids=["json", "c", "custom"],
+)
+def test_format_exports_to_one_file_and_runs_in_a_fresh_process(vendor, model_name, register, tmp_path, c_backend, custom_backend):
+    model = small_model(model_name)
+    inputs = byoc.models.sample_inputs(model, seed=5)
+    partitioned = byoc.partition_for(small_module(model_name), vendor)
+    compiled = byoc.build(partitioned)
+    expected = onnxruntime_outputs(model, inputs)
+    assert_fp32_close(compiled.run(**inputs), expected)
+    artifact = tmp_path / "model.byoc"
+    compiled.export(artifact)
+    assert {a.codegen for a in compiled.artifacts} == {byoc.get_backend(vendor).codegen}
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    assert_fp32_close(_fresh_process_run(artifact, tmp_path / "inputs.npz", register), expected)
+
+
+def test_generated_c_compiles_without_warnings(tmp_path, c_backend):
+    from byoc.runtime_metadata.build import region_functions
+    from byoc.runtime_metadata.codegen import generate_region
+    from byoc.runtime_metadata.constants import ConstantStore
+
+    partitioned = byoc.partition_for(small_module("resnet18"), "cloops")
+    ((symbol, backend, func),) = region_functions(partitioned)
+    source = generate_region(func, symbol, c_backend, ConstantStore(), {}).payload.decode()
+    path = tmp_path / "region.c"
+    path.write_text(source)
+    import tvm_ffi.libinfo as ffi_info
+
+    includes = [f"-I{ffi_info.find_include_path()}", f"-I{ffi_info.find_dlpack_include_path()}"]
+    for compiler, standard in (("gcc", "-std=c11"), ("g++", "-std=c++17")):
+        language = "c" if compiler == "gcc" else "c++"
+        command = [compiler, "-x", language, standard, "-Wall", "-Wextra", "-c", str(path), "-o", str(tmp_path / "r.o"), *includes]
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_constants_are_stored_once(tmp_path):
+    partitioned = byoc.partition_for(small_module("mlp"), "reference", max_ops_per_region=1)
+    compiled = byoc.build(partitioned)
+    named = compiled.store.names()
+    assert len(compiled.artifacts) > 3
+    assert len(set(named.values())) == len(compiled.store.contents()) <= len(named)
+    compiled.export(tmp_path / "m.byoc")
+    with zipfile.ZipFile(tmp_path / "m.byoc") as archive:
+        files = [n for n in archive.namelist() if n.startswith("constants/")]
+    assert len(files) == len(set(named.values()))
+
+
+def test_shared_constant_is_stored_once_across_regions():
+    import tvm
+    from tvm import relax
+    from tvm.relax import op as R
+
+    weight = relax.const(np.ones((8, 8), "float32"))
+    x = relax.Var("x", relax.TensorType((1, 8), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            a = builder.emit(R.matmul(x, weight), "a")
+            b = builder.emit(R.sin(a), "b")
+            out = builder.emit_output(R.matmul(b, weight))
+        builder.emit_func_output(out)
+    compiled = byoc.build(byoc.partition_for(builder.get(), "reference"))
+    assert len(compiled.artifacts) == 2 and len(compiled.store.names()) == 2
+    assert len(compiled.store.contents()) == 1
+    del tvm
+
+
+def test_inputs_are_checked_by_name_shape_and_dtype():
+    compiled = byoc.build(byoc.partition_for(chain_module(["relu"]), "reference"))
+    good = np.zeros((1, 8), "float32")
+    assert compiled.run(x=good)[0].shape == (1, 8)
+    with pytest.raises(InputError, match="takes 1 input"):
+        compiled.run(good, good)
+    with pytest.raises(InputError, match="input 'x': expected shape \\(1, 8\\), got \\(2, 8\\)"):
+        compiled.run(np.zeros((2, 8), "float32"))
+    with pytest.raises(InputError, match="input 'x': expected dtype float32, got float64"):
+        compiled.run(np.zeros((1, 8)))
+    with pytest.raises(InputError, match="unknown input"):
+        compiled.run(y=good)
+
+
+def test_failing_codegen_falls_back_to_the_host_or_fails_when_strict():
+    backend = make_custom_backend("flaky")
+    backend.custom_format = type(backend.custom_format)(
+        name="flaky", version=1, serialize=lambda graph, constants, options: 1 / 0, deserialize=lambda payload, options: None
+    )
+    mod = chain_module(["matmul", "relu"])
+    x = np.ones((1, 8), "float32")
+    with registered(backend):
+        partitioned = byoc.partition_for(mod, "flaky")
+        expected = "region flaky_0 \\(flaky\\): code generation failed: ZeroDivisionError.*falls back to the host"
+        with pytest.warns(UserWarning, match=expected):
+            compiled = byoc.build(partitioned)
+        assert compiled.artifacts == []
+        reference = byoc.build(byoc.partition_for(mod, "reference")).run(x)
+        np.testing.assert_allclose(compiled.run(x)[0], reference[0], rtol=1e-6)
+        with pytest.raises(BuildError, match="region flaky_0 \\(flaky\\): code generation failed"):
+            byoc.build(partitioned, strict=True)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    path = tmp_path_factory.mktemp("artifact") / "bert.byoc"
+    byoc.build(byoc.partition_for(small_module("bert_encoder"), "reference", max_ops_per_region=40)).export(path)
+    return path
+
+
+def _damaged(exported, tmp_path, name, mutate):
+    data = bytearray(exported.read_bytes())
+    mutate(data)
+    path = tmp_path / name
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_truncated_artifact_is_refused(exported, tmp_path):
+    for fraction in (0.1, 0.5, 0.99):
+        path = _damaged(exported, tmp_path, "cut.byoc", lambda d, f=fraction: d.__delitem__(slice(int(len(d) * f), None)))
+        with pytest.raises(ArtifactError, match="truncated|not a byoc artifact|corrupt"):
+            byoc.load(path)
+
+
+def test_flipped_bytes_in_each_part_are_refused_naming_the_part(exported, tmp_path):
+    with zipfile.ZipFile(exported) as archive:
+        entries = {info.filename: info for info in archive.infolist()}
+    for name, expected in [("host.so", "host library"), ("regions/reference_0.json", "region reference_0 \\(reference\\)")]:
+        info = entries[name]
+        start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+
+        def flip(d, at=start + info.file_size // 2):
+            d[at] ^= 0xFF
+
+        with pytest.raises(ArtifactError, match=expected):
+            byoc.load(_damaged(exported, tmp_path, "flip.byoc", flip))
+
+
+def test_garbage_and_missing_artifacts(tmp_path):
+    garbage = tmp_path / "g.byoc"
+    garbage.write_bytes(b"definitely not a zip file")
+    with pytest.raises(ArtifactError, match="not a byoc artifact"):
+        byoc.load(garbage)
+    with pytest.raises(ArtifactError, match="does not exist"):
+        byoc.load(tmp_path / "missing.byoc")
+
+
+def test_json_graph_failing_the_schema_is_refused_naming_region(exported, tmp_path):
+    model = byoc.load(exported)
+    artifact = model.artifacts[0]
+    graph = json.loads(artifact.payload)
+    graph["nodes"][0]["args"] = [{"node": 99}]
+    artifact.payload = json.dumps(graph).encode()
+    with pytest.raises(JsonGraphError, match="region reference_0 \\(reference\\).*node 99"):
+        model.create_engines()
+
+
+def test_missing_vendor_names_the_package(tmp_path, custom_backend):
+    path = tmp_path / "m.byoc"
+    byoc.build(byoc.partition_for(small_module("mlp"), "blobby")).export(path)
+    script = f"import byoc; byoc.load({str(path)!r})"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "MissingVendorError" in result.stderr and "needs vendor 'blobby', registered by user code" in result.stderr
+    assert issubclass(MissingVendorError, ArtifactError)
+
+
+def test_corrupt_or_foreign_blobs_are_refused(custom_backend):
+    compiled = byoc.build(byoc.partition_for(small_module("mlp"), "blobby"))
+    artifact = compiled.artifacts[0]
+    original = artifact.payload
+    region = compiled.regions[artifact.symbol]
+    cases = [
+        (original[:-10], "truncated"),
+        (original[:-5] + bytes(b ^ 0xFF for b in original[-5:]), "checksum mismatch"),
+        (b"NOTABLOB" + original[8:], "bad magic"),
+        (original.replace(b'"version": 2', b'"version": 7'), "version 7; this runtime reads versions \\[2\\]"),
+        (original.replace(b"blobby-v1", b"blobby-v9"), "built for accelerator configuration 'blobby-v9'.*configured for 'blobby-v1'"),
+    ]
+    for payload, message in cases:
+        artifact.payload = payload
+        region.record = None
+        with pytest.raises(CustomFormatError, match="region blobby_0 \\(blobby\\).*" + message):
+            region.ensure_engine()
+    artifact.payload = original
+
+
+def test_engines_are_built_once_and_cached_on_disk(tmp_path):
+    partitioned = byoc.partition_for(small_module("mlp"), "reference")
+    cache = tmp_path / "cache"
+    first = byoc.build(partitioned, cache_dir=cache, engines="eager")
+    record = first.regions["reference_0"].record
+    assert record.source == "built"
+    first.run(**byoc.models.sample_inputs(small_model("mlp")))
+    assert first.regions["reference_0"].record is record  # cached in memory
+    second = byoc.build(partitioned, cache_dir=cache, engines="eager")
+    assert second.regions["reference_0"].record.source == "disk cache"
+    entries = list(cache.rglob("*.engine"))
+    assert len(entries) == 1
+    # A different input shape is a different region: never a cache hit by symbol name alone.
+    batch2 = byoc.from_onnx(byoc.models.get("mlp", small=True, batch=2))
+    other = byoc.build(byoc.partition_for(batch2, "reference"), cache_dir=cache, engines="eager")
+    assert other.regions["reference_0"].record.source == "built"
+    assert len(list(cache.rglob("*.engine"))) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_cache_entry_is_rebuilt(tmp_path, damage):
+    partitioned = byoc.partition_for(small_module("mlp"), "reference")
+    cache = tmp_path / "cache"
+    byoc.build(partitioned, cache_dir=cache, engines="eager")
+    (entry,) = cache.rglob("*.engine")
+    data = bytearray(entry.read_bytes())
+    if damage == "truncate":
+        del data[len(data) // 2 :]
+    else:
+        data[len(data) // 2] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="engine cache entry .* (truncated|corrupt).*rebuilding"):
+        model = byoc.build(partitioned, cache_dir=cache, engines="eager")
+    assert model.regions["reference_0"].record.source == "built"
+    inputs = byoc.models.sample_inputs(small_model("mlp"))
+    assert_fp32_close(model.run(**inputs), onnxruntime_outputs(small_model("mlp"), inputs))
+    assert byoc.build(partitioned, cache_dir=cache, engines="eager").regions["reference_0"].record.source == "disk cache"
+
+
+def test_several_threads_run_one_model():
+    model = small_model("resnet18")
+    compiled = byoc.build(byoc.partition_for(small_module("resnet18"), "reference", max_ops_per_region=25))
+    inputs = [byoc.models.sample_inputs(model, seed=s) for s in range(4)]
+    expected = [onnxruntime_outputs(model, i) for i in inputs]
+    errors = []
+
+    def worker(index):
+        try:
+            for _ in range(3):
+                assert_fp32_close(compiled.run(**inputs[index]), expected[index])
+        except Exception as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_several_threads_run_a_c_model(c_backend):
+    model = small_model("mlp")
+    compiled = byoc.build(byoc.partition_for(small_module("mlp"), "cloops"))
+    inputs = [byoc.models.sample_inputs(model, seed=s) for s in range(4)]
+    expected = [onnxruntime_outputs(model, i) for i in inputs]
+    results = {}
+
+    def worker(index):
+        results[index] = [compiled.run(**inputs[index]) for _ in range(20)]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for index in range(4):
+        for outputs in results[index]:
+            assert_fp32_close(outputs, expected[index])
+
+
+def test_profile_reports_every_region_and_the_host():
+    model = small_model("bert_encoder")
+    compiled = byoc.build(byoc.partition_for(small_module("bert_encoder"), "reference", max_ops_per_region=30))
+    profile = compiled.profile(**byoc.models.sample_inputs(model), repeat=3)
+    parts = [row.part for row in profile.rows]
+    assert parts == [a.symbol for a in compiled.artifacts] + ["host"]
+    for row in profile.rows[:-1]:
+        assert row.calls_per_run == 1 and row.execution_ms > 0 and row.init_ms > 0
+    assert abs(sum(r.total_ms for r in profile.rows) - profile.median_run_ms) < 0.5 * profile.median_run_ms
+    assert "transfer" in profile.to_table() and json.loads(profile.to_json())["runs"] == 3
+
+
+def test_cli_compile_run_inspect(tmp_path, capsys):
+    from byoc.cli import main
+
+    artifact = tmp_path / "mlp.byoc"
+    assert main(["compile", "mlp", "--small", "--vendor", "reference", "-o", str(artifact)]) == 0
+    assert "1 region(s)" in capsys.readouterr().out
+    assert main(["inspect", str(artifact)]) == 0
+    assert "reference_0" in capsys.readouterr().out
+    inputs = byoc.models.sample_inputs(small_model("mlp"))
+    np.save(tmp_path / "x.npy", inputs["input"])
+    argv = ["run", str(artifact), "--input", f"input={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / "out")]
+    argv += ["--profile", "--repeat", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "output 0: shape (1, 10) float32" in out and "reference_0" in out
+    assert_fp32_close([np.load(tmp_path / "out" / "output0.npy")], onnxruntime_outputs(small_model("mlp"), inputs))
+    assert main(["run", str(artifact), "--input", "nope=x.npy"]) == 2
+    assert main(["inspect", str(tmp_path / "x.npy")]) == 2
