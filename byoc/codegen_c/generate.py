@@ -1,11 +1,18 @@
 """Region -> C source (paper section 3.3, option 2).
 
 The source exports two functions in TVM's FFI calling convention, compiled into the host library:
-`byoc_init_<symbol>` receives the region's constants once, allocates intermediate buffers and runs
-each kernel's initialisation; `<symbol>` runs the kernels on the inputs and writes the outputs
-(destination-passing: outputs are preallocated by the host and passed last). Intermediate
-buffers share memory slots by liveness. A region's state is guarded by a mutex, since several
-host threads may run the model at once.
+`byoc_init_<symbol>` receives the region's constants once, runs each kernel's initialisation and
+allocates the intermediate buffers; `<symbol>` runs the kernels on the inputs and writes the
+outputs (destination-passing: outputs are preallocated by the host and passed last).
+
+Initialisation runs in this order, which is the contract emitters rely on:
+1. constant pointers are bound, and the library's `bind_buffer` code for inputs, outputs and
+   constants runs (e.g. to create memory objects);
+2. each kernel's init code runs in graph order; it may set `<buffer>_bytes` for the
+   intermediates it produces when it needs more than their dense size (blocked layouts);
+3. intermediates that are never alive at the same time share a memory slot, sized at run time
+   to the largest of its buffers, and `bind_buffer` code for intermediates runs.
+A region's state is guarded by a mutex, since several host threads may run the model at once.
 """
 
 from __future__ import annotations
@@ -74,6 +81,10 @@ def _key(ref: Mapping[str, Any]) -> tuple:
     return ("node", ref["node"], ref.get("index", 0))
 
 
+def _dense_bytes(buffer: CBuffer) -> int:
+    return buffer.size * np.dtype(buffer.dtype).itemsize
+
+
 class _Generator:
     def __init__(self, graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray]) -> None:
         self.graph = graph
@@ -81,14 +92,27 @@ class _Generator:
         self.constants = constants
         self.symbol = graph["symbol"]
         self.where = f"region {self.symbol} ({graph['backend']})"
-        self.buffers: dict[tuple, CBuffer] = {}
-        self.slot_of: dict[str, int] = {}
-        self.slot_sizes: list[int] = []
-        self.output_copies: list[tuple[CBuffer, tuple]] = []  # (output, key of the value to copy)
-        self.outputs: list[CBuffer] = []
         self.kernels = _kernels(graph)
+        self.kernel_of: dict[int, int] = {n["id"]: k for k, kernel in enumerate(self.kernels) for n in kernel.nodes}
+        self.buffers: dict[tuple, CBuffer] = {}
+        self.outputs: list[CBuffer] = []
+        self.output_copies: list[tuple[CBuffer, tuple]] = []  # (output, key of the value to copy)
+        self.slot_of: dict[str, int] = {}
+        self.num_slots = 0
 
     # ---------------------------------------------------------------- buffers
+    def _uses(self) -> dict[tuple, set[int]]:
+        """Kernels that read each value; graph outputs count as a use after the last kernel."""
+        uses: dict[tuple, set[int]] = {}
+        for position, kernel in enumerate(self.kernels):
+            for node in kernel.nodes:
+                for arg in node["args"]:
+                    for ref in _tensor_refs(arg):
+                        uses.setdefault(_key(ref), set()).add(position)
+        for ref in self.graph["outputs"]:
+            uses.setdefault(_key(ref), set()).add(len(self.kernels))
+        return uses
+
     def _assign_buffers(self) -> None:
         graph = self.graph
         for index, spec in enumerate(graph["inputs"]):
@@ -104,12 +128,19 @@ class _Generator:
                 self.buffers[key] = buffer  # the producing kernel writes the output in place
             else:
                 self.output_copies.append((buffer, key))
+        uses = self._uses()
         for node in graph["nodes"]:
+            producer = self.kernel_of[node["id"]]
             for index, spec in enumerate(node["outputs"]):
                 key = ("node", node["id"], index)
-                if key not in self.buffers:
-                    self.buffers[key] = CBuffer(f"t{node['id']}_{index}", tuple(spec["shape"]), spec["dtype"], "intermediate")
-        self._share_slots()
+                if key in self.buffers:
+                    continue
+                # A value read only inside its own kernel (the conv inside conv+bias+relu) gets
+                # no memory: the kernel computes it fused, or keeps its own scratch.
+                crosses = any(user != producer for user in uses.get(key, ()))
+                kind = "intermediate" if crosses else "internal"
+                self.buffers[key] = CBuffer(f"t{node['id']}_{index}", tuple(spec["shape"]), spec["dtype"], kind)
+        self._share_slots(uses)
 
     def _spec(self, ref: Mapping[str, Any]) -> Mapping[str, Any]:
         if "input" in ref:
@@ -118,41 +149,34 @@ class _Generator:
             return self.graph["constants"][ref["const"]]
         return self.graph["nodes"][ref["node"]]["outputs"][ref.get("index", 0)]
 
-    def _share_slots(self) -> None:
-        """Intermediates whose lifetimes (in kernels) do not overlap share a memory slot."""
-        first: dict[str, int] = {}
-        last: dict[str, int] = {}
-        by_name: dict[str, CBuffer] = {}
-        for position, kernel in enumerate(self.kernels):
-            for node in kernel.nodes:
-                touched = [self.buffers[_key(r)] for a in node["args"] for r in _tensor_refs(a)]
-                touched += [self.buffers[("node", node["id"], i)] for i in range(len(node["outputs"]))]
-                for buffer in touched:
-                    if buffer.kind == "intermediate":
-                        by_name[buffer.name] = buffer
-                        first.setdefault(buffer.name, position)
-                        last[buffer.name] = position
-        free: list[int] = []
-        releases: dict[int, list[str]] = {}
-        for name, position in last.items():
-            releases.setdefault(position, []).append(name)
-        for position in range(len(self.kernels)):
-            starting = sorted((n for n, p in first.items() if p == position), key=lambda n: -by_name[n].size)
-            for name in starting:
-                nbytes = by_name[name].size * np.dtype(by_name[name].dtype).itemsize
-                slot = min((s for s in free if self.slot_sizes[s] >= nbytes), key=lambda s: self.slot_sizes[s], default=None)
-                if slot is None and free:
-                    slot = max(free, key=lambda s: self.slot_sizes[s])
-                if slot is None:
-                    slot = len(self.slot_sizes)
-                    self.slot_sizes.append(0)
-                else:
-                    free.remove(slot)
-                self.slot_sizes[slot] = max(self.slot_sizes[slot], nbytes)
-                self.slot_of[name] = slot
-            # Buffers whose last use is this kernel are free for the next kernel, not this one:
-            # a kernel must never write an output over one of its own inputs.
-            free.extend(self.slot_of[n] for n in releases.get(position, []))
+    def _share_slots(self, uses: dict[tuple, set[int]]) -> None:
+        """Intermediates whose lifetimes (in kernels) do not overlap share a memory slot.
+
+        A buffer lives from the kernel that produces it to the last kernel that reads it. It
+        is released after that kernel, not before: a kernel never writes an output over one of
+        its own inputs.
+        """
+        lifetimes = []
+        for key, buffer in self.buffers.items():
+            if buffer.kind == "intermediate":
+                start = self.kernel_of[key[1]]
+                lifetimes.append((start, max(uses.get(key, {start})), buffer))
+        lifetimes.sort(key=lambda item: (item[0], -_dense_bytes(item[2])))
+        slot_end: list[int] = []  # last kernel that uses each slot
+        slot_size: list[int] = []
+        for start, end, buffer in lifetimes:
+            free = [s for s in range(len(slot_end)) if slot_end[s] < start]
+            # Best fit by dense size; real sizes are only known at initialisation.
+            fitting = [s for s in free if slot_size[s] >= _dense_bytes(buffer)]
+            choice = min(fitting, key=lambda s: slot_size[s]) if fitting else max(free, key=lambda s: slot_size[s], default=None)
+            if choice is None:
+                choice = len(slot_end)
+                slot_end.append(end)
+                slot_size.append(0)
+            slot_end[choice] = end
+            slot_size[choice] = max(slot_size[choice], _dense_bytes(buffer))
+            self.slot_of[buffer.name] = choice
+        self.num_slots = len(slot_end)
 
     # ---------------------------------------------------------------- kernels
     def _kernel_call(self, position: int, kernel: _Kernel) -> KernelCall:
@@ -169,9 +193,7 @@ class _Generator:
                         inputs.append(buffer)
                 per_arg.append(buffers if "tuple" in arg else (buffers[0] if buffers else None))
             arg_buffers.append(per_arg)
-        used_later = {_key(r) for k in self.kernels[position + 1 :] for n in k.nodes for a in n["args"] for r in _tensor_refs(a)}
-        used_later |= {_key(r) for r in self.graph["outputs"]}
-        outputs = [self.buffers[key] for key in sorted(inside) if key in used_later]
+        outputs = [self.buffers[key] for key in sorted(inside) if self.buffers[key].kind != "internal"]
         values = {self.buffers[("const", name)].name: self.constants[name] for name in self.graph["constants"]}
         constants = {b.name: values[b.name] for b in inputs if b.kind == "constant"}
         return KernelCall(self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers)
@@ -188,69 +210,77 @@ class _Generator:
     def source(self) -> str:
         self._assign_buffers()
         codes = [self._emit(position, kernel) for position, kernel in enumerate(self.kernels)]
-        constants = [b for b in self.buffers.values() if b.kind == "constant"]
+        region_buffers = [b for b in self.buffers.values() if b.kind in ("input", "constant")] + self.outputs
         intermediates = sorted({b for b in self.buffers.values() if b.kind == "intermediate"}, key=lambda b: b.name)
-        inputs = [self.buffers[("input", i)] for i in range(len(self.graph["inputs"]))]
-        outputs = self.outputs
-        where = self.where
+        bind = self.library.bind_buffer
+        bindings = [(b, bind(b)) for b in [*region_buffers, *intermediates]] if bind else []
         includes = ["<stdint.h>", "<stdlib.h>", "<string.h>", "<pthread.h>", "<tvm/ffi/c_api.h>", "<dlpack/dlpack.h>"]
         includes += [h if h.startswith("<") else f"<{h}>" for h in self.library.headers]
-        includes += [h for code in codes for h in code.includes]
-        lines = [f"/* Generated by byoc: {where}, kernel library {self.library.name} {self.library.version}. */"]
+        includes += [h for code in [*codes, *(c for _, c in bindings)] for h in code.includes]
+        lines = [f"/* Generated by byoc: {self.where}, kernel library {self.library.name} {self.library.version}. */"]
         lines += [f"#include {h}" for h in dict.fromkeys(includes)]
         lines += [_RUNTIME_HELPERS, self.library.prologue]
         lines += ["static pthread_mutex_t byoc_lock = PTHREAD_MUTEX_INITIALIZER;", "static int byoc_ready = 0;"]
-        lines += [f"static void* byoc_slots[{max(1, len(self.slot_sizes))}];"]
+        lines += [f"static void* byoc_slots[{max(1, self.num_slots)}];"]
+        constants = [b for b in self.buffers.values() if b.kind == "constant"]
         lines += [f"static {b.ctype}* {b.name};" for b in constants + intermediates]
-        lines += [code.state for code in codes if code.state]
+        lines += [f"static size_t {b.name}_bytes = {_dense_bytes(b)};" for b in intermediates]
+        lines += [code.state for code in [*(c for _, c in bindings), *codes] if code.state]
         lines += ["", "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
-        lines += self._init_function(constants, intermediates, codes)
-        lines += self._run_function(inputs, outputs, codes)
+        lines += self._init_function(constants, intermediates, codes, bindings)
+        lines += self._run_function(codes, bindings)
         lines += ["#ifdef __cplusplus", "}", "#endif", ""]
         return "\n".join(lines)
 
     def _signature(self, name: str) -> str:
         return f"TVM_FFI_DLL_EXPORT int __tvm_ffi_{name}(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {{"
 
-    def _init_function(self, constants, intermediates, codes) -> list[str]:
+    def _init_function(self, constants, intermediates, codes, bindings) -> list[str]:
         where = self.where
         lines = [self._signature(init_symbol(self.symbol)), "  const char* byoc_error = NULL;", "  (void)self; (void)result;"]
+        # Declared before the first jump to `fail`: C++ forbids jumping over an initialisation.
+        lines.append(f"  size_t slot_bytes[{max(1, self.num_slots)}] = {{0}};")
         # A library is loaded once per process; a second model loading it shares the first's state.
         lines.append("  if (byoc_ready) return 0;")
         lines.append(f'  if (num_args != {len(constants)}) BYOC_FAIL("{where}: initialisation expects {len(constants)} constants");')
         for index, buffer in enumerate(constants):
             lines.append(f"  {buffer.name} = ({buffer.ctype}*)byoc_data(&args[{index}]);")
             lines.append(f'  if ({buffer.name} == NULL) BYOC_FAIL("{where}: constant {index} is not a tensor");')
-        for slot, nbytes in enumerate(self.slot_sizes):
-            rounded = max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
+        lines += [_indent(code.init) for buffer, code in bindings if code.init.strip() and buffer.kind != "intermediate"]
+        lines += [_indent(code.init) for code in codes if code.init.strip()]
+        for buffer in intermediates:
+            slot = self.slot_of[buffer.name]
+            lines.append(f"  if ({buffer.name}_bytes > slot_bytes[{slot}]) slot_bytes[{slot}] = {buffer.name}_bytes;")
+        for slot in range(self.num_slots):
+            rounded = f"(slot_bytes[{slot}] + {ALIGNMENT - 1}) / {ALIGNMENT} * {ALIGNMENT}"
             lines.append(f"  byoc_slots[{slot}] = aligned_alloc({ALIGNMENT}, {rounded});")
             lines.append(f'  if (byoc_slots[{slot}] == NULL) BYOC_FAIL("{where}: out of memory for intermediate buffers");')
         for buffer in intermediates:
             lines.append(f"  {buffer.name} = ({buffer.ctype}*)byoc_slots[{self.slot_of[buffer.name]}];")
-        lines += [_indent(code.init) for code in codes if code.init.strip()]
+        lines += [_indent(code.init) for buffer, code in bindings if code.init.strip() and buffer.kind == "intermediate"]
         lines += ["  byoc_ready = 1;", "  return 0;", "fail:"]
         lines += ['  TVMFFIErrorSetRaisedFromCStr("RuntimeError", byoc_error);', "  return -1;", "}", ""]
         return lines
 
-    def _run_function(self, inputs, outputs, codes) -> list[str]:
+    def _run_function(self, codes, bindings) -> list[str]:
         where = self.where
-        count = len(inputs) + len(outputs)
+        inputs = [self.buffers[("input", i)] for i in range(len(self.graph["inputs"]))]
+        count = len(inputs) + len(self.outputs)
         lines = [self._signature(self.symbol), "  const char* byoc_error = NULL;", "  (void)self; (void)result;"]
         lines.append(f"  if (num_args != {count}) {{")
         lines.append(f'    TVMFFIErrorSetRaisedFromCStr("RuntimeError", "{where}: expects {count} tensors (inputs, then outputs)");')
         lines.append("    return -1;")
         lines.append("  }")
-        for index, buffer in enumerate([*inputs, *outputs]):
+        for index, buffer in enumerate([*inputs, *self.outputs]):
             lines.append(f"  {buffer.ctype}* {buffer.name} = ({buffer.ctype}*)byoc_data(&args[{index}]);")
         lines.append("  pthread_mutex_lock(&byoc_lock);")
         lines.append(f'  if (!byoc_ready) BYOC_FAIL("{where}: called before initialisation");')
-        missing = " || ".join(f"{b.name} == NULL" for b in [*inputs, *outputs])
+        missing = " || ".join(f"{b.name} == NULL" for b in [*inputs, *self.outputs])
         lines.append(f'  if ({missing}) BYOC_FAIL("{where}: an argument is not a tensor");')
+        lines += [_indent(code.run) for _, code in bindings if code.run.strip()]
         lines += [_indent(code.run) for code in codes if code.run.strip()]
         for destination, key in self.output_copies:
-            source = self.buffers[key]
-            nbytes = destination.size * np.dtype(destination.dtype).itemsize
-            lines.append(f"  memcpy({destination.name}, {source.name}, {nbytes});")
+            lines.append(f"  memcpy({destination.name}, {self.buffers[key].name}, {_dense_bytes(destination)});")
         lines += ["  pthread_mutex_unlock(&byoc_lock);", "  return 0;", "fail:", "  pthread_mutex_unlock(&byoc_lock);"]
         lines += ['  TVMFFIErrorSetRaisedFromCStr("RuntimeError", byoc_error);', "  return -1;", "}", ""]
         return lines

@@ -34,7 +34,7 @@ class CBuffer:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    kind: str  # "input", "output", "constant" or "intermediate"
+    kind: str  # "input", "output", "constant", "intermediate" or "internal" (no memory)
 
     @property
     def ctype(self) -> str:
@@ -46,8 +46,9 @@ class CBuffer:
 
     @property
     def ready_at_init(self) -> bool:
-        """Inputs and outputs only exist during a call; constants and intermediates from init."""
-        return self.kind in ("constant", "intermediate")
+        """Whether kernel init code may read the data: constants only. Inputs and outputs exist
+        during a call, intermediates are allocated after every kernel's init has run."""
+        return self.kind == "constant"
 
 
 @dataclass
@@ -103,6 +104,10 @@ class CLibrary:
     libraries: Sequence[str] = ()
     prologue: str = ""  # C helpers shared by the emitters of this library
     extra_flags: Sequence[str] = field(default_factory=list)
+    # Per-buffer code of the library (e.g. a memory object per tensor): its init runs before the
+    # kernels' for inputs, outputs and constants, after allocation for intermediates; its run
+    # code at the start of every call.
+    bind_buffer: Callable[[CBuffer], KernelCode] | None = None
 
     def compile_flags(self) -> list[str]:
         flags = [f"-I{d}" for d in self.include_dirs()]

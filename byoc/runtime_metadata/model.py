@@ -55,6 +55,11 @@ class CompiledModel:
         self._local = threading.local()
 
     # ------------------------------------------------------------------ running
+    def virtual_machine(self) -> relax.VirtualMachine:
+        """This thread's TVM VirtualMachine for the model (for callers that pass TVM tensors
+        themselves and skip `run`'s input checks and numpy conversion)."""
+        return self._vm()
+
     def _vm(self) -> relax.VirtualMachine:
         # A VirtualMachine is not safe to share between threads; each thread gets its own.
         vm = getattr(self._local, "vm", None)
