@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 
+# Operands after the first of ops that patterns use as activations (clip's bounds).
+_EXTRA_OPERANDS = {"relax.clip": 2, "relax.nn.leakyrelu": 0}
+
+
+def unary(op: str, operand: DFPattern) -> DFPattern:
+    """`op` applied to `operand`, with wildcards for its other operands (clip's bounds)."""
+    return is_op(op)(operand, *(wildcard() for _ in range(_EXTRA_OPERANDS.get(op, 0))))
+
 
 def fused_pattern(
     op: str,
@@ -28,9 +36,9 @@ def fused_pattern(
         annotations["bias"] = bias_value
     if activation is not None:
         names = (activation,) if isinstance(activation, str) else activation
-        act = is_op(names[0])(out)
+        act = unary(names[0], out)
         for name in names[1:]:
-            act = act | is_op(name)(out)
+            act = act | unary(name, out)
         out = act
         annotations["activation"] = act
     return out, annotations
@@ -40,5 +48,5 @@ def elementwise_chain(*ops: str) -> DFPattern:
     """A chain of single-input ops applied one after another."""
     out = wildcard()
     for op in ops:
-        out = is_op(op)(out)
+        out = unary(op, out)
     return out

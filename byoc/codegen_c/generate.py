@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from byoc.codegen_c.library import CBuffer, CLibrary, KernelCall, KernelCode
+from byoc.codegen_json.graph import tensor_refs, value_spec
 from byoc.errors import CodegenError
 
 ALIGNMENT = 64
@@ -65,14 +66,6 @@ def _kernels(graph: Mapping[str, Any]) -> list[_Kernel]:
     return kernels
 
 
-def _tensor_refs(ref: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    if "tuple" in ref:
-        return [r for item in ref["tuple"] for r in _tensor_refs(item)]
-    if "input" in ref or "const" in ref or "node" in ref:
-        return [ref]
-    return []
-
-
 def _key(ref: Mapping[str, Any]) -> tuple:
     if "input" in ref:
         return ("input", ref["input"])
@@ -107,7 +100,7 @@ class _Generator:
         for position, kernel in enumerate(self.kernels):
             for node in kernel.nodes:
                 for arg in node["args"]:
-                    for ref in _tensor_refs(arg):
+                    for ref in tensor_refs(arg):
                         uses.setdefault(_key(ref), set()).add(position)
         for ref in self.graph["outputs"]:
             uses.setdefault(_key(ref), set()).add(len(self.kernels))
@@ -120,7 +113,7 @@ class _Generator:
         for index, (name, spec) in enumerate(graph["constants"].items()):
             self.buffers[("const", name)] = CBuffer(f"c{index}", tuple(spec["shape"]), spec["dtype"], "constant")
         for index, ref in enumerate(graph["outputs"]):
-            spec = self._spec(ref)
+            spec = value_spec(graph, ref)
             buffer = CBuffer(f"out{index}", tuple(spec["shape"]), spec["dtype"], "output")
             self.outputs.append(buffer)
             key = _key(ref)
@@ -141,13 +134,6 @@ class _Generator:
                 kind = "intermediate" if crosses else "internal"
                 self.buffers[key] = CBuffer(f"t{node['id']}_{index}", tuple(spec["shape"]), spec["dtype"], kind)
         self._share_slots(uses)
-
-    def _spec(self, ref: Mapping[str, Any]) -> Mapping[str, Any]:
-        if "input" in ref:
-            return self.graph["inputs"][ref["input"]]
-        if "const" in ref:
-            return self.graph["constants"][ref["const"]]
-        return self.graph["nodes"][ref["node"]]["outputs"][ref.get("index", 0)]
 
     def _share_slots(self, uses: dict[tuple, set[int]]) -> None:
         """Intermediates whose lifetimes (in kernels) do not overlap share a memory slot.
@@ -186,7 +172,7 @@ class _Generator:
         for node in kernel.nodes:
             per_arg = []
             for arg in node["args"]:
-                refs = _tensor_refs(arg)
+                refs = tensor_refs(arg)
                 buffers = [self.buffers[_key(r)] for r in refs]
                 for ref, buffer in zip(refs, buffers):
                     if _key(ref) not in inside and buffer not in inputs:

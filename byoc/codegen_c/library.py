@@ -113,7 +113,10 @@ class CLibrary:
         flags = [f"-I{d}" for d in self.include_dirs()]
         for directory in self.library_dirs():
             flags += [f"-L{directory}", f"-Wl,-rpath,{directory}"]
-        flags += [f"-l{lib}" for lib in self.libraries]
+        # TVM puts these options before the object files; with the linker's --as-needed default
+        # the libraries would then be dropped as unused.
+        if self.libraries:
+            flags += ["-Wl,--no-as-needed", *(f"-l{lib}" for lib in self.libraries)]
         return flags + list(self.extra_flags)
 
     def emitter_for(self, pattern: str | None, op: str) -> Emitter | None:

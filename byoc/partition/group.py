@@ -126,6 +126,13 @@ class _PatternChecker:
         return True
 
     def _rejection(self, ctx: PatternCheckContext, calls: list[tuple[str, relax.Call]]) -> str | None:
+        # FuseOpsByPattern leaves this to the check: a composite returns its root alone, so a
+        # value inside the match that something outside reads cannot be fused away.
+        root = ctx.value_to_bound_var[ctx.matched_expr]
+        inside = {var.id_ for var in ctx.matched_bindings.keys()}
+        for var in ctx.matched_bindings.keys():
+            if var.id_ != root.id_ and any(user.id_ not in inside for user in ctx.var_usages.get(var, [])):
+                return f"{var.name} is also used outside the pattern"
         for name, call in calls:
             if self.policy.forced_to_host(name, call.op.name):
                 return f"{call.op.name} at {name} is forced to the host"

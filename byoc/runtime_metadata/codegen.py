@@ -14,6 +14,7 @@ from typing import Any
 from tvm import relax
 
 from byoc.backend.spec import Backend
+from byoc.codegen_json.graph import value_spec
 from byoc.codegen_json.serialize import region_to_json
 from byoc.custom_formats.container import wrap
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
@@ -21,16 +22,8 @@ from byoc.runtime_metadata.constants import ConstantStore
 
 
 def _output_specs(graph: Mapping[str, Any]) -> list[TensorSpec]:
-    specs = []
-    for position, ref in enumerate(graph["outputs"]):
-        if "node" in ref:
-            entry = graph["nodes"][ref["node"]]["outputs"][ref.get("index", 0)]
-        elif "input" in ref:
-            entry = graph["inputs"][ref["input"]]
-        else:
-            entry = graph["constants"][ref["const"]]
-        specs.append(TensorSpec(f"output{position}", tuple(entry["shape"]), entry["dtype"]))
-    return specs
+    specs = (value_spec(graph, ref) for ref in graph["outputs"])
+    return [TensorSpec(f"output{position}", tuple(s["shape"]), s["dtype"]) for position, s in enumerate(specs)]
 
 
 def generate_region(func: relax.Function, symbol: str, backend: Backend, store: ConstantStore, options: dict) -> RegionArtifact:

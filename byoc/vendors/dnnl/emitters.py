@@ -1,0 +1,437 @@
+"""C emitters for oneDNN primitives: one per kernel kind, each a call sequence of the oneDNN C
+API (v3). Primitives, and weights reordered into the layout the primitive chose, are created once
+at initialisation; a call only sets data handles and executes."""
+
+from __future__ import annotations
+
+import math
+
+from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
+from byoc.vendors.dnnl.library import dims, rank
+
+_ELTWISE = {
+    "relax.nn.relu": ("dnnl_eltwise_relu", "0.f", "0.f"),
+    "relax.sigmoid": ("dnnl_eltwise_logistic", "0.f", "0.f"),
+    "relax.tanh": ("dnnl_eltwise_tanh", "0.f", "0.f"),
+    "relax.exp": ("dnnl_eltwise_exp", "0.f", "0.f"),
+    "relax.sqrt": ("dnnl_eltwise_sqrt", "0.f", "0.f"),
+}
+_BINARY = {"relax.add": "dnnl_binary_add", "relax.subtract": "dnnl_binary_sub", "relax.multiply": "dnnl_binary_mul", "relax.divide": "dnnl_binary_div"}
+
+
+def _float(value: float) -> str:
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    return f"{value!r}f"
+
+
+def eltwise_args(node: dict) -> tuple[str, str, str]:
+    """(algorithm, alpha, beta) of an element-wise node."""
+    if node["op"] == "relax.clip":
+        low, high = (node["args"][i]["prim"] for i in (1, 2))
+        return "dnnl_eltwise_clip_v2", _float(low), _float(high)
+    return _ELTWISE[node["op"]]
+
+
+class _Kernel:
+    """Assembles one kernel: memory descriptors, the primitive descriptor, the layout
+    conversions it implies, the primitive, and its execution."""
+
+    def __init__(self, call: KernelCall) -> None:
+        self.call = call
+        self.k = call.name
+        self.where = f"{call.where()} ({call.nodes[0]['op']})"
+        self.state = [f"static dnnl_primitive_t {self.k}_prim = NULL;"]
+        self.setup: list[str] = []  # before the primitive descriptor exists
+        self.bind: list[str] = []  # after it exists, before the primitive is created
+        self.before: list[str] = []
+        self.after: list[str] = []
+        self.exec_args: list[tuple[str, str]] = []
+        self.local_mds: list[str] = []
+        self.count = 0
+
+    def _name(self, kind: str) -> str:
+        self.count += 1
+        return f"{self.k}_{kind}{self.count}"
+
+    def check(self, call: str, what: str) -> str:
+        return f'DNNL_CHECK({call}, "{self.where}: {what}");'
+
+    # ------------------------------------------------------ memory descriptors
+    def md(self, shape: tuple[int, ...], tag: str = "any") -> str:
+        """A local memory descriptor of `shape`: any layout, or plain."""
+        name = self._name("md")
+        self.local_mds.append(name)
+        self.setup.append(f"dnnl_memory_desc_t {name};")
+        self.setup.append("{")
+        self.setup.append(f"  dnnl_dims_t shape = {dims(shape)};")
+        if tag == "plain":
+            self.setup.append("  " + self.check(f"byoc_plain_md(&{name}, {rank(shape)}, shape, dnnl_f32)", f"descriptor {shape}"))
+        else:
+            create = f"dnnl_memory_desc_create_with_tag(&{name}, {rank(shape)}, shape, dnnl_f32, dnnl_format_tag_{tag})"
+            self.setup.append("  " + self.check(create, f"descriptor {shape}"))
+        self.setup.append("}")
+        return name
+
+    @staticmethod
+    def md_of(buffer: CBuffer) -> str:
+        return f"byoc_md({buffer.name}_mem)"
+
+    def view(self, buffer: CBuffer, shape: tuple[int, ...]) -> str:
+        """A memory over a constant's data with another (plain) shape, e.g. a bias [1, C, 1, 1]
+        seen as [C]. Returns the memory's C name."""
+        name = self._name("view")
+        md = self.md(shape, "plain")
+        self.state.append(f"static dnnl_memory_t {name} = NULL;")
+        self.setup.append(self.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {buffer.name})", f"view of {buffer.name}"))
+        return name
+
+    # ------------------------------------------------------------- arguments
+    def source(self, arg: str, buffer: CBuffer, query: str) -> None:
+        """An input in the layout the primitive chose, reordered per call if it differs."""
+        name = self._name("src")
+        self.state.append(f"static byoc_conversion {name};")
+        wanted = f"dnnl_primitive_desc_query_md(pd, {query}, 0)"
+        self.bind.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {wanted})", f"layout of {buffer.name}"))
+        self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
+        self.exec_args.append((arg, f"{name}.memory"))
+
+    def direct(self, arg: str, memory: str) -> None:
+        self.exec_args.append((arg, memory))
+
+    def weights(self, arg: str, memory: str, query: str) -> None:
+        """Constant weights, reordered once at initialisation into the primitive's layout."""
+        name = self._name("weights")
+        self.state.append(f"static byoc_conversion {name};")
+        self.bind.append(self.check(f"byoc_conversion_init(&{name}, {memory}, dnnl_primitive_desc_query_md(pd, {query}, 0))", "weights layout"))
+        self.bind.append(self.check(f"byoc_reorder({name}.reorder, {memory}, {name}.memory)", "weights reorder"))
+        self.bind.append(self.check("dnnl_stream_wait(byoc_stream)", "weights reorder"))
+        self.exec_args.append((arg, f"{name}.memory"))
+
+    def result(self, buffer: CBuffer, query: str = "dnnl_query_dst_md") -> None:
+        name = self._name("dst")
+        self.state.append(f"static byoc_conversion {name};")
+        size = f"&{buffer.name}_bytes" if buffer.kind == "intermediate" else "NULL"
+        self.bind.append(self.check(f"byoc_result_init(&{name}, &{buffer.name}_mem, {size}, dnnl_primitive_desc_query_md(pd, {query}, 0))", "result layout"))
+        if buffer.kind != "intermediate":
+            self.after.append(self.check(f"byoc_reorder({name}.reorder, {name}.memory, {buffer.name}_mem)", f"reorder into {buffer.name}"))
+        self.exec_args.append(("DNNL_ARG_DST", f"{name}.memory"))
+
+    def post_ops(self, nodes: list[dict], residual_arg: list[tuple[CBuffer, int]]) -> str:
+        """An attribute with element-wise and binary (residual add) post-ops; returns its name."""
+        attr = self._name("attr")
+        self.setup.append(f"dnnl_primitive_attr_t {attr};")
+        self.setup.append(self.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"))
+        if nodes:
+            self.setup.append("{")
+            self.setup.append("  dnnl_post_ops_t ops;")
+            self.setup.append("  " + self.check("dnnl_post_ops_create(&ops)", "post-ops"))
+            for index, node in enumerate(nodes):
+                if node["op"] in _BINARY:
+                    buffer = next(b for b, i in residual_arg if i == index)
+                    self.setup.append("  " + self.check(f"dnnl_post_ops_append_binary(ops, {_BINARY[node['op']]}, {self.md_of(buffer)})", "binary post-op"))
+                    self.exec_args.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({index}) | DNNL_ARG_SRC_1", f"{buffer.name}_mem"))
+                else:
+                    algorithm, alpha, beta = eltwise_args(node)
+                    self.setup.append("  " + self.check(f"dnnl_post_ops_append_eltwise(ops, {algorithm}, {alpha}, {beta})", "element-wise post-op"))
+            self.setup.append("  " + self.check(f"dnnl_primitive_attr_set_post_ops({attr}, ops)", "post-ops"))
+            self.setup.append("  dnnl_post_ops_destroy(ops);")
+            self.setup.append("}")
+        return attr
+
+    # ------------------------------------------------------------------ code
+    def code(self, create: str, attrs: tuple[str, ...] = ()) -> KernelCode:
+        init = ["{", "  dnnl_primitive_desc_t pd = NULL;"]
+        init += ["  " + line for line in self.setup]
+        init.append("  " + self.check(create, "primitive descriptor (unsupported shape or attributes)"))
+        init += ["  " + line for line in self.bind]
+        init.append("  " + self.check(f"byoc_primitive(&{self.k}_prim, pd)", "primitive creation"))
+        init += [f"  dnnl_memory_desc_destroy({md});" for md in self.local_mds]
+        init += [f"  dnnl_primitive_attr_destroy({attr});" for attr in attrs]
+        init.append("}")
+        args = ", ".join(f"{{{arg}, {memory}}}" for arg, memory in self.exec_args)
+        run = [*self.before, "{", f"  dnnl_exec_arg_t args[{len(self.exec_args)}] = {{{args}}};"]
+        run.append("  " + self.check(f"byoc_execute({self.k}_prim, {len(self.exec_args)}, args)", "execution"))
+        run += ["}", *self.after]
+        return KernelCode(state="\n".join(self.state), init="\n".join(init), run="\n".join(run))
+
+
+def _outside_operand(call: KernelCall, node: dict) -> CBuffer:
+    """The operand of a binary node in a fused kernel that comes from outside the kernel."""
+    return next(call.arg(node, i) for i in (1, 0) if call.arg(node, i) in call.inputs)
+
+
+def _fused_tail(call: KernelCall, root: dict) -> tuple[CBuffer | None, list[dict], list[tuple[CBuffer, int]]]:
+    """The bias, the post-op nodes, and the operands of binary post-ops (by post-op index) of
+    the nodes after the root of a fused kernel."""
+    bias = None
+    post: list[dict] = []
+    operands: list[tuple[CBuffer, int]] = []
+    for node in call.nodes[call.nodes.index(root) + 1 :]:
+        if node["op"] in _BINARY:
+            operand = _outside_operand(call, node)
+            if node["op"] == "relax.add" and bias is None and not post and operand.kind == "constant":
+                bias = operand
+                continue
+            operands.append((operand, len(post)))
+        post.append(node)
+    return bias, post, operands
+
+
+def convolution(call: KernelCall) -> KernelCode:
+    """conv2d with optional bias, residual add and activation, as one primitive with post-ops."""
+    kernel = _Kernel(call)
+    conv = call.node("relax.nn.conv2d")
+    attrs = conv["attrs"]
+    x, w = call.arg(conv, 0), call.arg(conv, 1)
+    out = call.outputs[0]
+    groups = attrs["groups"]
+    oc, icg, kh, kw = w.shape
+    weight_shape = (groups, oc // groups, icg, kh, kw) if groups > 1 else w.shape
+    bias, post, residuals = _fused_tail(call, conv)
+    src_md = kernel.md(x.shape)
+    weights_any = kernel.md(weight_shape)
+    weights_plain = kernel.view(w, weight_shape)
+    bias_memory = kernel.view(bias, (oc,)) if bias is not None else None
+    bias_md = kernel.md((oc,), "plain") if bias is not None else "NULL"
+    dst_md = kernel.md(out.shape)
+    attr = kernel.post_ops(post, residuals)
+    top, left, bottom, right = attrs["padding"]
+    kernel.setup.append(f"dnnl_dims_t {kernel.k}_strides = {dims(tuple(attrs['strides']))};")
+    kernel.setup.append(f"dnnl_dims_t {kernel.k}_dilates = {dims(tuple(d - 1 for d in attrs['dilation']))};")
+    kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_l = {{{top}, {left}}};")
+    kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_r = {{{bottom}, {right}}};")
+    create = (
+        f"dnnl_convolution_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_convolution_direct, "
+        f"{src_md}, {weights_any}, {bias_md}, {dst_md}, {kernel.k}_strides, {kernel.k}_dilates, {kernel.k}_pad_l, "
+        f"{kernel.k}_pad_r, {attr})"
+    )
+    kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
+    kernel.weights("DNNL_ARG_WEIGHTS", weights_plain, "dnnl_query_weights_md")
+    if bias_memory is not None:
+        kernel.direct("DNNL_ARG_BIAS", bias_memory)
+    kernel.result(out)
+    return kernel.code(create, (attr,))
+
+
+def matmul(call: KernelCall) -> KernelCode:
+    """matmul with optional bias and activations; constant weights are reordered once."""
+    kernel = _Kernel(call)
+    node = call.node("relax.matmul")
+    x, w = call.arg(node, 0), call.arg(node, 1)
+    out = call.outputs[0]
+    bias, post, residuals = _fused_tail(call, node)
+    src_md = kernel.md(x.shape)
+    ones = (1,) * (len(x.shape) - len(w.shape))
+    weight_shape = ones + w.shape
+    bias_md, bias_memory = "NULL", None
+    if bias is not None:
+        bias_shape = (1,) * (len(out.shape) - len(bias.shape)) + bias.shape
+        bias_md, bias_memory = kernel.md(bias_shape, "plain"), kernel.view(bias, bias_shape)
+    dst_md = kernel.md(out.shape)
+    attr = kernel.post_ops(post, residuals)
+    if w.kind == "constant":
+        weights_md = kernel.md(weight_shape)
+        kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
+        kernel.weights("DNNL_ARG_WEIGHTS", kernel.view(w, weight_shape), "dnnl_query_weights_md")
+    else:
+        weights_md = kernel.md(weight_shape)
+        kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
+        kernel.source("DNNL_ARG_WEIGHTS", w, "dnnl_query_weights_md")
+    if bias_memory is not None:
+        kernel.direct("DNNL_ARG_BIAS", bias_memory)
+    kernel.result(out)
+    create = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {src_md}, {weights_md}, {bias_md}, {dst_md}, {attr})"
+    return kernel.code(create, (attr,))
+
+
+def pooling(call: KernelCall) -> KernelCode:
+    kernel = _Kernel(call)
+    node = call.nodes[0]
+    attrs = node["attrs"]
+    x, out = call.arg(node, 0), call.outputs[0]
+    if node["op"] == "relax.nn.max_pool2d":
+        algorithm = "dnnl_pooling_max"
+    else:
+        algorithm = "dnnl_pooling_avg_include_padding" if attrs["count_include_pad"] else "dnnl_pooling_avg_exclude_padding"
+    kh, kw = attrs["pool_size"]
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilation"]
+    top, left, bottom, right = attrs["padding"]
+    # ceil_mode makes the output one larger: oneDNN expresses that as extra right padding.
+    bottom = (out.shape[2] - 1) * sh + (kh - 1) * dh + 1 - x.shape[2] - top
+    right = (out.shape[3] - 1) * sw + (kw - 1) * dw + 1 - x.shape[3] - left
+    k = kernel.k
+    kernel.setup += [
+        f"dnnl_dims_t {k}_strides = {{{sh}, {sw}}};",
+        f"dnnl_dims_t {k}_kernel = {{{kh}, {kw}}};",
+        f"dnnl_dims_t {k}_dilation = {{{dh - 1}, {dw - 1}}};",
+        f"dnnl_dims_t {k}_pad_l = {{{top}, {left}}};",
+        f"dnnl_dims_t {k}_pad_r = {{{bottom}, {right}}};",
+    ]
+    dst_md = kernel.md(out.shape)
+    create = (
+        f"dnnl_pooling_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {algorithm}, {kernel.md_of(x)}, "
+        f"{dst_md}, {k}_strides, {k}_kernel, {k}_dilation, {k}_pad_l, {k}_pad_r, NULL)"
+    )
+    kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
+    kernel.result(out)
+    return kernel.code(create)
+
+
+def mean(call: KernelCall) -> KernelCode:
+    """A mean over kept dimensions. Over the spatial axes of NCHW it is global average pooling,
+    which oneDNN runs with a JIT kernel (its reduction falls back to a reference one)."""
+    kernel = _Kernel(call)
+    node = call.nodes[0]
+    x, out = call.arg(node, 0), call.outputs[0]
+    if len(x.shape) == 4 and sorted(a % 4 for a in node["attrs"]["axis"]) == [2, 3]:
+        return _global_average_pool(kernel, x, out)
+    dst_md = kernel.md(out.shape)
+    kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
+    kernel.result(out)
+    create = f"dnnl_reduction_primitive_desc_create(&pd, byoc_engine, dnnl_reduction_mean, {kernel.md_of(x)}, {dst_md}, 0.f, 0.f, NULL)"
+    return kernel.code(create)
+
+
+def _global_average_pool(kernel: _Kernel, x: CBuffer, out: CBuffer) -> KernelCode:
+    k = kernel.k
+    kernel.setup += [
+        f"dnnl_dims_t {k}_ones = {{1, 1}};",
+        f"dnnl_dims_t {k}_kernel = {{{x.shape[2]}, {x.shape[3]}}};",
+        f"dnnl_dims_t {k}_zeros = {{0, 0}};",
+    ]
+    dst_md = kernel.md(out.shape)
+    kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
+    kernel.result(out)
+    create = (
+        f"dnnl_pooling_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_pooling_avg_exclude_padding, "
+        f"{kernel.md_of(x)}, {dst_md}, {k}_ones, {k}_kernel, {k}_zeros, {k}_zeros, {k}_zeros, NULL)"
+    )
+    return kernel.code(create)
+
+
+def eltwise(call: KernelCall) -> KernelCode:
+    """One element-wise op; a composite with a gelu pattern counts as gelu (erf form)."""
+    kernel = _Kernel(call)
+    node = call.nodes[0]
+    x, out = call.arg(node, 0), call.outputs[0]
+    algorithm, alpha, beta = ("dnnl_eltwise_gelu_erf", "0.f", "0.f") if call.pattern == "gelu" else eltwise_args(node)
+    kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
+    kernel.result(out)
+    create = (
+        f"dnnl_eltwise_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {algorithm}, "
+        f"{kernel.md_of(x)}, {kernel.md_of(x)}, {alpha}, {beta}, NULL)"
+    )
+    return kernel.code(create)
+
+
+def binary(call: KernelCall) -> KernelCode:
+    """add/subtract/multiply/divide with numpy broadcasting of the second operand."""
+    kernel = _Kernel(call)
+    node = call.nodes[0]
+    a, b, out = call.arg(node, 0), call.arg(node, 1), call.outputs[0]
+    if a.shape != out.shape:  # only commutative ops get here this way round (see the predicate)
+        a, b = b, a
+    src1_memory = f"{b.name}_mem"
+    src1_md = kernel.md_of(b)
+    if len(b.shape) < len(out.shape):
+        shape = (1,) * (len(out.shape) - len(b.shape)) + b.shape
+        src1_memory, src1_md = kernel.view(b, shape), kernel.md(shape, "plain")
+    kernel.direct("DNNL_ARG_SRC_0", f"{a.name}_mem")
+    kernel.direct("DNNL_ARG_SRC_1", src1_memory)
+    kernel.result(out)
+    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {_BINARY[node['op']]}, {kernel.md_of(a)}, {src1_md}, {kernel.md_of(a)}, NULL)"
+    return kernel.code(create)
+
+
+def softmax(call: KernelCall) -> KernelCode:
+    kernel = _Kernel(call)
+    node = call.nodes[0]
+    x, out = call.arg(node, 0), call.outputs[0]
+    axis = node["attrs"]["axis"] % len(x.shape)
+    kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
+    kernel.result(out)
+    create = (
+        f"dnnl_softmax_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_softmax_accurate, "
+        f"{kernel.md_of(x)}, {kernel.md_of(x)}, {axis}, NULL)"
+    )
+    return kernel.code(create)
+
+
+def concat(call: KernelCall) -> KernelCode:
+    kernel = _Kernel(call)
+    node = call.nodes[0]
+    sources = call.arg_buffers[0][0]
+    out = call.outputs[0]
+    axis = node["attrs"]["axis"] % len(out.shape)
+    k = kernel.k
+    kernel.setup.append(f"const_dnnl_memory_desc_t {k}_srcs[{len(sources)}] = {{{', '.join(kernel.md_of(s) for s in sources)}}};")
+    dst_md = kernel.md(out.shape)
+    for index, source in enumerate(sources):
+        kernel.direct(f"DNNL_ARG_MULTIPLE_SRC + {index}", f"{source.name}_mem")
+    kernel.result(out)
+    return kernel.code(f"dnnl_concat_primitive_desc_create(&pd, byoc_engine, {dst_md}, {len(sources)}, {axis}, {k}_srcs, NULL)")
+
+
+def layer_norm(call: KernelCall) -> KernelCode:
+    kernel = _Kernel(call)
+    node = call.nodes[0]
+    x, gamma, beta, out = call.arg(node, 0), call.arg(node, 1), call.arg(node, 2), call.outputs[0]
+    epsilon = node["attrs"]["epsilon"]
+    kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
+    kernel.direct("DNNL_ARG_SCALE", f"{gamma.name}_mem")
+    kernel.direct("DNNL_ARG_SHIFT", f"{beta.name}_mem")
+    kernel.result(out)
+    create = (
+        f"dnnl_layer_normalization_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {kernel.md_of(x)}, "
+        f"{kernel.md_of(x)}, NULL, {_float(epsilon)}, dnnl_use_scale | dnnl_use_shift, NULL)"
+    )
+    return kernel.code(create)
+
+
+def _relayout(call: KernelCall, view_setup) -> KernelCode:
+    """A reorder from the input into a view of the output's data (reshape, transpose)."""
+    kernel = _Kernel(call)
+    x, out = call.arg(call.nodes[0], 0), call.outputs[0]
+    k = kernel.k
+    view_md = view_setup(kernel, x, out)
+    kernel.state.append(f"static dnnl_memory_t {k}_view = NULL;")
+    kernel.state.append(f"static byoc_conversion {k}_result;")
+    out_md = kernel.md(out.shape, "plain")
+    size = f"&{out.name}_bytes" if out.kind == "intermediate" else "NULL"
+    kernel.setup.append(kernel.check(f"byoc_result_init(&{k}_result, &{out.name}_mem, {size}, {out_md})", "result layout"))
+    kernel.setup.append(kernel.check(f"dnnl_memory_create(&{k}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "output view"))
+    kernel.before.append("{")
+    kernel.before.append("  void* data = NULL;")
+    kernel.before.append("  " + kernel.check(f"dnnl_memory_get_data_handle({k}_result.memory, &data)", "output data"))
+    kernel.before.append("  " + kernel.check(f"dnnl_memory_set_data_handle({k}_view, data)", "output view"))
+    kernel.before.append("}")
+    if out.kind != "intermediate":
+        kernel.after.append(kernel.check(f"byoc_reorder({k}_result.reorder, {k}_result.memory, {out.name}_mem)", "reorder into output"))
+    kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
+    kernel.direct("DNNL_ARG_TO", f"{k}_view")
+    create = f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {view_md}, byoc_engine, NULL)"
+    return kernel.code(create)
+
+
+def reshape(call: KernelCall) -> KernelCode:
+    return _relayout(call, lambda kernel, x, out: kernel.md(x.shape, "plain"))
+
+
+def permute_dims(call: KernelCall) -> KernelCode:
+    axes = call.nodes[0]["attrs"]["axes"]
+
+    def view(kernel, x, out):
+        order = list(range(len(x.shape)))[::-1] if axes is None else axes
+        plain = kernel.md(out.shape, "plain")
+        name = kernel._name("perm")
+        kernel.local_mds.append(name)
+        kernel.setup.append(f"int {name}_axes[{len(order)}] = {{{', '.join(str(a) for a in order)}}};")
+        kernel.setup.append(f"dnnl_memory_desc_t {name};")
+        # Axis j of the output is axis order[j] of the input: permuting the output's plain
+        # layout that way describes where each input element lands.
+        kernel.setup.append(kernel.check(f"dnnl_memory_desc_permute_axes(&{name}, {plain}, {name}_axes)", "transpose view"))
+        return name
+
+    return _relayout(call, view)

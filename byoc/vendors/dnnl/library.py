@@ -1,0 +1,170 @@
+"""oneDNN from pip (`onednn-cpu-gomp`, `onednn-devel-cpu-gomp`): where it is, and the C shared
+by every oneDNN kernel of a region.
+
+Every tensor of a region has a `dnnl_memory_t <buffer>_mem`. Region inputs, outputs and
+constants are plain (row-major) memories over the host's data; each kernel creates the memory of
+the intermediates it produces in the layout its primitive chose (blocked, e.g. nChw16c), so that
+activations stay in oneDNN's layout across the region and are reordered only where a consumer
+wants another layout, typically at the region's boundary.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import metadata
+from pathlib import Path
+
+from byoc.codegen_c.library import CBuffer, KernelCode
+from byoc.errors import BuildError
+
+RUNTIME_PACKAGE = "onednn-cpu-gomp"
+HEADERS_PACKAGE = "onednn-devel-cpu-gomp"
+
+
+def _locate(package: str, suffix: str) -> Path:
+    try:
+        files = metadata.distribution(package).files or []
+    except metadata.PackageNotFoundError:
+        raise BuildError(f"oneDNN is not installed: pip install {RUNTIME_PACKAGE} {HEADERS_PACKAGE}") from None
+    for file in files:
+        if str(file).endswith(suffix):
+            return Path(file.locate()).resolve()
+    raise BuildError(f"package {package} has no {suffix}; reinstall it: pip install --force-reinstall {package}")
+
+
+@functools.cache
+def include_dir() -> str:
+    # <prefix>/include/oneapi/dnnl/dnnl.h -> <prefix>/include
+    return str(_locate(HEADERS_PACKAGE, "oneapi/dnnl/dnnl.h").parent.parent.parent)
+
+
+@functools.cache
+def library_dir() -> str:
+    return str(_locate(RUNTIME_PACKAGE, "libdnnl.so.3").parent)
+
+
+def installed() -> bool:
+    try:
+        metadata.distribution(RUNTIME_PACKAGE)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def version() -> str:
+    return metadata.version(RUNTIME_PACKAGE)
+
+
+PROLOGUE = r"""
+static dnnl_engine_t byoc_engine = NULL;
+static dnnl_stream_t byoc_stream = NULL;
+
+#define DNNL_CHECK(call, what) do { if ((call) != dnnl_success) BYOC_FAIL(what); } while (0)
+
+static dnnl_status_t byoc_dnnl_setup(void) {
+  dnnl_status_t status = dnnl_success;
+  if (byoc_engine == NULL) status = dnnl_engine_create(&byoc_engine, dnnl_cpu, 0);
+  if (status == dnnl_success && byoc_stream == NULL) status = dnnl_stream_create(&byoc_stream, byoc_engine, dnnl_stream_default_flags);
+  return status;
+}
+
+static dnnl_status_t byoc_plain_md(dnnl_memory_desc_t* md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t type) {
+  static const dnnl_format_tag_t tags[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde, dnnl_abcdef};
+  return dnnl_memory_desc_create_with_tag(md, ndims, dims, type, tags[ndims]);
+}
+
+static const_dnnl_memory_desc_t byoc_md(dnnl_memory_t memory) {
+  const_dnnl_memory_desc_t md = NULL;
+  dnnl_memory_get_memory_desc(memory, &md);
+  return md;
+}
+
+static dnnl_status_t byoc_execute(dnnl_primitive_t primitive, int count, const dnnl_exec_arg_t* args) {
+  return dnnl_primitive_execute(primitive, byoc_stream, count, args);
+}
+
+/* Memory of the layout `wanted` holding `source`: `source` itself when the layouts match,
+   else a private memory that a reorder fills at run time. */
+typedef struct { dnnl_primitive_t reorder; dnnl_memory_t memory; } byoc_conversion;
+
+static dnnl_status_t byoc_conversion_init(byoc_conversion* conversion, dnnl_memory_t source, const_dnnl_memory_desc_t wanted) {
+  const_dnnl_memory_desc_t have = byoc_md(source);
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t status;
+  conversion->reorder = NULL;
+  conversion->memory = source;
+  if (dnnl_memory_desc_equal(have, wanted)) return dnnl_success;
+  status = dnnl_reorder_primitive_desc_create(&pd, have, byoc_engine, wanted, byoc_engine, NULL);
+  if (status == dnnl_success) status = dnnl_primitive_create(&conversion->reorder, pd);
+  if (pd != NULL) dnnl_primitive_desc_destroy(pd);
+  if (status == dnnl_success) status = dnnl_memory_create(&conversion->memory, wanted, byoc_engine, DNNL_MEMORY_ALLOCATE);
+  return status;
+}
+
+static dnnl_status_t byoc_reorder(dnnl_primitive_t reorder, dnnl_memory_t from, dnnl_memory_t to) {
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  return reorder == NULL ? dnnl_success : byoc_execute(reorder, 2, args);
+}
+
+/* A kernel's result: an intermediate takes the primitive's layout (the memory is created here,
+   its data bound after allocation); a region output keeps its plain layout, and the kernel
+   writes a private memory that is reordered into it. */
+static dnnl_status_t byoc_result_init(byoc_conversion* conversion, dnnl_memory_t* target, size_t* target_bytes,
+                                      const_dnnl_memory_desc_t produced) {
+  dnnl_status_t status;
+  if (target_bytes != NULL) {
+    conversion->reorder = NULL;
+    status = dnnl_memory_create(target, produced, byoc_engine, DNNL_MEMORY_NONE);
+    conversion->memory = *target;
+    *target_bytes = dnnl_memory_desc_get_size(produced);
+    return status;
+  }
+  if (dnnl_memory_desc_equal(produced, byoc_md(*target))) {
+    conversion->reorder = NULL;
+    conversion->memory = *target;
+    return dnnl_success;
+  }
+  dnnl_primitive_desc_t pd = NULL;
+  status = dnnl_reorder_primitive_desc_create(&pd, produced, byoc_engine, byoc_md(*target), byoc_engine, NULL);
+  if (status == dnnl_success) status = dnnl_primitive_create(&conversion->reorder, pd);
+  if (pd != NULL) dnnl_primitive_desc_destroy(pd);
+  if (status == dnnl_success) status = dnnl_memory_create(&conversion->memory, produced, byoc_engine, DNNL_MEMORY_ALLOCATE);
+  return status;
+}
+
+/* Build a primitive from its descriptor, then release the descriptor (and the memory
+   descriptors queried from it). */
+static dnnl_status_t byoc_primitive(dnnl_primitive_t* primitive, dnnl_primitive_desc_t pd) {
+  dnnl_status_t status = dnnl_primitive_create(primitive, pd);
+  dnnl_primitive_desc_destroy(pd);
+  return status;
+}
+"""
+
+
+def dims(shape: tuple[int, ...]) -> str:
+    return "{" + ", ".join(str(d) for d in shape) + "}" if shape else "{1}"
+
+
+def rank(shape: tuple[int, ...]) -> int:
+    return max(1, len(shape))
+
+
+def bind_buffer(buffer: CBuffer) -> KernelCode:
+    """A `dnnl_memory_t` per tensor: plain for inputs, outputs and constants; for an
+    intermediate, the producing kernel creates it and its data is bound after allocation."""
+    state = f"static dnnl_memory_t {buffer.name}_mem = NULL;"
+    if buffer.kind == "intermediate":
+        return KernelCode(state=state, init=f'DNNL_CHECK(dnnl_memory_set_data_handle({buffer.name}_mem, {buffer.name}), "bind {buffer.name}");')
+    handle = buffer.name if buffer.kind == "constant" else "DNNL_MEMORY_NONE"
+    init = f"""
+DNNL_CHECK(byoc_dnnl_setup(), "oneDNN engine creation failed");
+{{
+  dnnl_dims_t shape = {dims(buffer.shape)};
+  dnnl_memory_desc_t md;
+  DNNL_CHECK(byoc_plain_md(&md, {rank(buffer.shape)}, shape, dnnl_f32), "memory descriptor of {buffer.name}");
+  DNNL_CHECK(dnnl_memory_create(&{buffer.name}_mem, md, byoc_engine, {handle}), "memory of {buffer.name}");
+  dnnl_memory_desc_destroy(md);
+}}"""
+    run = "" if buffer.kind == "constant" else f'DNNL_CHECK(dnnl_memory_set_data_handle({buffer.name}_mem, {buffer.name}), "bind {buffer.name}");'
+    return KernelCode(state=state, init=init, run=run)
