@@ -58,8 +58,12 @@ class PartitionReport:
         raise KeyError(f"no region {symbol!r}; regions: {[r.symbol for r in self.regions]}")
 
     def host_reasons(self) -> dict[str, list[str]]:
-        """Reasons by host node name."""
-        return {h.node: h.reasons for h in self.host_ops}
+        """Reasons by host node name (a model node may have become several ops)."""
+        reasons: dict[str, list[str]] = {}
+        for host in self.host_ops:
+            merged = reasons.setdefault(host.node, [])
+            merged += [r for r in host.reasons if r not in merged]
+        return reasons
 
     def to_dict(self) -> dict:
         return {

@@ -1,0 +1,102 @@
+"""Integration matrix for the CPU vendors: every zoo model each vendor can take is partitioned,
+built, exported, loaded in a fresh process and checked against onnxruntime (fp32 tolerance:
+relative 1e-4 of the output's scale)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import REPO, assert_fp32_close, onnxruntime_outputs, small_model, small_module
+
+import byoc
+import byoc.errors
+from byoc import models as zoo
+from byoc.errors import BuildError
+
+CLASSIFIERS = ["mlp", "resnet18", "resnet50", "mobilenet_v2", "vgg19", "inception_v3"]
+
+_RUNNER = """
+import sys, numpy as np, byoc
+directory, names = sys.argv[1], sys.argv[2:]
+for name in names:
+    inputs = dict(np.load(f"{directory}/{name}.in.npz"))
+    outputs = byoc.load(f"{directory}/{name}.byoc").run(**inputs)
+    np.savez(f"{directory}/{name}.out.npz", *outputs)
+"""
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_zoo_models_from_exported_artifacts_in_a_fresh_process(vendor, tmp_path):
+    expected = {}
+    for name in zoo.names():
+        model = small_model(name)
+        inputs = zoo.sample_inputs(model, seed=3)
+        partitioned = byoc.partition_for(small_module(name), vendor)
+        report = byoc.report(partitioned)
+        assert report.offload_ratio_macs == 1.0, (name, report.to_table())
+        if name in CLASSIFIERS:
+            assert report.offload_ratio_nodes == 1.0 and len(report.regions) == 1, (name, report.to_table())
+        byoc.build(partitioned).export(tmp_path / f"{name}.byoc")
+        np.savez(tmp_path / f"{name}.in.npz", **inputs)
+        expected[name] = onnxruntime_outputs(model, inputs)
+    subprocess.run([sys.executable, "-c", _RUNNER, str(tmp_path), *expected], check=True, env=os.environ.copy())
+    for name, want in expected.items():
+        with np.load(tmp_path / f"{name}.out.npz") as data:
+            got = [data[f"arr_{i}"] for i in range(len(data.files))]
+        assert_fp32_close(got, want)
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_detector_keeps_only_post_processing_on_the_host(vendor):
+    report = byoc.report(byoc.partition_for(small_module("ssd_detector"), vendor))
+    assert report.offload_ratio_macs == 1.0
+    host = {op for h in report.host_ops for op in h.ops}
+    assert "relax.vision.all_class_non_max_suppression" in host
+    assert not host & {"relax.nn.conv2d", "relax.matmul"}
+
+
+def test_dnnl_fuses_bias_residual_and_activation_into_convolutions():
+    report = byoc.report(byoc.partition_for(small_module("resnet18"), "dnnl"))
+    patterns = report.regions[0].patterns
+    # 20 convolutions: 1 stem + 16 in blocks + 3 downsample shortcuts; the second conv of each
+    # block takes the residual add and ReLU as post-ops.
+    assert patterns == {"dnnl.conv2d_bias_act": 9, "dnnl.conv2d_bias_add_relu": 8, "dnnl.conv2d_bias": 3, "dnnl.dense_bias": 1}
+    mobilenet = byoc.report(byoc.partition_for(small_module("mobilenet_v2"), "dnnl")).regions[0].patterns
+    residual_blocks = mobilenet["dnnl.conv2d_bias_add"] + mobilenet["dnnl.conv2d_bias_add_swapped"]
+    assert residual_blocks == 10 and mobilenet["dnnl.conv2d_bias_act"] == 35  # every ReLU6 fused too
+
+
+def test_dnnl_bert_uses_gelu_and_layer_norm():
+    partitioned = byoc.partition_for(small_module("bert_encoder"), "dnnl")
+    report = byoc.report(partitioned)
+    assert report.regions[0].patterns["dnnl.gelu"] == 2
+    assert report.regions[0].ops.count("relax.nn.layer_norm") == 5
+    inputs = zoo.sample_inputs(small_model("bert_encoder"), seed=1)
+    assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(small_model("bert_encoder"), inputs))
+
+
+def test_missing_onednn_names_the_packages():
+    from byoc.vendors.dnnl import library
+
+    with pytest.raises(BuildError, match="pip install onednn-cpu-gomp onednn-devel-cpu-gomp"):
+        library._locate("onednn-that-is-not-installed", "libdnnl.so.3")
+
+
+def test_onnxruntime_session_options_pass_through():
+    partitioned = byoc.partition_for(small_module("mlp"), "onnxruntime")
+    compiled = byoc.build(partitioned, backend_options={"onnxruntime": {"intra_op_num_threads": 1, "graph_optimization_level": "basic"}})
+    compiled.create_engines()
+    engine = compiled.regions["onnxruntime_0"].record.engine
+    assert engine.session.get_session_options().intra_op_num_threads == 1
+    bad = byoc.build(partitioned, backend_options={"onnxruntime": {"threads": 4}})
+    with pytest.raises(byoc.errors.EngineError, match="region onnxruntime_0 \\(onnxruntime\\).*unknown onnxruntime options \\['threads'\\]"):
+        bad.create_engines()
+
+
+def test_unsupported_ops_stay_on_the_host_with_the_limit_they_break():
+    report = byoc.report(byoc.partition_for(small_module("bert_encoder"), "dnnl"))
+    reasons = report.host_reasons()["embeddings/Gather"]
+    assert "dnnl: no pattern or op rule for relax.take" in reasons
+    assert any("dtype int64; supported: float32" in r for r in reasons)
