@@ -8,12 +8,13 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, assert_fp32_close, onnxruntime_outputs, small_model, small_module
 
 import byoc
 import byoc.errors
 from byoc import models as zoo
 from byoc.errors import BuildError
+
+from conftest import assert_fp32_close, onnxruntime_outputs, small_model, small_module
 
 CLASSIFIERS = ["mlp", "resnet18", "resnet50", "mobilenet_v2", "vgg19", "inception_v3"]
 

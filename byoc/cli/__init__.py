@@ -10,18 +10,22 @@ from byoc.errors import ByocError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from byoc.cli import demo, models, partition, runtime
+    from byoc.cli import bench, demo, models, partition, runtime
 
     parser = argparse.ArgumentParser(prog="byoc", description="Partition, compile and run models on host + accelerators.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (models, partition, runtime, demo):
+    for module in (models, partition, runtime, demo, bench):
         module.add_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "bench":
+        args.rest = extra  # the benchmark has its own options
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args) or 0
     except ByocError as error:

@@ -79,8 +79,9 @@ def _dense_bytes(buffer: CBuffer) -> int:
 
 
 class _Generator:
-    def __init__(self, graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> None:
         self.graph = graph
+        self.options = options
         self.library = library
         self.constants = constants
         self.symbol = graph["symbol"]
@@ -182,7 +183,9 @@ class _Generator:
         outputs = [self.buffers[key] for key in sorted(inside) if self.buffers[key].kind != "internal"]
         values = {self.buffers[("const", name)].name: self.constants[name] for name in self.graph["constants"]}
         constants = {b.name: values[b.name] for b in inputs if b.kind == "constant"}
-        return KernelCall(self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers)
+        return KernelCall(
+            self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers, self.graph, self.options
+        )
 
     def _emit(self, position: int, kernel: _Kernel) -> KernelCode:
         root = kernel.nodes[0]
@@ -283,6 +286,9 @@ def _indent(code: str) -> str:
     return "\n".join("  " + line if line.strip() else line for line in code.strip("\n").splitlines())
 
 
-def generate_c_source(graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray]) -> str:
-    """C source for one region, calling `library` through its emitters."""
-    return _Generator(graph, library, constants).source()
+def generate_c_source(
+    graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray], options: Mapping[str, Any] | None = None
+) -> str:
+    """C source for one region, calling `library` through its emitters; `options` are the
+    backend's build options, which emitters may read."""
+    return _Generator(graph, library, constants, options or {}).source()

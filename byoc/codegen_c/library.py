@@ -63,6 +63,8 @@ class KernelCall:
     outputs: list[CBuffer]
     constants: Mapping[str, np.ndarray]  # values of constant inputs, by buffer name
     arg_buffers: list[list[CBuffer | None]]  # per node, per argument: its buffer (None: not a tensor)
+    graph: Mapping[str, Any] = field(default_factory=dict)  # the whole region, for emitters that look around
+    options: Mapping[str, Any] = field(default_factory=dict)  # the backend's build options
 
     def node(self, op: str) -> dict[str, Any]:
         """The (first) node of this kernel with op `op`."""

@@ -41,7 +41,7 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
         from byoc.codegen_c.generate import generate_c_source
 
         store.add_all(constants)
-        artifact.payload = generate_c_source(graph, backend.c_library, constants).encode()
+        artifact.payload = generate_c_source(graph, backend.c_library, constants, options).encode()
         artifact.constants = list(constants)
         artifact.vendor_version = backend.c_library.version
         artifact.format_name = "c"

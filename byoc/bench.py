@@ -1,0 +1,157 @@
+"""End-to-end benchmark: onnxruntime on the whole model, TVM host only, byoc with dnnl, byoc
+with onnxruntime; batch 1, equal thread counts, all in one run.
+
+Each system is timed in blocks of consecutive runs (the thread pools of onnxruntime, OpenMP and
+TVM spin after a run, and interleaving single runs of different systems makes them fight for the
+cores); the blocks alternate in order over several passes, so that drift in the machine's speed
+affects every system alike. Latencies are medians over all timed runs. Run as `python -m byoc.bench`, `byoc bench` or `benchmarks/e2e.py`; thread counts must
+be fixed before the libraries load, which those entry points do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+DEFAULT_MODELS = ["resnet18", "resnet50", "mobilenet_v2", "vgg19", "bert_encoder", "ssd_detector"]
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "TVM_NUM_THREADS")
+
+
+@dataclass
+class SystemResult:
+    system: str
+    median_ms: float
+    ratio_to_onnxruntime: float = 1.0
+    build_s: float = 0.0
+    max_abs_error: float = 0.0
+    offload_nodes: float | None = None
+    offload_macs: float | None = None
+    regions: int | None = None
+
+
+@dataclass
+class ModelResult:
+    model: str
+    systems: list[SystemResult] = field(default_factory=list)
+
+
+def _max_error(got, want) -> float:
+    import numpy as np
+
+    errors = [float(np.max(np.abs(g.astype(np.float64) - w))) if g.size else 0.0 for g, w in zip(got, want)]
+    return max(errors, default=0.0)
+
+
+PASSES = 4
+
+
+def _block_medians(runners: dict[str, Callable[[], object]], rounds: int, slow: set[str]) -> dict[str, float]:
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    order = list(runners)
+    for index in range(PASSES):
+        for name in order if index % 2 == 0 else reversed(order):
+            count = max(1, (3 if name in slow else rounds) // PASSES)
+            time.sleep(0.2)  # let the previous system's threads stop spinning
+            runners[name]()  # warm-up
+            for _ in range(count):
+                start = time.perf_counter()
+                runners[name]()
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) * 1e3 for name, values in samples.items()}
+
+
+def benchmark_model(name: str, threads: int, rounds: int, with_tvm: bool) -> ModelResult:
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    import byoc
+
+    model = byoc.models.get(name)
+    inputs = byoc.models.sample_inputs(model, seed=0)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    expected = session.run(None, inputs)
+    mod = byoc.from_onnx(model)
+
+    runners: dict[str, Callable[[], object]] = {"onnxruntime": lambda: session.run(None, inputs)}
+    results = {"onnxruntime": SystemResult("onnxruntime", 0.0)}
+    if with_tvm:
+        start = time.perf_counter()
+        vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+        build_s = time.perf_counter() - start
+        tensors = [tvm.runtime.tensor(v) for v in inputs.values()]
+        got = vm["main"](*tensors)
+        got = [got.numpy()] if isinstance(got, tvm.runtime.Tensor) else [g.numpy() for g in got]
+        results["tvm host only"] = SystemResult("tvm host only", 0.0, build_s=build_s, max_abs_error=_max_error(got, expected))
+        runners["tvm host only"] = lambda: vm["main"](*tensors)
+    for vendor in ("dnnl", "onnxruntime"):
+        system = f"byoc + {vendor}"
+        start = time.perf_counter()
+        partitioned = byoc.partition_for(mod, vendor)
+        compiled = byoc.build(partitioned, engines="eager", backend_options={"onnxruntime": {"intra_op_num_threads": threads}})
+        build_s = time.perf_counter() - start
+        report = byoc.report(partitioned)
+        results[system] = SystemResult(
+            system,
+            0.0,
+            build_s=build_s,
+            max_abs_error=_max_error(compiled.run(**inputs), expected),
+            offload_nodes=report.offload_ratio_nodes,
+            offload_macs=report.offload_ratio_macs,
+            regions=len(report.regions),
+        )
+        runners[system] = lambda compiled=compiled: compiled.run(**inputs)
+    medians = _block_medians(runners, rounds, slow={"tvm host only"})
+    for system, median in medians.items():
+        results[system].median_ms = median
+        results[system].ratio_to_onnxruntime = median / medians["onnxruntime"]
+    return ModelResult(name, list(results.values()))
+
+
+def format_table(results: list[ModelResult], threads: int) -> str:
+    header = f"{'model':<14}{'system':<18}{'median ms':>11}{'vs ORT':>8}{'offload ops':>12}{'offload MACs':>13}{'regions':>8}{'build s':>9}{'max err':>10}"
+    lines = [f"batch 1, {threads} thread(s) for every system", header, "-" * len(header)]
+    for result in results:
+        for index, r in enumerate(result.systems):
+            lines.append(
+                f"{result.model if index == 0 else '':<14}{r.system:<18}{r.median_ms:>11.2f}{r.ratio_to_onnxruntime:>7.2f}x"
+                + (f"{r.offload_nodes:>12.1%}{r.offload_macs:>13.1%}{r.regions:>8}" if r.regions is not None else f"{'':>12}{'':>13}{'':>8}")
+                + f"{r.build_s:>9.1f}{r.max_abs_error:>10.1e}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="byoc bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--rounds", type=int, default=40, help="timed runs per system (4 for TVM host only)")
+    parser.add_argument("--skip-tvm", action="store_true", help="leave out TVM host only (slow: untuned TVM)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    mismatched = [v for v in THREAD_VARIABLES if os.environ.get(v) != str(args.threads)]
+    if mismatched:
+        # Thread pools read these when the libraries load: start again with them set.
+        env = {**os.environ, **{v: str(args.threads) for v in THREAD_VARIABLES}}
+        os.execve(sys.executable, [sys.executable, "-m", "byoc.bench", *(argv if argv is not None else sys.argv[1:])], env)
+    results = []
+    for name in args.models:
+        print(f"benchmarking {name} ...", file=sys.stderr, flush=True)
+        results.append(benchmark_model(name, args.threads, args.rounds, not args.skip_tvm))
+    print(format_table(results, args.threads))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "results": [asdict(r) for r in results]}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
