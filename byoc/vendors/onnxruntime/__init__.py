@@ -5,8 +5,8 @@ convolutions and pooling, matrix products, element-wise and comparison ops, redu
 softmax, layer normalisation, gather, concatenation, split, reshape and transpose: the ops of
 the translation table in `to_onnx`. Each region becomes an ONNX model and one inference
 session, built once. Session options: `intra_op_num_threads`, `graph_optimization_level`
-("disable", "basic", "extended", "all"), passed per build with
-`backend_options={"onnxruntime": {...}}`.
+("disable", "basic", "extended", "all") and `allow_spinning` (off by default), passed per build
+with `backend_options={"onnxruntime": {...}}`.
 """
 
 from __future__ import annotations
@@ -37,12 +37,16 @@ class SessionEngine:
     (no copies)."""
 
     def __init__(self, model_bytes: bytes, options: Mapping[str, Any]) -> None:
-        unknown = set(options) - {"intra_op_num_threads", "graph_optimization_level"}
+        unknown = set(options) - {"intra_op_num_threads", "graph_optimization_level", "allow_spinning"}
         if unknown:
             raise ValueError(f"unknown onnxruntime options {sorted(unknown)}")
         session_options = ort.SessionOptions()
         session_options.intra_op_num_threads = int(options.get("intra_op_num_threads", os.cpu_count() or 1))
         session_options.graph_optimization_level = _LEVELS[options.get("graph_optimization_level", "all")]
+        # A region's session shares the cores with host code and other engines: threads that
+        # spin after a run slow down whatever runs next (3.4x on the SSD detector, whose
+        # post-processing runs on the host right after the region).
+        session_options.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.get("allow_spinning") else "0")
         self.session = ort.InferenceSession(model_bytes, session_options, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
