@@ -18,13 +18,12 @@ A region's state is guarded by a mutex, since several host threads may run the m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from byoc.codegen_c.library import CBuffer, CLibrary, KernelCall, KernelCode
-from byoc.codegen_json.graph import tensor_refs, value_spec
+from byoc.codegen_json.graph import GraphKernel, kernels, ref_key, tensor_refs, value_spec
 from byoc.errors import CodegenError
 
 ALIGNMENT = 64
@@ -45,35 +44,6 @@ static void* byoc_data(const TVMFFIAny* value) {
 """
 
 
-@dataclass
-class _Kernel:
-    nodes: list[dict[str, Any]]
-    pattern: str | None
-
-
-def _kernels(graph: Mapping[str, Any]) -> list[_Kernel]:
-    """Consecutive nodes of one composite form a kernel; any other node is a kernel alone."""
-    kernels: list[_Kernel] = []
-    current_id = None
-    for node in graph["nodes"]:
-        composite = node.get("composite")
-        if composite is not None and composite["id"] == current_id:
-            kernels[-1].nodes.append(node)
-            continue
-        current_id = composite["id"] if composite else None
-        pattern = composite["pattern"].split(".", 1)[1] if composite else None
-        kernels.append(_Kernel([node], pattern))
-    return kernels
-
-
-def _key(ref: Mapping[str, Any]) -> tuple:
-    if "input" in ref:
-        return ("input", ref["input"])
-    if "const" in ref:
-        return ("const", ref["const"])
-    return ("node", ref["node"], ref.get("index", 0))
-
-
 def _dense_bytes(buffer: CBuffer) -> int:
     return buffer.size * np.dtype(buffer.dtype).itemsize
 
@@ -86,7 +56,7 @@ class _Generator:
         self.constants = constants
         self.symbol = graph["symbol"]
         self.where = f"region {self.symbol} ({graph['backend']})"
-        self.kernels = _kernels(graph)
+        self.kernels = kernels(graph)
         self.kernel_of: dict[int, int] = {n["id"]: k for k, kernel in enumerate(self.kernels) for n in kernel.nodes}
         self.buffers: dict[tuple, CBuffer] = {}
         self.outputs: list[CBuffer] = []
@@ -102,9 +72,9 @@ class _Generator:
             for node in kernel.nodes:
                 for arg in node["args"]:
                     for ref in tensor_refs(arg):
-                        uses.setdefault(_key(ref), set()).add(position)
+                        uses.setdefault(ref_key(ref), set()).add(position)
         for ref in self.graph["outputs"]:
-            uses.setdefault(_key(ref), set()).add(len(self.kernels))
+            uses.setdefault(ref_key(ref), set()).add(len(self.kernels))
         return uses
 
     def _assign_buffers(self) -> None:
@@ -117,7 +87,7 @@ class _Generator:
             spec = value_spec(graph, ref)
             buffer = CBuffer(f"out{index}", tuple(spec["shape"]), spec["dtype"], "output")
             self.outputs.append(buffer)
-            key = _key(ref)
+            key = ref_key(ref)
             if key[0] == "node" and key not in self.buffers:
                 self.buffers[key] = buffer  # the producing kernel writes the output in place
             else:
@@ -166,7 +136,7 @@ class _Generator:
         self.num_slots = len(slot_end)
 
     # ---------------------------------------------------------------- kernels
-    def _kernel_call(self, position: int, kernel: _Kernel) -> KernelCall:
+    def _kernel_call(self, position: int, kernel: GraphKernel) -> KernelCall:
         inside = {("node", n["id"], i) for n in kernel.nodes for i in range(len(n["outputs"]))}
         inputs: list[CBuffer] = []
         arg_buffers = []
@@ -174,9 +144,9 @@ class _Generator:
             per_arg = []
             for arg in node["args"]:
                 refs = tensor_refs(arg)
-                buffers = [self.buffers[_key(r)] for r in refs]
+                buffers = [self.buffers[ref_key(r)] for r in refs]
                 for ref, buffer in zip(refs, buffers):
-                    if _key(ref) not in inside and buffer not in inputs:
+                    if ref_key(ref) not in inside and buffer not in inputs:
                         inputs.append(buffer)
                 per_arg.append(buffers if "tuple" in arg else (buffers[0] if buffers else None))
             arg_buffers.append(per_arg)
@@ -187,7 +157,7 @@ class _Generator:
             self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers, self.graph, self.options
         )
 
-    def _emit(self, position: int, kernel: _Kernel) -> KernelCode:
+    def _emit(self, position: int, kernel: GraphKernel) -> KernelCode:
         root = kernel.nodes[0]
         emitter = self.library.emitter_for(kernel.pattern, root["op"])
         if emitter is None:

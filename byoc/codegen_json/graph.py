@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 Ref = Mapping[str, Any]
@@ -24,3 +25,44 @@ def tensor_refs(ref: Ref) -> list[Ref]:
     if "input" in ref or "const" in ref or "node" in ref:
         return [ref]
     return []
+
+
+@dataclass
+class GraphKernel:
+    """What one accelerator instruction covers: the nodes of one composite, or a single node."""
+
+    index: int
+    nodes: list[dict[str, Any]]
+    pattern: str | None  # the composite's pattern name without the backend prefix
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """The node whose outputs are the kernel's outputs (a composite returns its last op)."""
+        return self.nodes[-1]
+
+    def output_refs(self) -> list[dict[str, int]]:
+        return [{"node": self.result["id"], "index": i} for i in range(len(self.result["outputs"]))]
+
+
+def kernels(graph: Mapping[str, Any]) -> list[GraphKernel]:
+    """Consecutive nodes of one composite form a kernel; any other node is a kernel alone."""
+    found: list[GraphKernel] = []
+    current_id = None
+    for node in graph["nodes"]:
+        composite = node.get("composite")
+        if composite is not None and composite["id"] == current_id:
+            found[-1].nodes.append(node)
+            continue
+        current_id = composite["id"] if composite else None
+        pattern = composite["pattern"].split(".", 1)[1] if composite else None
+        found.append(GraphKernel(len(found), [node], pattern))
+    return found
+
+
+def ref_key(ref: Ref) -> tuple:
+    """A hashable identity of the tensor a reference points at."""
+    if "input" in ref:
+        return ("input", ref["input"])
+    if "const" in ref:
+        return ("const", ref["const"])
+    return ("node", ref["node"], ref.get("index", 0))
