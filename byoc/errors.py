@@ -72,3 +72,7 @@ class EngineError(ByocError):
 
 class CacheError(ByocError):
     """An engine cache entry that cannot be used (it is rebuilt)."""
+
+
+class QuantizationError(ByocError):
+    """Quantization that cannot be done as asked (no calibration data, unknown dtype)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tvm import relax
 from tvm.relax.dpl import DFPattern
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from byoc.codegen_json.runtime import JsonRuntime
     from byoc.custom_formats.format import CustomFormat
     from byoc.partition.group import PatternMatch
+    from byoc.processing.passes import RegionPass
 
 CODEGEN_KINDS = ("json", "c", "custom")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -65,7 +66,9 @@ class Backend:
     json_runtime: JsonRuntime | None = None
     c_library: CLibrary | None = None
     custom_format: CustomFormat | None = None
-    codegen_options: dict[str, Any] = field(default_factory=dict)
+    # Accelerator-specific processing of each region's graph before code generation
+    # (quantization, layout transformation, casting): see byoc.processing.
+    processing: list[RegionPass] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

@@ -13,6 +13,7 @@ import tvm_ffi
 from tvm import relax
 
 from byoc.backend.registry import backend_origin, get_backend
+from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError
 from byoc.ir.types import static_shape, tensor_types
@@ -49,12 +50,12 @@ def model_io(mod: tvm.IRModule) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
-def _generate(mod, strict, backend_options, store):
+def _generate(mod, strict, backend_options, store, backends):
     artifacts: list[RegionArtifact] = []
     failed: list[str] = []
     for symbol, backend_name, func in region_functions(mod):
         try:
-            backend = get_backend(backend_name)
+            backend = backends.get(backend_name) or get_backend(backend_name)
             artifacts.append(generate_region(func, symbol, backend, store, backend_options.get(backend_name, {})))
         except Exception as error:
             message = f"region {symbol} ({backend_name}): code generation failed: {type(error).__name__}: {error}"
@@ -93,10 +94,10 @@ def _c_modules_codegen(artifacts: dict[str, RegionArtifact]):
     return codegen
 
 
-def _compile_flags(artifacts: list[RegionArtifact]) -> list[str]:
+def _compile_flags(artifacts: list[RegionArtifact], backends: Mapping[str, Backend]) -> list[str]:
     flags: list[str] = []
     for backend in {a.backend for a in artifacts if a.codegen == "c"}:
-        for flag in get_backend(backend).c_library.compile_flags():
+        for flag in backends[backend].c_library.compile_flags():
             if flag not in flags:
                 flags.append(flag)
     return flags
@@ -109,6 +110,7 @@ def build(
     backend_options: Mapping[str, dict] | None = None,
     cache_dir: str | os.PathLike | None = None,
     engines: str = "lazy",
+    backends: Mapping[str, Backend] | None = None,
 ) -> CompiledModel:
     """Compile a partitioned module into a `CompiledModel`.
 
@@ -116,17 +118,19 @@ def build(
     region fall back to the host with a warning naming it, or fails the build when `strict`.
     `backend_options` are per backend name. Engines are built on first use (`engines="lazy"`)
     or now (`"eager"`); JSON engines that can be saved are cached under `cache_dir` (default:
-    $BYOC_CACHE_DIR or ~/.cache/byoc/engines).
+    $BYOC_CACHE_DIR or ~/.cache/byoc/engines). `backends` maps codegen names to backends used
+    instead of the registered ones (calibration probes, tests).
     """
     if engines not in ("lazy", "eager"):
         raise ByocError(f"engines must be 'lazy' or 'eager', not {engines!r}")
     backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
     store = ConstantStore()
-    artifacts, failed = _generate(mod, strict, backend_options, store)
+    overrides = dict(backends or {})
+    artifacts, failed = _generate(mod, strict, backend_options, store, overrides)
     if failed:
         mod = inline_regions(mod, failed)
     by_symbol = {a.symbol: a for a in artifacts}
-    backends = {a.backend: get_backend(a.backend) for a in artifacts}
+    backends = {a.backend: overrides.get(a.backend) or get_backend(a.backend) for a in artifacts}
     inputs, outputs = model_io(mod)
     with _RUN_CODEGEN:
         for name in backends:
@@ -140,7 +144,7 @@ def build(
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "host.so")
         try:
-            executable.export_library(path, options=_compile_flags(artifacts))
+            executable.export_library(path, options=_compile_flags(artifacts, backends))
         except Exception as error:
             raise BuildError(f"compiling the host library failed: {error}") from error
         with open(path, "rb") as f:
@@ -153,7 +157,7 @@ def build(
         inputs,
         outputs,
         str(target),
-        {name: backend_origin(name) for name in backends},
+        {name: "this build" if name in overrides else backend_origin(name) for name in backends},
         backend_options,
         EngineCache(cache_dir if cache_dir is not None else default_cache_dir()),
     )

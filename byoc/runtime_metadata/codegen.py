@@ -17,6 +17,7 @@ from byoc.backend.spec import Backend
 from byoc.codegen_json.graph import value_spec
 from byoc.codegen_json.serialize import region_to_json
 from byoc.custom_formats.container import wrap
+from byoc.processing.passes import RegionContext, apply_passes
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
 
@@ -26,8 +27,16 @@ def _output_specs(graph: Mapping[str, Any]) -> list[TensorSpec]:
     return [TensorSpec(f"output{position}", tuple(s["shape"]), s["dtype"]) for position, s in enumerate(specs)]
 
 
+def region_attrs(func: relax.Function) -> dict[str, str]:
+    """The byoc attributes of a region function (calibration ranges and the like)."""
+    return {str(k): str(v) for k, v in (func.attrs or {}).items() if str(k).startswith("byoc.")}
+
+
 def generate_region(func: relax.Function, symbol: str, backend: Backend, store: ConstantStore, options: dict) -> RegionArtifact:
     graph, constants = region_to_json(func, symbol, backend.name)
+    if backend.processing:
+        context = RegionContext(symbol, backend.name, region_attrs(func), options)
+        graph, constants = apply_passes(backend.processing, graph, constants, context)
     inputs = [TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
     outputs = _output_specs(graph)
     artifact = RegionArtifact(symbol, backend.name, backend.codegen, b"", [], inputs, outputs)

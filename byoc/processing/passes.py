@@ -1,0 +1,82 @@
+"""Accelerator-specific processing as passes over a region's JSON graph, declared by a backend
+(`Backend.processing`) and applied in order at code generation, before the graph is handed to
+the backend's format. Only region graphs are touched: the host part never is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from byoc.processing.cast import to_float16
+from byoc.processing.layout import to_nhwc
+from byoc.processing.quantize import CALIBRATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph
+
+Graph = dict[str, Any]
+Constants = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class RegionContext:
+    symbol: str
+    backend: str
+    attrs: Mapping[str, str]  # the region function's byoc attributes (calibration ranges)
+    options: Mapping[str, Any]  # the backend's build options
+
+
+class RegionPass(Protocol):
+    """One processing step: (graph, constants, context) -> (graph, constants)."""
+
+    name: str
+
+    def __call__(self, graph: Graph, constants: Constants, context: RegionContext) -> tuple[Graph, Constants]: ...
+
+
+class LayoutPass:
+    name = "layout NHWC"
+
+    def __call__(self, graph, constants, context):
+        return to_nhwc(graph, constants)
+
+
+class Float16Pass:
+    name = "float16"
+
+    def __call__(self, graph, constants, context):
+        return to_float16(graph, constants)
+
+
+class QuantizePass:
+    """Partial quantization with a configuration that may depend on the build options."""
+
+    name = "int8 quantization"
+
+    def __init__(self, config: QuantizationConfig | Callable[[Mapping[str, Any]], QuantizationConfig]) -> None:
+        self.config = config
+
+    def configure(self, options: Mapping[str, Any]) -> QuantizationConfig:
+        return self.config(options) if callable(self.config) else self.config
+
+    def __call__(self, graph, constants, context):
+        text = context.attrs.get(CALIBRATION_ATTR)
+        calibration = RegionCalibration.from_json(text) if text else None
+        return quantize_graph(graph, constants, self.configure(context.options), calibration)
+
+
+def apply_passes(processing, graph: Graph, constants: Constants, context: RegionContext) -> tuple[Graph, Constants]:
+    from byoc.codegen_json.schema import validate_graph
+
+    for step in processing:
+        graph, constants = step(graph, constants, context)
+        validate_graph(graph, f"region {context.symbol} ({context.backend}) after {step.name}")
+    return graph, constants
+
+
+def passes_before_quantization(processing: list[RegionPass]) -> list[RegionPass]:
+    """The passes a calibration probe applies: quantization's ranges are taken on their output."""
+    for position, step in enumerate(processing):
+        if isinstance(step, QuantizePass):
+            return processing[:position]
+    return list(processing)

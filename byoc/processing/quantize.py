@@ -1,0 +1,175 @@
+"""Partial quantization (paper section 3.2): a float region runs in int8 inside.
+
+Quantize/dequantize pairs are inserted at the region's boundary and around every kernel (a
+composite, or a single op): a kernel reads the dequantized int8 values of its inputs and its
+int8 weights, computes, and its result is quantized again. This is the QDQ form that int8
+accelerator compilers consume and that TVM can execute, so a quantized region is also its own
+numerical reference. Scales are symmetric (zero point 0), per tensor for activations and per
+output channel (or per tensor) for weights, from calibration at compile time or from the data
+at run time, optionally rounded up to powers of two for fixed-point hardware.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from byoc.codegen_json.graph import kernels, ref_key
+from byoc.errors import QuantizationError
+from byoc.processing.rewrite import GraphWriter
+
+CALIBRATION_ATTR = "byoc.calibration"
+_QUANTIZE_ATTRS = "relax.attrs.QuantizeAttrs"
+# Ops whose second operand is a weight, and the axis of its output channels by layout.
+_WEIGHT_OPS = {"relax.nn.conv2d", "relax.matmul"}
+_QMAX = {"int8": 127, "uint8": 255, "int16": 32767}
+_TINY = 1e-8
+
+
+@dataclass(frozen=True)
+class QuantizationConfig:
+    dtype: str = "int8"
+    per_channel: bool = True
+    power_of_two: bool = False
+    calibration: str = "static"  # "static": scales from calibration data; "dynamic": from the data at run time
+
+    def __post_init__(self) -> None:
+        if self.dtype != "int8":
+            raise QuantizationError(f"quantization to {self.dtype} is not supported; int8 is")
+        if self.calibration not in ("static", "dynamic"):
+            raise QuantizationError(f"calibration must be 'static' or 'dynamic', not {self.calibration!r}")
+
+    def scale(self, magnitude: np.ndarray | float) -> np.ndarray:
+        scale = np.maximum(np.asarray(magnitude, dtype=np.float64), _TINY) / _QMAX[self.dtype]
+        if self.power_of_two:
+            scale = np.exp2(np.ceil(np.log2(scale)))
+        return scale.astype(np.float32)
+
+
+@dataclass
+class RegionCalibration:
+    """Observed ranges of a region's tensors over the calibration set: per region input, and per
+    kernel (in graph order) per output, as [low, high]."""
+
+    samples: int
+    inputs: list[list[float]]
+    kernels: list[list[list[float]]]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RegionCalibration:
+        return cls(**json.loads(text))
+
+
+def _magnitude(low_high: list[float]) -> float:
+    return max(abs(low_high[0]), abs(low_high[1]))
+
+
+class _Quantizer:
+    def __init__(self, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], config: QuantizationConfig,
+                 calibration: RegionCalibration | None) -> None:
+        self.graph = graph
+        self.config = config
+        self.calibration = calibration
+        self.writer = GraphWriter(graph, constants)
+        self.constants = constants
+
+    def _scalar(self, value, dtype: str) -> dict:
+        return self.writer.constant(np.asarray(value, dtype=dtype), "q")
+
+    def _pair(self, value: dict, shape, magnitude: float | None, name: str) -> dict:
+        """quantize + dequantize of `value`; returns the dequantized reference."""
+        w = self.writer
+        qtype = self.config.dtype
+        zero = self._scalar(0, qtype)
+        scale = self._scalar(self.config.scale(magnitude), "float32") if magnitude is not None else self._runtime_scale(value, shape, name)
+        attrs = {"axis": -1, "out_dtype": qtype}
+        quantized = w.add("relax.quantize", [value, scale, zero], [{"shape": shape, "dtype": qtype}], name, attrs, _QUANTIZE_ATTRS)
+        attrs = {"axis": -1, "out_dtype": "float32"}
+        return w.add("relax.dequantize", [quantized, scale, zero], [{"shape": shape, "dtype": "float32"}], name, attrs, _QUANTIZE_ATTRS)
+
+    def _runtime_scale(self, value: dict, shape, name: str) -> dict:
+        """scale = max|x| / qmax (rounded up to a power of two when asked), computed per call."""
+        w = self.writer
+        scalar = {"shape": [], "dtype": "float32"}
+        magnitude = w.add("relax.abs", [value], [{"shape": shape, "dtype": "float32"}], name)
+        peak = w.add("relax.max", [magnitude], [scalar], name, {"axis": None, "keepdims": False}, "relax.attrs.StatisticalAttrs")
+        peak = w.add("relax.maximum", [peak, self._scalar(_TINY, "float32")], [scalar], name)
+        scale = w.add("relax.divide", [peak, self._scalar(_QMAX[self.config.dtype], "float32")], [scalar], name)
+        if self.config.power_of_two:
+            log2 = w.add("relax.divide", [w.add("relax.log", [scale], [scalar], name), self._scalar(math.log(2.0), "float32")], [scalar], name)
+            scale = w.add("relax.power", [self._scalar(2.0, "float32"), w.add("relax.ceil", [log2], [scalar], name)], [scalar], name)
+        return scale
+
+    def _weight(self, node: dict, ref: dict) -> dict:
+        """int8 weights with their scales, dequantized for the kernel."""
+        w = self.writer
+        weights = self.constants[ref["const"]]
+        layout = node["attrs"].get("kernel_layout", "OIHW")
+        axis = layout.index("O") if node["op"] == "relax.nn.conv2d" else weights.ndim - 1
+        if self.config.per_channel:
+            reduce_axes = tuple(a for a in range(weights.ndim) if a != axis)
+            scales = self.config.scale(np.abs(weights).max(axis=reduce_axes))
+            shape = [1] * weights.ndim
+            shape[axis] = -1
+            quantized = np.clip(np.round(weights / scales.reshape(shape)), -_QMAX["int8"], _QMAX["int8"]).astype(np.int8)
+            scale_ref, zero_ref, attrs = w.constant(scales, "wscale"), w.constant(np.zeros(scales.shape, np.int8), "wzero"), {"axis": axis}
+        else:
+            scale = self.config.scale(np.abs(weights).max())
+            quantized = np.clip(np.round(weights / scale), -_QMAX["int8"], _QMAX["int8"]).astype(np.int8)
+            scale_ref, zero_ref, attrs = self._scalar(scale, "float32"), self._scalar(0, "int8"), {"axis": -1}
+        stored = w.constant(quantized, "qweight")
+        return w.add("relax.dequantize", [stored, scale_ref, zero_ref], [{"shape": list(weights.shape), "dtype": "float32"}],
+                     node["name"], {**attrs, "out_dtype": "float32"}, _QUANTIZE_ATTRS)
+
+    def _magnitude(self, kind: str, index: int, output: int = 0) -> float | None:
+        if self.config.calibration == "dynamic":
+            return None
+        if kind == "input":
+            return _magnitude(self.calibration.inputs[index])
+        return _magnitude(self.calibration.kernels[index][output])
+
+    def run(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        w = self.writer
+        for index, spec in enumerate(self.graph["inputs"]):
+            if spec["dtype"] == "float32":
+                w.mapping[("input", index)] = self._pair({"input": index}, spec["shape"], self._magnitude("input", index), spec["name"])
+        for kernel in kernels(self.graph):
+            for node in kernel.nodes:
+                args = []
+                for position, arg in enumerate(node["args"]):
+                    is_weight = node["op"] in _WEIGHT_OPS and position == 1 and "const" in arg
+                    is_weight = is_weight and self.graph["constants"][arg["const"]]["dtype"] == "float32"
+                    args.append(self._weight(node, arg) if is_weight else w.lookup(arg))
+                w.copy(node, args)
+            for output, ref in enumerate(kernel.output_refs()):
+                spec = kernel.result["outputs"][output]
+                if spec["dtype"] == "float32":
+                    magnitude = self._magnitude("kernel", kernel.index, output)
+                    w.mapping[ref_key(ref)] = self._pair(w.mapping[ref_key(ref)], spec["shape"], magnitude, kernel.result["name"])
+        graph = w.graph([w.lookup(ref) for ref in self.graph["outputs"]])
+        return graph, w.used_constants(graph)
+
+
+def quantize_graph(
+    graph: Mapping[str, Any],
+    constants: Mapping[str, np.ndarray],
+    config: QuantizationConfig,
+    calibration: RegionCalibration | None = None,
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The QDQ form of a region's JSON graph."""
+    where = f"region {graph['symbol']} ({graph['backend']})"
+    if config.calibration == "static":
+        if calibration is None:
+            raise QuantizationError(f"{where}: static quantization needs calibration data; partition with calibration=[...] inputs")
+        count = len(kernels(graph))
+        if len(calibration.kernels) != count or len(calibration.inputs) != len(graph["inputs"]):
+            raise QuantizationError(f"{where}: the calibration covers {len(calibration.kernels)} kernels, the region has {count}")
+    return _Quantizer(graph, constants, config, calibration).run()
