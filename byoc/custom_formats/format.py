@@ -24,10 +24,14 @@ class CustomFormat:
     version: int
     serialize: Callable[[Graph, Mapping[str, np.ndarray], dict], bytes]
     deserialize: Callable[[bytes, dict], Engine]
-    # The accelerator configuration a blob is built for (e.g. "ethos-u55-256"); a blob is
-    # refused by a runtime configured for another one.
-    config: Callable[[dict], str] = lambda options: ""
+    # The accelerator configuration a blob is built for (e.g. "ethos-u55-256"), from the build
+    # options and region attributes; at load, None (not configured) accepts any blob, and any
+    # other configuration refuses blobs built for another one.
+    config: Callable[[dict], str | None] = lambda options: None
     readable_versions: tuple[int, ...] = ()
+    # What the vendor knows about a serialized region at build time (estimated cycles, memory
+    # use); it goes into the artifact and the model's report.
+    describe: Callable[[bytes, dict], dict] | None = None
 
     def versions(self) -> tuple[int, ...]:
         return self.readable_versions or (self.version,)

@@ -34,8 +34,9 @@ def region_attrs(func: relax.Function) -> dict[str, str]:
 
 def generate_region(func: relax.Function, symbol: str, backend: Backend, store: ConstantStore, options: dict) -> RegionArtifact:
     graph, constants = region_to_json(func, symbol, backend.name)
+    attrs = region_attrs(func)
     if backend.processing:
-        context = RegionContext(symbol, backend.name, region_attrs(func), options)
+        context = RegionContext(symbol, backend.name, attrs, options)
         graph, constants = apply_passes(backend.processing, graph, constants, context)
     inputs = [TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
     outputs = _output_specs(graph)
@@ -56,8 +57,10 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
         artifact.format_name = "c"
     else:
         fmt = backend.custom_format
-        raw = fmt.serialize(graph, constants, options)
-        artifact.payload = wrap(raw, fmt.name, fmt.version, symbol, backend.name, fmt.config(options))
+        settings = {**attrs, **options}  # region attributes (e.g. the target) under build options
+        raw = fmt.serialize(graph, constants, settings)
+        artifact.payload = wrap(raw, fmt.name, fmt.version, symbol, backend.name, fmt.config(settings) or "")
         artifact.vendor_version = f"{fmt.name}-{fmt.version}"
         artifact.format_name = fmt.name
+        artifact.info = fmt.describe(raw, settings) if fmt.describe else {}
     return artifact
