@@ -12,7 +12,13 @@ from byoc.backend.spec import Backend
 from byoc.errors import BackendRegistrationError, UnknownBackendError
 
 ENTRY_POINT_GROUP = "byoc.vendors"
-BUILTIN_VENDOR_MODULES = ("byoc.vendors.reference", "byoc.vendors.dnnl", "byoc.vendors.onnxruntime", "byoc.vendors.vitis_ai")
+BUILTIN_VENDOR_MODULES = (
+    "byoc.vendors.reference",
+    "byoc.vendors.dnnl",
+    "byoc.vendors.onnxruntime",
+    "byoc.vendors.vitis_ai",
+    "byoc.vendors.ethos_u",
+)
 
 _backends: dict[str, Backend] = {}
 _origins: dict[str, str] = {}

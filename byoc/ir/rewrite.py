@@ -24,8 +24,13 @@ class VarSubstitution(PyExprMutator):
     def substitute(self, expr: relax.Expr) -> relax.Expr:
         return self.visit_expr(expr)
 
-    def bind(self, old: relax.Var, new: relax.Expr) -> None:
+    def bind(self, old: relax.Var, new: relax.Var) -> None:
         self.set_var_remap(old, new)
+
+    def bind_argument(self, param: relax.Var, arg: relax.Expr, builder: relax.BlockBuilder) -> None:
+        """Bind a function parameter to a call argument; an argument that is not a variable (a
+        constant) is bound to one first, as the remapping only maps variables to variables."""
+        self.set_var_remap(param, arg if isinstance(arg, relax.Var) else builder.emit(arg, param.name))
 
 
 NameRule = Callable[[relax.Var], "str | None"]

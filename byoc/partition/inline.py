@@ -18,7 +18,7 @@ def _emit_body(func: relax.Function, args: list[relax.Expr], builder: relax.Bloc
     are inlined where they are called."""
     substitution = VarSubstitution()
     for param, arg in zip(func.params, args):
-        substitution.bind(param, arg)
+        substitution.bind_argument(param, arg, builder)
     local_functions: dict[int, relax.Function] = {}
     for block in func.body.blocks:
         for binding in block.bindings:

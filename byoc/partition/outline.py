@@ -130,7 +130,7 @@ class _HostEmitter:
         The ops get the composite's node name: the function may be shared by several matches."""
         inner = VarSubstitution()
         for param, arg in zip(func.params, args):
-            inner.bind(param, arg)
+            inner.bind_argument(param, arg, self.builder)
         for block in func.body.blocks:
             for binding in block.bindings:
                 value = self.builder.normalize(inner.substitute(binding.value))

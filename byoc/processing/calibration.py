@@ -24,6 +24,9 @@ from byoc.processing.passes import RegionContext, apply_passes, passes_before_qu
 from byoc.processing.quantize import CALIBRATION_ATTR, RegionCalibration
 
 PROBE_BACKEND = "calibration_probe"
+# The accelerator configuration a region is compiled for (a DPU, an Ethos-U variant), read by
+# custom formats at code generation.
+TARGET_ATTR = "byoc.target"
 
 
 class _Ranges:
@@ -122,3 +125,21 @@ def calibrate(
         if gvar.name_hint in targets:
             result[gvar] = func.with_attr(CALIBRATION_ATTR, collected[gvar.name_hint].calibration().to_json())
     return result
+
+
+def calibrate_for_target(
+    mod: tvm.IRModule,
+    backend: Backend,
+    target: str,
+    calibration: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None,
+    max_samples: int | None = None,
+) -> tvm.IRModule:
+    """Tag `backend`'s regions with the accelerator configuration they are compiled for and
+    calibrate them, for int8 vendors that quantize at compile time."""
+    if calibration is None:
+        raise QuantizationError(f"{backend.name} quantizes at compile time: pass calibration=[inputs, ...], a list of model inputs")
+    tagged = mod.clone()
+    for gvar, func in mod.functions.items():
+        if func.attrs is not None and func.attrs.get(CODEGEN_ATTR) == backend.name:
+            tagged[gvar] = func.with_attr(TARGET_ATTR, target)
+    return calibrate(tagged, backend, calibration, max_samples=max_samples)

@@ -69,6 +69,18 @@ def _scalar(array: np.ndarray) -> float:
     return float(np.asarray(array).reshape(-1)[0])
 
 
+def _resolve(arg, inside: set[int], dequantized: dict[int, object], constants: Mapping[str, np.ndarray]):
+    if "tuple" in arg:
+        return [_resolve(item, inside, dequantized, constants) for item in arg["tuple"]]
+    if "node" in arg and arg["node"] in inside:
+        return "internal"
+    if "node" in arg and arg["node"] in dequantized:
+        return dequantized[arg["node"]]
+    if "const" in arg:
+        return constants[arg["const"]]
+    return arg
+
+
 def quantized_kernels(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> tuple[list[QKernel], list[QTensor]]:
     """The compute kernels of a QDQ graph, and the quantized tensor behind each graph output."""
     nodes = graph["nodes"]
@@ -96,21 +108,9 @@ def quantized_kernels(graph: Mapping[str, Any], constants: Mapping[str, np.ndarr
             continue
         inside = {n["id"] for n in kernel.nodes}
         qkernel = QKernel(kernel.index, kernel.pattern, kernel.nodes, None)
-
-        def resolve(arg):
-            if "tuple" in arg:
-                return [resolve(item) for item in arg["tuple"]]
-            if "node" in arg and arg["node"] in inside:
-                return "internal"
-            if "node" in arg and arg["node"] in dequantized:
-                return dequantized[arg["node"]]
-            if "const" in arg:
-                return constants[arg["const"]]
-            return arg
-
         for node in kernel.nodes:
             for position, arg in enumerate(node["args"]):
-                qkernel.operands[(node["id"], position)] = resolve(arg)
+                qkernel.operands[(node["id"], position)] = _resolve(arg, inside, dequantized, constants)
         quantize = quantizes_of.get(ref_key({"node": kernel.result["id"], "index": 0}))
         qkernel.output = tensors.get(quantize) if quantize is not None else None
         found.append(qkernel)

@@ -18,19 +18,28 @@ import struct
 import tvm
 
 from byoc.annotate import fused_pattern
+from byoc.annotate.predicates import (
+    channel_concat,
+    flatten_only,
+    fused_relu6,
+    global_average_pool,
+    relu6,
+    same_shape_add,
+    shape,
+    two_dimensional_weights,
+)
 from byoc.backend import Backend, Limits, register_backend
 from byoc.custom_formats import CustomFormat
 from byoc.errors import CustomFormatError, QuantizationError
-from byoc.ir.types import is_tensor_constant, static_shape
 from byoc.partition.pipeline import partition_for
 from byoc.partition.report import report
-from byoc.processing import QuantizationConfig, QuantizePass, calibrate
+from byoc.processing import QuantizationConfig, QuantizePass
+from byoc.processing.calibration import TARGET_ATTR, calibrate_for_target
 from byoc.vendors.vitis_ai import bitstream
 from byoc.vendors.vitis_ai.configs import DpuConfig, dpu_config
 from byoc.vendors.vitis_ai.program import compile_program
 from byoc.vendors.vitis_ai.simulator import DpuSimulator, estimate_cycles
 
-TARGET_ATTR = "byoc.target"
 DEFAULT_DPU = "DPUCZDX8G"
 
 
@@ -62,16 +71,12 @@ DPU_PROGRAM = CustomFormat(name="dpu-program", version=1, serialize=_serialize, 
 
 
 # -------------------------------------------------------------------- data sheet
-def _shape(expr) -> tuple[int, ...]:
-    return static_shape(expr.ty)
-
-
 def _conv_limits(config: DpuConfig):
     def check(call) -> str | None:
         attrs = call.attrs
-        kernel = _shape(call.args[1])[2:]
-        channels = _shape(call.args[0])[1]
-        depthwise = attrs.groups > 1 and attrs.groups == channels == _shape(call)[1]
+        kernel = shape(call.args[1])[2:]
+        channels = shape(call.args[0])[1]
+        depthwise = attrs.groups > 1 and attrs.groups == channels == shape(call)[1]
         if attrs.groups > 1 and not depthwise:
             return "grouped convolution other than depthwise"
         if depthwise and not config.depthwise:
@@ -96,30 +101,6 @@ def _pool_limits(call) -> str | None:
     return None
 
 
-def _global_pool(call) -> str | None:
-    rank = len(_shape(call.args[0]))
-    axes = sorted(int(a) % rank for a in call.attrs.axis) if call.attrs.axis is not None else []
-    if rank != 4 or axes != [2, 3] or not call.attrs.keepdims:
-        return "only a mean over height and width (global average pooling) runs on the DPU"
-    return None if max(_shape(call.args[0])[2:]) <= 8 else "global pooling over more than 8x8"
-
-
-def _elementwise_add(call) -> str | None:
-    if any(is_tensor_constant(a) for a in call.args) or _shape(call.args[0]) != _shape(call.args[1]):
-        return "only adds of two feature maps of one shape (no broadcast, no constants)"
-    return None
-
-
-def _relu6(call) -> str | None:
-    low, high = (float(call.args[i].value) for i in (1, 2))
-    return None if (low, high) == (0.0, 6.0) else f"clip({low}, {high}) is not ReLU6"
-
-
-def _clip_in_pattern(match) -> str | None:
-    clip = next((c for c in match.calls if c.op.name == "relax.clip"), None)
-    return _relu6(clip) if clip is not None else None
-
-
 def vitis_ai_backend(config: DpuConfig) -> Backend:
     """The backend for one DPU configuration (its limits depend on it)."""
     conv = _conv_limits(config)
@@ -134,22 +115,22 @@ def vitis_ai_backend(config: DpuConfig) -> Backend:
     )
 
     def fused_conv(match):
-        return conv(match["root"]) or _clip_in_pattern(match)
+        return conv(match["root"]) or fused_relu6(match)
 
     backend.pattern("conv2d_bias_act", *fused_pattern("relax.nn.conv2d", bias=True, activation=("relax.nn.relu", "relax.clip")), check=fused_conv)
     backend.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True), check=lambda m: conv(m["root"]))
     backend.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True))
     backend.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True))
-    backend.pattern("add_relu", *fused_pattern("relax.add", activation="relax.nn.relu"), check=lambda m: _elementwise_add(m["root"]))
+    backend.pattern("add_relu", *fused_pattern("relax.add", activation="relax.nn.relu"), check=lambda m: same_shape_add(m["root"]))
     backend.supports("relax.nn.conv2d", check=conv)
-    backend.supports("relax.matmul", check=lambda call: None if len(_shape(call.args[1])) == 2 else "fully connected layers need 2-D weights")
+    backend.supports("relax.matmul", check=two_dimensional_weights)
     backend.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=_pool_limits)
-    backend.supports("relax.mean", check=_global_pool)
-    backend.supports("relax.add", check=_elementwise_add)
+    backend.supports("relax.mean", check=global_average_pool(8))
+    backend.supports("relax.add", check=same_shape_add)
     backend.supports("relax.nn.relu")
-    backend.supports("relax.clip", check=_relu6)
-    backend.supports("relax.concat", check=lambda call: None if int(call.attrs.axis) % 4 == 1 else "concatenation along channels only")
-    backend.supports("relax.reshape", check=lambda call: None if len(_shape(call)) == 2 else "only flatten (to 2-D)")
+    backend.supports("relax.clip", check=relu6)
+    backend.supports("relax.concat", check=channel_concat)
+    backend.supports("relax.reshape", check=flatten_only)
     return backend
 
 
@@ -184,18 +165,9 @@ def partition_for_vitis_ai(
     calibrate its regions on `calibration` (a list of model inputs, by name or position) for
     int8 with power-of-two scales. `single_region` keeps only the region with the most MACs, as
     the Vitis AI integration of the BYOC paper does. Other options are cost rules."""
-    if calibration is None:
-        raise QuantizationError("vitis_ai quantizes at compile time: pass calibration=[inputs, ...], a list of model inputs")
     config = dpu_config(dpu)
     backend = vitis_ai_backend(config)
     partitioned = partition_for(mod, backend, **options)
     if single_region:
         partitioned = _largest_region_only(mod, partitioned, backend, dict(options))
-    mod = partitioned
-    for gvar in _regions(mod):
-        mod[gvar] = mod[gvar].with_attr(TARGET_ATTR, config.name)
-    return calibrate(mod, backend, calibration, max_samples=num_calibration_samples)
-
-
-def _regions(mod: tvm.IRModule) -> list:
-    return [gv for gv, f in mod.functions.items() if f.attrs is not None and f.attrs.get("Codegen") == "vitis_ai"]
+    return calibrate_for_target(partitioned, backend, config.name, calibration, num_calibration_samples)

@@ -1,0 +1,62 @@
+"""Predicates vendors share: hardware limits that read the same on every data sheet.
+
+Each returns None when the op is accepted and a reason when it is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tvm import relax
+
+from byoc.ir.types import is_tensor_constant, static_shape
+
+OpCheck = Callable[[relax.Call], "str | None"]
+
+
+def shape(expr: relax.Expr) -> tuple[int, ...]:
+    return static_shape(expr.ty)
+
+
+def channel_concat(call: relax.Call) -> str | None:
+    rank = len(shape(call))
+    return None if rank == 4 and int(call.attrs.axis) % rank == 1 else "concatenation of 4-D tensors along channels only"
+
+
+def same_shape_add(call: relax.Call) -> str | None:
+    if any(is_tensor_constant(a) for a in call.args) or shape(call.args[0]) != shape(call.args[1]):
+        return "only adds of two tensors of one shape (no broadcast, no constants)"
+    return None
+
+
+def global_average_pool(max_window: int) -> OpCheck:
+    """A mean over height and width of NCHW with kept dimensions, up to a window size."""
+
+    def check(call: relax.Call) -> str | None:
+        rank = len(shape(call.args[0]))
+        axes = sorted(int(a) % rank for a in call.attrs.axis) if call.attrs.axis is not None else []
+        if rank != 4 or axes != [2, 3] or not call.attrs.keepdims:
+            return "only a mean over height and width (global average pooling)"
+        window = shape(call.args[0])[2:]
+        return None if max(window) <= max_window else f"global pooling over {window[0]}x{window[1]}, more than {max_window}x{max_window}"
+
+    return check
+
+
+def relu6(call: relax.Call) -> str | None:
+    low, high = (float(call.args[i].value) for i in (1, 2))
+    return None if (low, high) == (0.0, 6.0) else f"clip({low}, {high}) is not ReLU6"
+
+
+def fused_relu6(match) -> str | None:
+    """In a pattern ending in an activation: a clip must be ReLU6."""
+    clip = next((c for c in match.calls if c.op.name == "relax.clip"), None)
+    return relu6(clip) if clip is not None else None
+
+
+def flatten_only(call: relax.Call) -> str | None:
+    return None if len(shape(call)) == 2 else "only flatten (to 2-D)"
+
+
+def two_dimensional_weights(call: relax.Call) -> str | None:
+    return None if len(shape(call.args[1])) == 2 else "fully connected layers need 2-D weights"

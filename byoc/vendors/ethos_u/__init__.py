@@ -1,0 +1,146 @@
+"""The `ethos_u` backend: Arm Ethos-U55/U65 NPUs, compiled with Vela (`ethos-u-vela`).
+
+Regions are converted to NHWC, quantized to int8 (per-channel weights, calibrated at compile
+time), lowered to Vela NPU operations whose weights Vela encodes, and turned into register
+command streams by Vela. No NPU is available here: a reference int8 executor (TFLite semantics)
+runs the region, and Vela's performance model estimates its cycles.
+
+Data sheet (Vela's constraints for Ethos-U): convolution with strides up to 3, dilated kernels up
+to 64 high and 64x64 in area; depthwise convolution with a depth multiplier of 1; max and
+average pooling with strides up to 3 and windows up to 8x8 (256x256 without padding, as for
+global pooling); element-wise add of two tensors of one shape; channel concatenation; fully
+connected layers; ReLU and ReLU6 fused; tensor dimensions up to 65535; int8 throughout.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import tvm
+
+from byoc.annotate import fused_pattern
+from byoc.annotate.predicates import (
+    channel_concat,
+    flatten_only,
+    fused_relu6,
+    global_average_pool,
+    same_shape_add,
+    shape,
+    two_dimensional_weights,
+)
+from byoc.backend import Backend, Limits, register_backend
+from byoc.custom_formats import CustomFormat
+from byoc.errors import CustomFormatError, QuantizationError
+from byoc.partition.pipeline import partition_for
+from byoc.processing import LayoutPass, QuantizationConfig, QuantizePass
+from byoc.processing.calibration import TARGET_ATTR, calibrate_for_target
+from byoc.vendors.ethos_u import payload
+from byoc.vendors.ethos_u.executor import EthosUExecutor
+from byoc.vendors.ethos_u.program import compile_program
+from byoc.vendors.ethos_u.vela_lowering import ACCELERATORS, lower
+
+DEFAULT_ACCELERATOR = "ethos-u55-256"
+
+
+def _accelerator(options: dict) -> str | None:
+    name = options.get("accelerator") or options.get(TARGET_ATTR)
+    if name is not None and name not in ACCELERATORS:
+        raise CustomFormatError(f"unknown Ethos-U accelerator {name!r}; known: {', '.join(ACCELERATORS)}")
+    return name
+
+
+def _serialize(graph, constants, options) -> bytes:
+    program = compile_program(graph, constants, _accelerator(options) or DEFAULT_ACCELERATOR)
+    return payload.encode(program, lower(program))
+
+
+def _deserialize(data: bytes, options) -> EthosUExecutor:
+    try:
+        program, _ = payload.decode(data)
+    except (struct.error, ValueError, KeyError, TypeError) as error:
+        raise CustomFormatError(f"the Ethos-U payload is damaged: {error}") from error
+    return EthosUExecutor(program)
+
+
+def _describe(data: bytes, options) -> dict:
+    _, header = payload.decode(data)
+    streams = header["command_streams"]
+    return {**header["estimate"], "command_stream_segments": len(streams), "command_stream_bytes": sum(s.nbytes for s in streams),
+            "encoded_weight_bytes": header["vela_weights"][1]}
+
+
+ETHOS_U_PAYLOAD = CustomFormat(name="ethos-u-command-stream", version=1, serialize=_serialize, deserialize=_deserialize,
+                               config=_accelerator, describe=_describe)
+
+
+# -------------------------------------------------------------------- data sheet
+def _conv(call) -> str | None:
+    attrs = call.attrs
+    kernel = shape(call.args[1])[2:]
+    channels = shape(call.args[0])[1]
+    if attrs.groups > 1 and not (attrs.groups == channels == shape(call)[1]):
+        return "grouped convolution other than depthwise with depth multiplier 1"
+    if max(attrs.strides) > 3:
+        return f"stride {max(attrs.strides)} is over 3"
+    dilated = [(k - 1) * d + 1 for k, d in zip(kernel, attrs.dilation)]
+    if dilated[0] > 64 or dilated[0] * dilated[1] > 64 * 64:
+        return f"dilated kernel {dilated[0]}x{dilated[1]} is over 64 high or 64x64 in area"
+    return None
+
+
+def _pool(call) -> str | None:
+    attrs = call.attrs
+    window = tuple(int(v) for v in attrs.pool_size)
+    if max(attrs.strides) > 3:
+        return f"stride {max(attrs.strides)} is over 3"
+    limit = 8 if any(int(p) for p in attrs.padding) else 256
+    if max(window) > limit:
+        return f"window {window} is over {limit}x{limit}"
+    return None
+
+
+def ethos_u_backend() -> Backend:
+    backend = Backend(
+        name="ethos_u",
+        codegen="custom",
+        priority=8,
+        description="Arm Ethos-U NPU (Vela command streams; reference int8 executor, no NPU here)",
+        limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True, max_rank=4),
+        processing=[LayoutPass(), QuantizePass(QuantizationConfig(per_channel=True))],
+        custom_format=ETHOS_U_PAYLOAD,
+    )
+
+    def fused_conv(match):
+        return _conv(match["root"]) or fused_relu6(match)
+
+    backend.pattern("conv2d_bias_act", *fused_pattern("relax.nn.conv2d", bias=True, activation=("relax.nn.relu", "relax.clip")), check=fused_conv)
+    backend.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True), check=lambda m: _conv(m["root"]))
+    backend.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True))
+    backend.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True))
+    backend.pattern("add_relu", *fused_pattern("relax.add", activation="relax.nn.relu"), check=lambda m: same_shape_add(m["root"]))
+    backend.supports("relax.nn.conv2d", check=_conv)
+    backend.supports("relax.matmul", check=two_dimensional_weights)
+    backend.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=_pool)
+    backend.supports("relax.mean", check=global_average_pool(256))
+    backend.supports("relax.add", check=same_shape_add)
+    backend.supports("relax.concat", check=channel_concat)
+    backend.supports("relax.reshape", check=flatten_only)
+    return backend
+
+
+register_backend(ethos_u_backend(), origin="byoc (built-in)")
+
+
+def partition_for_ethos_u(
+    mod: tvm.IRModule,
+    accelerator: str = DEFAULT_ACCELERATOR,
+    calibration=None,
+    num_calibration_samples: int | None = None,
+    **options,
+) -> tvm.IRModule:
+    """Partition for an Ethos-U configuration ("ethos-u55-32" ... "ethos-u65-512") and calibrate
+    its regions on `calibration` (a list of model inputs) for int8. Other options are cost rules."""
+    if accelerator not in ACCELERATORS:
+        raise CustomFormatError(f"unknown Ethos-U accelerator {accelerator!r}; known: {', '.join(ACCELERATORS)}")
+    backend = ethos_u_backend()
+    return calibrate_for_target(partition_for(mod, backend, **options), backend, accelerator, calibration, num_calibration_samples)
