@@ -30,7 +30,7 @@ from byoc.annotate.predicates import (
 )
 from byoc.backend import Backend, Limits, register_backend
 from byoc.custom_formats import CustomFormat
-from byoc.errors import CustomFormatError, QuantizationError
+from byoc.errors import CustomFormatError
 from byoc.partition.pipeline import partition_for
 from byoc.partition.report import report
 from byoc.processing import QuantizationConfig, QuantizePass
