@@ -69,6 +69,9 @@ class Backend:
     # Accelerator-specific processing of each region's graph before code generation
     # (quantization, layout transformation, casting): see byoc.processing.
     processing: list[RegionPass] = field(default_factory=list)
+    # For hardware that comes in configurations (DPU sizes, NPU variants): the backend for a
+    # named configuration, whose limits may differ.
+    configure: Callable[[str], Backend] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

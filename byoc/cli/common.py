@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 
+import numpy as np
 import onnx
 import tvm
 
 from byoc import models as zoo
-from byoc.errors import ModelLoadError
+from byoc.backend.registry import get_backend
+from byoc.errors import ModelLoadError, PartitionError
 from byoc.frontend import from_onnx
+from byoc.partition import partition_for
+from byoc.processing.calibration import calibrate_for_target
+from byoc.processing.passes import needs_calibration
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +42,9 @@ def add_partition_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-macs", type=int, dest="min_macs_per_region", help="regions with fewer MACs stay on the host")
     parser.add_argument("--fallback-without-macs", action="store_true", default=None, help="regions without MACs stay on the host")
     parser.add_argument("--host-op", action="append", dest="host_ops", metavar="OP_OR_NODE", help="keep this op type or node on the host")
+    parser.add_argument("--target", help="accelerator configuration for int8 vendors (e.g. DPUCZDX8G-B1024, ethos-u55-128)")
+    parser.add_argument("--calibration-samples", type=int, default=8, metavar="N",
+                        help="int8 vendors: calibrate on N seeded random inputs (default 8)")
 
 
 def partition_options(args: argparse.Namespace) -> dict:
@@ -54,3 +62,33 @@ def partition_options(args: argparse.Namespace) -> dict:
 
 def vendors(args: argparse.Namespace) -> list[str]:
     return [v.strip() for v in args.vendor.split(",") if v.strip()]
+
+
+def random_inputs(mod: tvm.IRModule, model: onnx.ModelProto | None, seed: int) -> dict[str, np.ndarray]:
+    """Seeded random inputs: the zoo's (which know vocabulary sizes) or from the input types."""
+    if model is not None:
+        return zoo.sample_inputs(model, seed=seed)
+    rng = np.random.default_rng(seed)
+    count = int(mod["main"].attrs["num_input"]) if mod["main"].attrs is not None and "num_input" in mod["main"].attrs else None
+    inputs = {}
+    for param in list(mod["main"].params)[:count]:
+        shape = [int(d) for d in param.ty.shape.values]
+        dtype = str(param.ty.dtype)
+        inputs[param.name] = rng.integers(0, 100, shape).astype(dtype) if "int" in dtype else rng.standard_normal(shape).astype(dtype)
+    return inputs
+
+
+def partition(args: argparse.Namespace, mod: tvm.IRModule, model: onnx.ModelProto | None) -> tvm.IRModule:
+    """Partition for the requested vendors, calibrating those that quantize at compile time."""
+    backends = [get_backend(name) for name in vendors(args)]
+    if args.target:
+        configurable = [b for b in backends if b.configure is not None]
+        if not configurable:
+            raise PartitionError(f"--target {args.target}: none of {[b.name for b in backends]} comes in configurations")
+        backends = [b.configure(args.target) if b.configure is not None else b for b in backends]
+    partitioned = partition_for(mod, backends, **partition_options(args))
+    for backend in backends:
+        if needs_calibration(backend.processing):
+            samples = [random_inputs(mod, model, seed) for seed in range(args.calibration_samples)]
+            partitioned = calibrate_for_target(partitioned, backend, args.target or "", samples)
+    return partitioned

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from byoc.cli.common import add_model_argument, add_partition_options, load_model, partition_options, vendors
-from byoc.partition import partition_for, report
+from byoc.cli.common import add_model_argument, add_partition_options, load_model, partition
+from byoc.partition import report
 from byoc.partition.visualize import to_dot, to_svg
 
 
@@ -21,8 +21,8 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _, mod, label = load_model(args.model, args.small)
-    partitioned = partition_for(mod, vendors(args), **partition_options(args))
+    model, mod, label = load_model(args.model, args.small)
+    partitioned = partition(args, mod, model)
     result = report(partitioned)
     if args.json:
         print(result.to_json())

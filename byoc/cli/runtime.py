@@ -8,9 +8,10 @@ import os
 
 import numpy as np
 
-from byoc.cli.common import add_model_argument, add_partition_options, load_model, partition_options, vendors
+from byoc.accuracy import measure_accuracy
+from byoc.cli.common import add_model_argument, add_partition_options, load_model, partition, random_inputs
 from byoc.errors import InputError
-from byoc.partition import partition_for, report
+from byoc.partition import report
 from byoc.runtime_metadata.artifact import load, read_manifest
 from byoc.runtime_metadata.build import build
 
@@ -21,6 +22,8 @@ def add_parser(commands) -> None:
     add_partition_options(compile_parser)
     compile_parser.add_argument("-o", "--output", required=True, help="artifact file to write (e.g. model.byoc)")
     compile_parser.add_argument("--strict", action="store_true", help="fail when a region's code generation fails")
+    compile_parser.add_argument("--accuracy-samples", type=int, default=0, metavar="N",
+                                help="compare with onnxruntime on N seeded random inputs and print the error")
     compile_parser.set_defaults(run=run_compile)
 
     run_parser = commands.add_parser("run", help="run an artifact")
@@ -38,8 +41,8 @@ def add_parser(commands) -> None:
 
 
 def run_compile(args: argparse.Namespace) -> int:
-    _, mod, label = load_model(args.model, args.small)
-    partitioned = partition_for(mod, vendors(args), **partition_options(args))
+    model, mod, label = load_model(args.model, args.small)
+    partitioned = partition(args, mod, model)
     compiled = build(partitioned, strict=args.strict)
     compiled.export(args.output)
     result = report(partitioned)
@@ -47,6 +50,12 @@ def run_compile(args: argparse.Namespace) -> int:
         f"{label}: {len(compiled.artifacts)} region(s), offload {result.offload_ratio_nodes:.1%} of ops and "
         f"{result.offload_ratio_macs:.1%} of MACs; wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB)"
     )
+    if any(a.info for a in compiled.artifacts):
+        print(compiled.report().to_table(max_host_ops=10))
+    if args.accuracy_samples and model is not None:
+        # Seeds past the calibration set's: the same distribution, other inputs.
+        samples = [random_inputs(mod, model, 1000 + seed) for seed in range(args.accuracy_samples)]
+        print(measure_accuracy(compiled, model, samples).to_table())
     return 0
 
 

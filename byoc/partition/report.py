@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tvm
 
@@ -32,6 +32,15 @@ class PartitionReport:
     host_ops: list[HostOpRecord]
     total_ops: int
     total_macs: int
+    # From a build: what vendors estimated per region (cycles, memory), and regions whose code
+    # generation failed so that they run on the host.
+    estimates: dict[str, dict] = field(default_factory=dict)
+    build_fallbacks: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_record(cls, record: PartitionRecord, estimates=None, build_fallbacks=None) -> PartitionReport:
+        return cls(record.backends, record.regions, record.host_ops, record.total_ops, record.total_macs,
+                   dict(estimates or {}), dict(build_fallbacks or {}))
 
     @property
     def offloaded_ops(self) -> int:
@@ -72,8 +81,10 @@ class PartitionReport:
             "offload_ratio_macs": self.offload_ratio_macs,
             "total_ops": self.total_ops,
             "total_macs": self.total_macs,
-            "regions": [{**vars(r), "num_ops": r.num_ops} for r in self.regions],
+            "regions": [{**vars(r), "num_ops": r.num_ops, **({"estimate": self.estimates[r.symbol]} if r.symbol in self.estimates else {})}
+                        for r in self.regions],
             "host_ops": [vars(h) for h in self.host_ops],
+            "build_fallbacks": self.build_fallbacks,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -100,7 +111,12 @@ class PartitionReport:
             )
             for r in self.regions
         ]
+        if any("cycles" in e for e in self.estimates.values()):
+            header += ("est. cycles", "est. ms", "target")
+            rows = [row + _estimate_cells(self.estimates.get(row[0], {}), self.build_fallbacks.get(row[0])) for row in rows]
         lines += _format_table(header, rows)
+        for symbol, reason in self.build_fallbacks.items():
+            lines.append(f"{symbol} runs on the host: {reason}")
         if self.host_ops:
             lines += ["", f"on the host ({len(self.host_ops)} node(s)):"]
             shown = self.host_ops if max_host_ops is None else self.host_ops[:max_host_ops]
@@ -116,6 +132,13 @@ class PartitionReport:
         return self.to_table()
 
 
+def _estimate_cells(estimate: dict, fallback: str | None) -> tuple[str, str, str]:
+    if fallback is not None or "cycles" not in estimate:
+        return ("-", "-", "host" if fallback is not None else "-")
+    target = estimate.get("target") or estimate.get("accelerator", "")
+    return (f"{estimate['cycles']:,}", f"{estimate['ms_at_clock']:.3f}", str(target))
+
+
 def _format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
@@ -127,5 +150,4 @@ def report(mod: tvm.IRModule) -> PartitionReport:
     raw = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
     if raw is None:
         raise PartitionError("this module carries no partition record: partition it with byoc.partition_for first")
-    record = PartitionRecord.from_dict(json.loads(str(raw)))
-    return PartitionReport(record.backends, record.regions, record.host_ops, record.total_ops, record.total_macs)
+    return PartitionReport.from_record(PartitionRecord.from_dict(json.loads(str(raw))))

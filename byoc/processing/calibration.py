@@ -134,12 +134,13 @@ def calibrate_for_target(
     calibration: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None,
     max_samples: int | None = None,
 ) -> tvm.IRModule:
-    """Tag `backend`'s regions with the accelerator configuration they are compiled for and
-    calibrate them, for int8 vendors that quantize at compile time."""
+    """Tag `backend`'s regions with the accelerator configuration they are compiled for (unless
+    `target` is empty: the backend's default) and calibrate them, for int8 vendors that quantize
+    at compile time."""
     if calibration is None:
         raise QuantizationError(f"{backend.name} quantizes at compile time: pass calibration=[inputs, ...], a list of model inputs")
     tagged = mod.clone()
     for gvar, func in mod.functions.items():
-        if func.attrs is not None and func.attrs.get(CODEGEN_ATTR) == backend.name:
+        if target and func.attrs is not None and func.attrs.get(CODEGEN_ATTR) == backend.name:
             tagged[gvar] = func.with_attr(TARGET_ATTR, target)
     return calibrate(tagged, backend, calibration, max_samples=max_samples)

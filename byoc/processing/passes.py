@@ -80,3 +80,8 @@ def passes_before_quantization(processing: list[RegionPass]) -> list[RegionPass]
         if isinstance(step, QuantizePass):
             return processing[:position]
     return list(processing)
+
+
+def needs_calibration(processing: list[RegionPass], options: Mapping[str, Any] | None = None) -> bool:
+    """Whether a backend's processing quantizes with scales from calibration at compile time."""
+    return any(isinstance(step, QuantizePass) and step.configure(options or {}).calibration == "static" for step in processing)

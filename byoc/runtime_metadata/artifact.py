@@ -15,6 +15,7 @@ import json
 import os
 import tempfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,8 @@ def write_artifact(model: CompiledModel, path: str | os.PathLike) -> None:
         "constants": model.store.names(),
         "files": {name: _sha256(data) for name, data in files.items()},
         "regions": regions,
+        "partition": model.partition,
+        "build_fallbacks": model.build_fallbacks,
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,8 +113,15 @@ def _read_checked(archive: zipfile.ZipFile, manifest: dict, name: str, what: str
     return data
 
 
-def load(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None, engines: str = "lazy") -> CompiledModel:
-    """Load an artifact written by `CompiledModel.export`, in this or any other process."""
+def load(
+    path: str | os.PathLike,
+    cache_dir: str | os.PathLike | None = None,
+    engines: str = "lazy",
+    backend_options: Mapping[str, dict] | None = None,
+) -> CompiledModel:
+    """Load an artifact written by `CompiledModel.export`, in this or any other process.
+    `backend_options` override the build's per-backend options (e.g. the accelerator
+    configuration this runtime drives)."""
     with _open(path) as archive:
         manifest = _manifest(archive, path)
         backends = {}
@@ -159,8 +169,10 @@ def load(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None, en
         [TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in manifest["outputs"]],
         manifest["target"],
         manifest["vendors"],
-        manifest.get("backend_options", {}),
+        {**manifest.get("backend_options", {}), **(backend_options or {})},
         EngineCache(cache_dir if cache_dir is not None else default_cache_dir()),
+        partition=manifest.get("partition"),
+        build_fallbacks=manifest.get("build_fallbacks", {}),
     )
     if engines == "eager":
         model.create_engines()

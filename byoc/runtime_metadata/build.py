@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import threading
@@ -19,6 +20,7 @@ from byoc.errors import BuildError, ByocError
 from byoc.ir.types import static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
+from byoc.partition.record import PARTITION_ATTR
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
 from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.constants import ConstantStore
@@ -52,7 +54,7 @@ def model_io(mod: tvm.IRModule) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
 def _generate(mod, strict, backend_options, store, backends):
     artifacts: list[RegionArtifact] = []
-    failed: list[str] = []
+    failed: dict[str, str] = {}
     for symbol, backend_name, func in region_functions(mod):
         try:
             backend = backends.get(backend_name) or get_backend(backend_name)
@@ -62,7 +64,7 @@ def _generate(mod, strict, backend_options, store, backends):
             if strict:
                 raise BuildError(message) from error
             warnings.warn(f"byoc: {message}; the region falls back to the host", stacklevel=3)
-            failed.append(symbol)
+            failed[symbol] = f"code generation failed: {type(error).__name__}: {error}"
     return artifacts, failed
 
 
@@ -149,6 +151,7 @@ def build(
             raise BuildError(f"compiling the host library failed: {error}") from error
         with open(path, "rb") as f:
             host_library = f.read()
+    record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
     model = CompiledModel(
         host_library,
         artifacts,
@@ -160,6 +163,8 @@ def build(
         {name: "this build" if name in overrides else backend_origin(name) for name in backends},
         backend_options,
         EngineCache(cache_dir if cache_dir is not None else default_cache_dir()),
+        partition=json.loads(str(record)) if record is not None else None,
+        build_fallbacks=failed,
     )
     if engines == "eager":
         model.create_engines()

@@ -16,7 +16,9 @@ import tvm
 from tvm import relax
 
 from byoc.backend.spec import Backend
-from byoc.errors import InputError
+from byoc.errors import ByocError, InputError
+from byoc.partition.record import PartitionRecord
+from byoc.partition.report import PartitionReport
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm
@@ -37,6 +39,8 @@ class CompiledModel:
         vendor_origins: Mapping[str, str],
         backend_options: Mapping[str, dict] | None = None,
         cache: EngineCache | None = None,
+        partition: dict | None = None,
+        build_fallbacks: Mapping[str, str] | None = None,
     ) -> None:
         self.host_library = host_library
         self.artifacts = artifacts
@@ -46,6 +50,8 @@ class CompiledModel:
         self.target = target
         self.vendor_origins = dict(vendor_origins)
         self.backend_options = {name: dict(opts) for name, opts in (backend_options or {}).items()}
+        self.partition = partition  # the partition record, when the module came from partition_for
+        self.build_fallbacks = dict(build_fallbacks or {})  # region symbol -> why it runs on the host
         self.regions = {
             a.symbol: RegionRuntime(a, backends[a.backend], store, self.backend_options.get(a.backend, {}), cache)
             for a in artifacts
@@ -114,6 +120,14 @@ class CompiledModel:
         from byoc.runtime_metadata.profile import profile_model
 
         return profile_model(self, self._arrange_inputs(inputs, named_inputs), repeat)
+
+    def report(self) -> PartitionReport:
+        """The partition report, with what each vendor estimated for its regions at build time
+        (cycles, memory) and the regions that fell back to the host during the build."""
+        if self.partition is None:
+            raise ByocError("this model was not partitioned by byoc.partition_for: it has no partition record")
+        estimates = {a.symbol: a.info for a in self.artifacts if a.info}
+        return PartitionReport.from_record(PartitionRecord.from_dict(self.partition), estimates, self.build_fallbacks)
 
     # ---------------------------------------------------------------- artifact
     def export(self, path: str | os.PathLike) -> None:

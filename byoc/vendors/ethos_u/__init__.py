@@ -44,7 +44,13 @@ DEFAULT_ACCELERATOR = "ethos-u55-256"
 
 def _accelerator(options: dict) -> str | None:
     name = options.get("accelerator") or options.get(TARGET_ATTR)
-    if name is not None and name not in ACCELERATORS:
+    if name:
+        _check_accelerator(name)
+    return name or None
+
+
+def _check_accelerator(name: str) -> str:
+    if name not in ACCELERATORS:
         raise CustomFormatError(f"unknown Ethos-U accelerator {name!r}; known: {', '.join(ACCELERATORS)}")
     return name
 
@@ -108,6 +114,7 @@ def ethos_u_backend() -> Backend:
         limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True, max_rank=4),
         processing=[LayoutPass(), QuantizePass(QuantizationConfig(per_channel=True))],
         custom_format=ETHOS_U_PAYLOAD,
+        configure=_for_accelerator,
     )
 
     def fused_conv(match):
@@ -128,6 +135,12 @@ def ethos_u_backend() -> Backend:
     return backend
 
 
+def _for_accelerator(name: str) -> Backend:
+    """Vela's operator limits are the same on every Ethos-U variant: only the name is checked."""
+    _check_accelerator(name)
+    return ethos_u_backend()
+
+
 register_backend(ethos_u_backend(), origin="byoc (built-in)")
 
 
@@ -140,7 +153,5 @@ def partition_for_ethos_u(
 ) -> tvm.IRModule:
     """Partition for an Ethos-U configuration ("ethos-u55-32" ... "ethos-u65-512") and calibrate
     its regions on `calibration` (a list of model inputs) for int8. Other options are cost rules."""
-    if accelerator not in ACCELERATORS:
-        raise CustomFormatError(f"unknown Ethos-U accelerator {accelerator!r}; known: {', '.join(ACCELERATORS)}")
-    backend = ethos_u_backend()
+    backend = ethos_u_backend().configure(accelerator)
     return calibrate_for_target(partition_for(mod, backend, **options), backend, accelerator, calibration, num_calibration_samples)

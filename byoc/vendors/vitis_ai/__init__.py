@@ -45,9 +45,8 @@ DEFAULT_DPU = "DPUCZDX8G"
 
 # ------------------------------------------------------------------ binary format
 def _target(options: dict) -> str | None:
-    if "dpu" in options:
-        return dpu_config(options["dpu"]).name
-    return options.get(TARGET_ATTR)
+    name = options.get("dpu") or options.get(TARGET_ATTR)
+    return dpu_config(name).name if name else None
 
 
 def _serialize(graph, constants, options) -> bytes:
@@ -112,6 +111,7 @@ def vitis_ai_backend(config: DpuConfig) -> Backend:
         limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True),
         processing=[QuantizePass(QuantizationConfig(power_of_two=True, per_channel=False))],
         custom_format=DPU_PROGRAM,
+        configure=lambda target: vitis_ai_backend(dpu_config(target)),
     )
 
     def fused_conv(match):

@@ -1,0 +1,69 @@
+"""Accuracy of a compiled model against a float32 reference (onnxruntime on the ONNX model).
+
+For int8 and float16 vendors the error is the point: it is stated as the largest absolute
+error, the relative L2 error over all samples, and, for classifiers, how often the top-1 class
+agrees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from byoc.runtime_metadata.model import CompiledModel
+
+Reference = Callable[[Mapping[str, np.ndarray]], Sequence[np.ndarray]]
+
+
+@dataclass
+class AccuracyReport:
+    samples: int
+    max_abs_error: float
+    relative_l2: float
+    top1_agreement: float | None  # None when the first output is not class scores
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_table(self) -> str:
+        top1 = f"{self.top1_agreement:.0%}" if self.top1_agreement is not None else "n/a"
+        return (
+            f"accuracy against float32 over {self.samples} seeded random input(s): max abs error {self.max_abs_error:.4g}, "
+            f"relative L2 {self.relative_l2:.2%}, top-1 agreement {top1}"
+        )
+
+    def __str__(self) -> str:
+        return self.to_table()
+
+
+def onnxruntime_reference(model: onnx.ModelProto) -> Reference:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return lambda inputs: session.run(None, dict(inputs))
+
+
+def measure_accuracy(compiled: CompiledModel, reference: onnx.ModelProto | Reference, samples: Sequence[Mapping[str, np.ndarray]]) -> AccuracyReport:
+    """Compare `compiled` with `reference` on `samples` (inputs by name)."""
+    if not samples:
+        raise ValueError("accuracy needs at least one sample")
+    run_reference = onnxruntime_reference(reference) if isinstance(reference, onnx.ModelProto) else reference
+    max_error, squared_error, squared_norm, agreements = 0.0, 0.0, 0.0, []
+    classifier = True
+    for sample in samples:
+        got, want = compiled.run(**sample), run_reference(sample)
+        for g, w in zip(got, want):
+            if not np.issubdtype(w.dtype, np.floating):
+                continue
+            difference = g.astype(np.float64) - w
+            max_error = max(max_error, float(np.abs(difference).max(initial=0.0)))
+            squared_error += float(np.sum(difference**2))
+            squared_norm += float(np.sum(w.astype(np.float64) ** 2))
+        first = want[0]
+        classifier = classifier and first.ndim == 2 and first.shape[1] > 1 and np.issubdtype(first.dtype, np.floating)
+        if classifier:
+            agreements.append(float(np.mean(got[0].argmax(axis=1) == first.argmax(axis=1))))
+    relative = (squared_error / squared_norm) ** 0.5 if squared_norm else 0.0
+    return AccuracyReport(len(samples), max_error, relative, float(np.mean(agreements)) if classifier else None)
