@@ -1,0 +1,217 @@
+"""The int8 accelerator vendors: the simulated Vitis-AI DPU and Arm Ethos-U through Vela.
+
+Stated int8 error bound against the float32 model (onnxruntime) on seeded random inputs of the
+calibration distribution: relative L2 error under 10%, and top-1 agreement of at least 75%.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import byoc
+from byoc import models as zoo
+from byoc.accuracy import measure_accuracy
+from byoc.errors import CustomFormatError, QuantizationError
+from byoc.models.graph_builder import OnnxGraphBuilder
+from byoc.runtime_metadata.build import region_functions
+from byoc.vendors.ethos_u import ETHOS_U_PAYLOAD, partition_for_ethos_u
+from byoc.vendors.vitis_ai import DPU_PROGRAM, partition_for_vitis_ai
+
+from conftest import onnxruntime_outputs, small_model, small_module
+
+INT8_RELATIVE_L2 = 0.10
+INT8_TOP1 = 0.75
+PARTITIONERS = {"vitis_ai": partition_for_vitis_ai, "ethos_u": partition_for_ethos_u}
+MODELS = ["resnet18", "mobilenet_v2", "vgg19"]
+
+
+def _calibration(name, count=8):
+    return [zoo.sample_inputs(small_model(name), seed=s) for s in range(count)]
+
+
+def _samples(name, count=4):
+    return [zoo.sample_inputs(small_model(name), seed=1000 + s) for s in range(count)]
+
+
+_RUNNER = """
+import sys, numpy as np, byoc
+directory, names = sys.argv[1], sys.argv[2:]
+for name in names:
+    model = byoc.load(f"{directory}/{name}.byoc")
+    with np.load(f"{directory}/{name}.in.npz") as data:
+        outputs = [model.run(**{k: data[f"{i}.{k}"] for k in ("input",)})[0] for i in range(4)]
+    np.save(f"{directory}/{name}.out.npy", np.stack(outputs))
+"""
+
+
+@pytest.mark.parametrize("vendor", sorted(PARTITIONERS))
+def test_models_run_from_artifacts_in_a_fresh_process_within_the_int8_bound(vendor, tmp_path):
+    for name in MODELS:
+        partitioned = PARTITIONERS[vendor](small_module(name), calibration=_calibration(name))
+        report = byoc.report(partitioned)
+        assert report.offload_ratio_macs == 1.0 and len(report.regions) == 1, report.to_table()
+        compiled = byoc.build(partitioned, strict=True)
+        compiled.export(tmp_path / f"{name}.byoc")
+        samples = _samples(name)
+        np.savez(tmp_path / f"{name}.in.npz", **{f"{i}.input": s["input"] for i, s in enumerate(samples)})
+        accuracy = measure_accuracy(compiled, small_model(name), samples)
+        assert accuracy.relative_l2 < INT8_RELATIVE_L2 and accuracy.top1_agreement >= INT8_TOP1, (name, accuracy)
+    subprocess.run([sys.executable, "-c", _RUNNER, str(tmp_path), *MODELS], check=True, env=os.environ.copy())
+    for name in MODELS:
+        got = np.load(tmp_path / f"{name}.out.npy")
+        want = np.stack([onnxruntime_outputs(small_model(name), s)[0] for s in _samples(name)])
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < INT8_RELATIVE_L2, name
+        assert np.mean(got.argmax(-1) == want.argmax(-1)) >= INT8_TOP1, name
+
+
+@pytest.fixture(scope="module")
+def mobilenet_regions():
+    """(graph, constants, attrs) of the processed MLP region for each vendor."""
+    from byoc.codegen_json import region_to_json
+    from byoc.processing.passes import RegionContext, apply_passes
+    from byoc.runtime_metadata.codegen import region_attrs
+
+    regions = {}
+    for vendor, partition in PARTITIONERS.items():
+        partitioned = partition(small_module("mobilenet_v2"), calibration=_calibration("mobilenet_v2", 2))
+        ((symbol, name, func),) = region_functions(partitioned)
+        backend = byoc.get_backend(name)
+        graph, constants = region_to_json(func, symbol, name)
+        attrs = region_attrs(func)
+        graph, constants = apply_passes(backend.processing, graph, constants, RegionContext(symbol, name, attrs, {}))
+        regions[vendor] = (graph, constants, attrs)
+    return regions
+
+
+@pytest.mark.parametrize("vendor, fmt", [("vitis_ai", DPU_PROGRAM), ("ethos_u", ETHOS_U_PAYLOAD)])
+def test_binary_is_deterministic_and_round_trips(vendor, fmt, mobilenet_regions):
+    graph, constants, attrs = mobilenet_regions[vendor]
+    first, second = fmt.serialize(graph, constants, attrs), fmt.serialize(graph, constants, attrs)
+    assert first == second  # same input, same bytes
+    engine = fmt.deserialize(first, {})
+    x = zoo.sample_inputs(small_model("mobilenet_v2"), seed=3)["input"]
+    out_a, out_b = np.empty((1, 1000), "float32"), np.empty((1, 1000), "float32")
+    engine.run([x], [out_a])
+    fmt.deserialize(bytes(first), {}).run([x], [out_b])
+    np.testing.assert_array_equal(out_a, out_b)
+
+
+def test_vela_command_streams_are_the_same_in_another_process(mobilenet_regions, tmp_path):
+    graph, constants, attrs = mobilenet_regions["ethos_u"]
+    payload = ETHOS_U_PAYLOAD.serialize(graph, constants, attrs)
+    from byoc.vendors.ethos_u import payload as format_module
+
+    _, header = format_module.decode(payload)
+    here = hashlib.sha256(b"".join(s.tobytes() for s in header["command_streams"])).hexdigest()
+    np.savez(tmp_path / "constants.npz", **constants)
+    (tmp_path / "graph.json").write_text(__import__("json").dumps(graph))
+    script = f"""
+import json, hashlib, numpy as np
+from byoc.vendors.ethos_u import ETHOS_U_PAYLOAD, payload
+graph = json.load(open({str(tmp_path / 'graph.json')!r}))
+constants = dict(np.load({str(tmp_path / 'constants.npz')!r}))
+_, header = payload.decode(ETHOS_U_PAYLOAD.serialize(graph, constants, {attrs!r}))
+print(hashlib.sha256(b"".join(s.tobytes() for s in header["command_streams"])).hexdigest())
+"""
+    there = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    assert there == here
+    assert len(header["command_streams"]) >= 1 and header["command_streams"][0].size > 100
+
+
+def test_simulators_match_their_quantized_reference(mobilenet_regions):
+    """Each vendor's int8 execution against the QDQ graph run in float by TVM: a few units in
+    the last place, not more (the QDQ reference rounds float sums, the devices integer ones)."""
+    from byoc.runtime_metadata.constants import aligned
+    from byoc.vendors.reference.tvm_engine import build_engine
+
+    x = aligned(zoo.sample_inputs(small_model("mobilenet_v2"), seed=4)["input"])
+    for vendor, fmt in (("vitis_ai", DPU_PROGRAM), ("ethos_u", ETHOS_U_PAYLOAD)):
+        graph, constants, attrs = mobilenet_regions[vendor]
+        reference, device = np.empty((1, 1000), "float32"), np.empty((1, 1000), "float32")
+        build_engine(graph, constants, {}).run([x], [reference])
+        fmt.deserialize(fmt.serialize(graph, constants, attrs), {}).run([x], [device])
+        assert np.linalg.norm(device - reference) / np.linalg.norm(reference) < 0.03, vendor
+
+
+def test_corrupt_blobs_are_refused():
+    partitioned = partition_for_ethos_u(small_module("mlp"), calibration=_calibration("mlp", 2))
+    compiled = byoc.build(partitioned)
+    artifact = compiled.artifacts[0]
+    region = compiled.regions[artifact.symbol]
+    good = artifact.payload
+    for damaged, message in [(good[: len(good) // 2], "truncated"), (good[:-3] + b"\x00\x01\x02", "checksum mismatch")]:
+        artifact.payload = damaged
+        region.record = None
+        with pytest.raises(CustomFormatError, match=f"region ethos_u_0 \\(ethos_u\\).*{message}"):
+            region.ensure_engine()
+
+
+@pytest.mark.parametrize(
+    "vendor, options, expected",
+    [
+        ("vitis_ai", {"dpu": "DPUCAHX8H"}, "built for accelerator configuration 'DPUCZDX8G-B4096'.*configured for 'DPUCAHX8H-B4096'"),
+        ("ethos_u", {"accelerator": "ethos-u65-512"}, "built for accelerator configuration 'ethos-u55-256'.*configured for 'ethos-u65-512'"),
+    ],
+)
+def test_blob_for_another_configuration_is_refused_at_load(vendor, options, expected, tmp_path):
+    path = tmp_path / "mlp.byoc"
+    byoc.build(PARTITIONERS[vendor](small_module("mlp"), calibration=_calibration("mlp", 2))).export(path)
+    byoc.load(path, engines="eager").run(**zoo.sample_inputs(small_model("mlp")))  # its own configuration loads
+    with pytest.raises(CustomFormatError, match=expected):
+        byoc.load(path, engines="eager", backend_options={vendor: options})
+
+
+def test_ops_outside_the_limits_stay_on_the_host_with_the_limit():
+    report = byoc.report(partition_for_vitis_ai(small_module("mobilenet_v2"), dpu="DPUCAHX8H", calibration=_calibration("mobilenet_v2", 1)))
+    reasons = report.host_reasons()
+    assert any("DPUCAHX8H has no depthwise convolution engine" in r for r in reasons["block0/depthwise/Conv"])
+    g = OnnxGraphBuilder("strided", seed=0)
+    x = g.input("input", [1, 4, 16, 16])
+    g.output(g.relu(g.conv(x, 4, 8, 3, stride=4)))
+    mod = byoc.from_onnx(g.build())
+    ethos = byoc.report(byoc.partition_for(mod, "ethos_u"))
+    assert ethos.regions == []
+    assert "ethos_u: stride 4 is over 3" in ethos.host_reasons()["Conv"]
+
+
+def test_calibration_is_required():
+    for partition in PARTITIONERS.values():
+        with pytest.raises(QuantizationError, match="quantizes at compile time: pass calibration="):
+            partition(small_module("mlp"))
+
+
+def test_single_region_keeps_the_heaviest():
+    calibration = _calibration("ssd_detector", 1)
+    several = byoc.report(partition_for_vitis_ai(small_module("ssd_detector"), calibration=calibration))
+    single = byoc.report(partition_for_vitis_ai(small_module("ssd_detector"), calibration=calibration, single_region=True))
+    assert len(several.regions) > 1 and len(single.regions) == 1
+    assert single.regions[0].macs == max(r.macs for r in several.regions)
+    assert any("single-region integration" in r for reasons in single.host_reasons().values() for r in reasons)
+
+
+def test_estimated_cycles_are_in_the_report():
+    module = small_module("resnet18")
+    calibration = _calibration("resnet18", 2)
+    big = byoc.build(partition_for_vitis_ai(module, dpu="DPUCZDX8G-B4096", calibration=calibration)).report()
+    small = byoc.build(partition_for_vitis_ai(module, dpu="DPUCZDX8G-B1024", calibration=calibration)).report()
+    (estimate,) = big.estimates.values()
+    assert estimate["target"] == "DPUCZDX8G-B4096" and "est. cycles" in big.to_table()
+    assert next(iter(small.estimates.values()))["cycles"] > 3 * estimate["cycles"]  # a quarter of the MAC array
+    ethos = byoc.build(partition_for_ethos_u(module, calibration=calibration)).report()
+    (vela,) = ethos.estimates.values()
+    assert vela["estimator"] == "Vela npu_performance" and vela["cycles"] > 0 and vela["sram_bytes"] > 0
+    assert vela["macs"] >= 0.99 * ethos.regions[0].macs
+
+
+def test_command_line_compiles_for_an_int8_target(tmp_path, capsys):
+    from byoc.cli import main
+
+    path = tmp_path / "r.byoc"
+    assert main(["compile", "mlp", "--small", "--vendor", "vitis_ai", "--target", "DPUCZDX8G-B1024", "-o", str(path),
+                 "--calibration-samples", "2", "--accuracy-samples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "DPUCZDX8G-B1024" in out and "relative L2" in out
