@@ -106,10 +106,13 @@ def run_inspect(args: argparse.Namespace) -> int:
     print(f"artifact {args.artifact}: target {manifest['target']}, TVM {manifest['tvm_version']}")
     print("inputs: " + ", ".join(f"{s['name']} {tuple(s['shape'])} {s['dtype']}" for s in manifest["inputs"]))
     print(f"constants: {len(set(manifest['constants'].values()))} unique of {len(manifest['constants'])} named")
-    print(f"{'region':<16}{'backend':<14}{'format':<14}{'payload':>12}{'constants':>11}  vendor")
+    print(f"{'region':<16}{'backend':<14}{'format':<24}{'payload':>12}{'constants':>11}{'est. cycles':>13}  vendor")
     for region in manifest["regions"]:
+        cycles = region.get("info", {}).get("cycles")
         print(
-            f"{region['symbol']:<16}{region['backend']:<14}{region['format_name']:<14}{region['payload_bytes']:>12,}"
-            f"{len(region['constants']):>11}  {manifest['vendors'].get(region['backend'], '?')}"
+            f"{region['symbol']:<16}{region['backend']:<14}{region['format_name']:<24}{region['payload_bytes']:>12,}"
+            f"{len(region['constants']):>11}{f'{cycles:,}' if cycles is not None else '-':>13}  {manifest['vendors'].get(region['backend'], '?')}"
         )
+    for symbol, reason in manifest.get("build_fallbacks", {}).items():
+        print(f"{symbol} runs on the host: {reason}")
     return 0

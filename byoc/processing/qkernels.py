@@ -7,9 +7,9 @@ int8 data a code generator needs, so that a vendor walks kernels, not QDQ plumbi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -121,3 +121,28 @@ def quantized_kernels(graph: Mapping[str, Any], constants: Mapping[str, np.ndarr
             raise ValueError(f"region {graph['symbol']}: output {ref} is not a dequantized int8 tensor")
         outputs.append(value)
     return found, outputs
+
+
+T = TypeVar("T")
+
+
+class TensorTable(Generic[T]):
+    """Numbers the int8 tensors of a region for a device program, in first-use order, keeping
+    the program's own description of each (`make`) and which region input each one is."""
+
+    def __init__(self, make: Callable[[QTensor], T]) -> None:
+        self.items: list[T] = []
+        self._make = make
+        self._index: dict[int, int] = {}
+        self._inputs: dict[int, int] = {}
+
+    def __call__(self, tensor: QTensor) -> int:
+        if tensor.id not in self._index:
+            self._index[tensor.id] = len(self.items)
+            self.items.append(self._make(tensor))
+            if tensor.input_index is not None:
+                self._inputs[tensor.input_index] = self._index[tensor.id]
+        return self._index[tensor.id]
+
+    def region_inputs(self) -> list[int]:
+        return [self._inputs[i] for i in sorted(self._inputs)]

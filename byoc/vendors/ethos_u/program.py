@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from byoc.errors import CodegenError
-from byoc.processing.qkernels import QKernel, QTensor, QWeights, quantized_kernels
+from byoc.processing.qkernels import QKernel, QWeights, TensorTable, quantized_kernels
 
 NPU_KINDS = ("conv", "depthwise", "fully_connected", "maxpool", "avgpool", "add", "concat")
 CPU_KINDS = ("transpose", "reshape")
@@ -85,17 +85,8 @@ class _Compiler:
         self.where = f"region {graph['symbol']} ({graph['backend']})"
         self.kernels, self.output_tensors = quantized_kernels(graph, constants)
         self.accelerator = accelerator
-        self.tensors: list[ETensor] = []
-        self.ids: dict[int, int] = {}
-        self.inputs: dict[int, int] = {}
-
-    def tensor(self, q: QTensor) -> int:
-        if q.id not in self.ids:
-            self.ids[q.id] = len(self.tensors)
-            self.tensors.append(ETensor(q.shape, q.scale, q.zero_point))
-            if q.input_index is not None:
-                self.inputs[q.input_index] = self.ids[q.id]
-        return self.ids[q.id]
+        self.tensor = TensorTable(lambda q: ETensor(q.shape, q.scale, q.zero_point))
+        self.tensors: list[ETensor] = self.tensor.items
 
     def _weighted(self, kernel: QKernel, root: dict, kind: str) -> EOp:
         source, weights = kernel.operand(root, 0), kernel.operand(root, 1)
@@ -157,7 +148,7 @@ class _Compiler:
     def run(self) -> EProgram:
         ops = [self._op(k) for k in self.kernels]
         outputs = [self.tensor(q) for q in self.output_tensors]
-        return EProgram(self.accelerator, self.tensors, [self.inputs[i] for i in sorted(self.inputs)], outputs, ops)
+        return EProgram(self.accelerator, self.tensors, self.tensor.region_inputs(), outputs, ops)
 
 
 def compile_program(graph: dict[str, Any], constants: dict[str, np.ndarray], accelerator: str) -> EProgram:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from byoc.errors import CodegenError
-from byoc.processing.qkernels import QKernel, QTensor, QWeights, quantized_kernels
+from byoc.processing.qkernels import QKernel, QWeights, TensorTable, quantized_kernels
 
 
 class Op(IntEnum):
@@ -70,18 +70,9 @@ class _Compiler:
     def __init__(self, graph: dict[str, Any], constants: dict[str, np.ndarray], target: str) -> None:
         self.where = f"region {graph['symbol']} ({graph['backend']})"
         self.kernels, self.output_tensors = quantized_kernels(graph, constants)
-        self.tensors: list[Tensor] = []
-        self.ids: dict[int, int] = {}
+        self.tensor = TensorTable(lambda q: Tensor(q.shape, fix_position(q.scale, f"{self.where}, tensor {q.id}")))
+        self.tensors: list[Tensor] = self.tensor.items
         self.target = target
-        self.inputs: dict[int, int] = {}
-
-    def tensor(self, q: QTensor) -> int:
-        if q.id not in self.ids:
-            self.ids[q.id] = len(self.tensors)
-            self.tensors.append(Tensor(q.shape, fix_position(q.scale, f"{self.where}, tensor {q.id}")))
-            if q.input_index is not None:
-                self.inputs[q.input_index] = self.ids[q.id]
-        return self.ids[q.id]
 
     def _activation(self, kernel: QKernel, out: Tensor) -> tuple[int, int]:
         if kernel.node("relax.nn.relu") is not None:
@@ -146,7 +137,7 @@ class _Compiler:
     def run(self) -> Program:
         instructions = [self._instruction(k) for k in self.kernels]
         outputs = [self.tensor(q) for q in self.output_tensors]
-        return Program(self.target, self.tensors, [self.inputs[i] for i in sorted(self.inputs)], outputs, instructions)
+        return Program(self.target, self.tensors, self.tensor.region_inputs(), outputs, instructions)
 
 
 def compile_program(graph: dict[str, Any], constants: dict[str, np.ndarray], target: str) -> Program:
