@@ -33,3 +33,9 @@ __all__ = [
     "report",
     "unregister_backend",
 ]
+
+# Built-in vendors and vendor plugin packages (entry-point group `byoc.vendors`) register now, so
+# that they are listed and usable as soon as byoc is imported.
+from byoc.backend.registry import discover_backends  # noqa: E402
+
+discover_backends()

@@ -101,3 +101,34 @@ def test_unsupported_ops_stay_on_the_host_with_the_limit_they_break():
     reasons = report.host_reasons()["embeddings/Gather"]
     assert "dnnl: no pattern or op rule for relax.take" in reasons
     assert any("dtype int64; supported: float32" in r for r in reasons)
+
+
+def test_dnnl_primitive_that_cannot_be_created_names_region_node_and_op():
+    """A oneDNN primitive descriptor that the library refuses (here: a pooling stride of 0,
+    which a broken emitter asks for) fails the build naming region, node and op."""
+    import dataclasses
+
+    from tvm import relax
+    from tvm.relax import op as R
+
+    from byoc.vendors.dnnl import dnnl, emitters
+
+    def zero_stride_pooling(call):
+        node = {**call.nodes[0], "attrs": {**call.nodes[0]["attrs"], "strides": [0, 0]}}
+        return emitters.pooling(dataclasses.replace(call, nodes=[node], arg_buffers=call.arg_buffers))
+
+    library = dataclasses.replace(dnnl.c_library, emitters={**dnnl.c_library.emitters, "relax.nn.max_pool2d": zero_stride_pooling})
+    broken = dataclasses.replace(dnnl, name="dnnl_broken", c_library=library, patterns=[], op_rules=dict(dnnl.op_rules))
+    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            pooled = builder.emit(R.nn.max_pool2d(builder.emit(R.nn.relu(x), "act"), (2, 2), strides=(2, 2)), "pool")
+            out = builder.emit_output(pooled)
+        builder.emit_func_output(out)
+    from graphs import registered
+
+    with registered(broken):
+        partitioned = byoc.partition_for(builder.get(), "dnnl_broken", fallback_without_macs=False)
+        with pytest.raises(byoc.errors.EngineError, match="region dnnl_broken_0 .*node pool \\(relax.nn.max_pool2d\\): primitive descriptor"):
+            byoc.build(partitioned)

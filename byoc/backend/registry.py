@@ -50,7 +50,7 @@ def unregister_backend(name: str) -> None:
 def get_backend(name: str | Backend) -> Backend:
     if isinstance(name, Backend):
         return name
-    _discover()
+    discover_backends()
     with _lock:
         backend = _backends.get(name)
     if backend is None:
@@ -59,7 +59,7 @@ def get_backend(name: str | Backend) -> Backend:
 
 
 def list_backends() -> list[str]:
-    _discover()
+    discover_backends()
     with _lock:
         return sorted(_backends)
 
@@ -69,7 +69,7 @@ def backend_origin(name: str) -> str:
     return _origins[name]
 
 
-def _discover() -> None:
+def discover_backends() -> None:
     """Import built-in vendors and plugin packages once, on first use of the registry."""
     global _discovered
     with _lock:
