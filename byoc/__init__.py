@@ -6,9 +6,15 @@ in the format its vendor chose, and run everything from one artifact.
 
 from byoc import models
 from byoc.backend import Backend, CostRules, Limits, Pattern, get_backend, list_backends, register_backend, unregister_backend
+from byoc.backend.registry import discover_backends
 from byoc.frontend import cleanup, from_onnx
 from byoc.partition import PartitionReport, RegionSummary, partition_for, report
 from byoc.runtime_metadata import CompiledModel, Engine, build, load
+from byoc.vendors.dnnl import partition_for_dnnl
+from byoc.vendors.ethos_u import partition_for_ethos_u
+from byoc.vendors.onnxruntime import partition_for_onnxruntime
+from byoc.vendors.reference import partition_for_reference
+from byoc.vendors.vitis_ai import partition_for_vitis_ai
 
 __version__ = "0.1.0"
 
@@ -24,18 +30,21 @@ __all__ = [
     "build",
     "cleanup",
     "from_onnx",
-    "load",
     "get_backend",
     "list_backends",
+    "load",
     "models",
     "partition_for",
+    "partition_for_dnnl",
+    "partition_for_ethos_u",
+    "partition_for_onnxruntime",
+    "partition_for_reference",
+    "partition_for_vitis_ai",
     "register_backend",
     "report",
     "unregister_backend",
 ]
 
-# Built-in vendors and vendor plugin packages (entry-point group `byoc.vendors`) register now, so
-# that they are listed and usable as soon as byoc is imported.
-from byoc.backend.registry import discover_backends  # noqa: E402
-
+# Vendor plugin packages (entry-point group `byoc.vendors`) register now, so that they are
+# listed and usable as soon as byoc is imported.
 discover_backends()

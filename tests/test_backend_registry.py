@@ -91,3 +91,19 @@ print(origin, len(report.regions), report.offload_ratio_macs, float(np.abs(got -
     origin, regions, macs_ratio, error = result.stdout.split()[-4:]
     assert "byoc-acme-npu" in result.stdout and "plugin 'acme_npu'" in result.stdout
     assert int(regions) >= 1 and float(macs_ratio) > 0.9 and float(error) < 1e-3
+
+
+def test_each_builtin_vendor_has_its_partition_function():
+    from conftest import small_module
+
+    mod = small_module("mlp")
+    calibration = [byoc.models.sample_inputs(byoc.models.get("mlp", small=True), seed=0)]
+    for name, partition in [
+        ("reference", byoc.partition_for_reference),
+        ("dnnl", byoc.partition_for_dnnl),
+        ("onnxruntime", byoc.partition_for_onnxruntime),
+        ("vitis_ai", lambda m: byoc.partition_for_vitis_ai(m, calibration=calibration)),
+        ("ethos_u", lambda m: byoc.partition_for_ethos_u(m, calibration=calibration)),
+    ]:
+        report = byoc.report(partition(mod))
+        assert report.backends == [name] and report.offload_ratio_macs == 1.0, name

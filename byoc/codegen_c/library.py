@@ -44,12 +44,6 @@ class CBuffer:
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
-    @property
-    def ready_at_init(self) -> bool:
-        """Whether kernel init code may read the data: constants only. Inputs and outputs exist
-        during a call, intermediates are allocated after every kernel's init has run."""
-        return self.kind == "constant"
-
 
 @dataclass
 class KernelCall:

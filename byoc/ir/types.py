@@ -23,10 +23,6 @@ def constant_array(expr: relax.Expr) -> np.ndarray:
     return expr.value.numpy()
 
 
-def is_tensor_type(ty: relax.Type) -> bool:
-    return isinstance(ty, relax.TensorType)
-
-
 def static_shape(ty: relax.Type, what: str = "tensor") -> tuple[int, ...]:
     """The static shape of a tensor type; a clear error where a dimension is symbolic."""
     shape = ty.shape

@@ -35,9 +35,6 @@ class RegionTimes:
         self.transfer = 0.0
         self.execution = 0.0
 
-    def reset(self) -> None:
-        self.__init__()
-
 
 class RegionRuntime:
     """The callable the VM invokes for one region; creates the engine on first use."""

@@ -138,4 +138,4 @@ def estimate_cycles(program: Program, config: DpuConfig) -> dict:
         per_kind[ins.op.name.lower()] = per_kind.get(ins.op.name.lower(), 0) + cycles * batch
     total = sum(per_kind.values())
     return {"target": config.name, "cycles": total, "ms_at_clock": total / (config.clock_mhz * 1e3), "clock_mhz": config.clock_mhz,
-            "cycles_by_instruction": per_kind}
+            "peak_ops_per_cycle": config.peak_ops_per_cycle, "cycles_by_instruction": per_kind}
