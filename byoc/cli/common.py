@@ -16,6 +16,7 @@ from byoc.frontend import from_onnx
 from byoc.partition import partition_for
 from byoc.processing.calibration import calibrate_for_target
 from byoc.processing.passes import needs_calibration
+from byoc.runtime_metadata.build import model_io
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
@@ -68,14 +69,8 @@ def random_inputs(mod: tvm.IRModule, model: onnx.ModelProto | None, seed: int) -
     """Seeded random inputs: the zoo's (which know vocabulary sizes) or from the input types."""
     if model is not None:
         return zoo.sample_inputs(model, seed=seed)
-    rng = np.random.default_rng(seed)
-    count = int(mod["main"].attrs["num_input"]) if mod["main"].attrs is not None and "num_input" in mod["main"].attrs else None
-    inputs = {}
-    for param in list(mod["main"].params)[:count]:
-        shape = [int(d) for d in param.ty.shape.values]
-        dtype = str(param.ty.dtype)
-        inputs[param.name] = rng.integers(0, 100, shape).astype(dtype) if "int" in dtype else rng.standard_normal(shape).astype(dtype)
-    return inputs
+    inputs, _ = model_io(mod)
+    return zoo.random_inputs([(s.name, s.shape, s.dtype) for s in inputs], seed)
 
 
 def partition(args: argparse.Namespace, mod: tvm.IRModule, model: onnx.ModelProto | None) -> tvm.IRModule:

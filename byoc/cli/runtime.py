@@ -9,8 +9,10 @@ import os
 import numpy as np
 
 from byoc.accuracy import measure_accuracy
-from byoc.cli.common import add_model_argument, add_partition_options, load_model, partition, random_inputs
+from byoc.cli.common import add_model_argument, add_partition_options, load_model, partition
+from byoc.cli.common import random_inputs as model_random_inputs
 from byoc.errors import InputError
+from byoc.models import random_inputs
 from byoc.partition import report
 from byoc.runtime_metadata.artifact import load, read_manifest
 from byoc.runtime_metadata.build import build
@@ -54,7 +56,7 @@ def run_compile(args: argparse.Namespace) -> int:
         print(compiled.report().to_table(max_host_ops=10))
     if args.accuracy_samples and model is not None:
         # Seeds past the calibration set's: the same distribution, other inputs.
-        samples = [random_inputs(mod, model, 1000 + seed) for seed in range(args.accuracy_samples)]
+        samples = [model_random_inputs(mod, model, 1000 + seed) for seed in range(args.accuracy_samples)]
         print(measure_accuracy(compiled, model, samples).to_table())
     return 0
 
@@ -69,18 +71,10 @@ def _inputs(specs, given: list[str]) -> dict[str, np.ndarray]:
             files[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as error:
             raise InputError(f"input {name!r}: cannot read {path!r} ({error})") from error
-    rng = np.random.default_rng(0)
-    arrays = {}
-    for spec in specs:
-        if spec.name in files:
-            arrays[spec.name] = files.pop(spec.name)
-        elif np.issubdtype(np.dtype(spec.dtype), np.integer):
-            arrays[spec.name] = rng.integers(0, 100, size=spec.shape).astype(spec.dtype)
-        else:
-            arrays[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
-    if files:
-        raise InputError(f"unknown input(s) {sorted(files)}; the model's inputs are {[s.name for s in specs]}")
-    return arrays
+    unknown = sorted(set(files) - {s.name for s in specs})
+    if unknown:
+        raise InputError(f"unknown input(s) {unknown}; the model's inputs are {[s.name for s in specs]}")
+    return {**random_inputs([(s.name, s.shape, s.dtype) for s in specs], 0), **files}
 
 
 def run_artifact(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +20,7 @@ from byoc.models.inception import inception_v3
 from byoc.models.mlp import mlp
 from byoc.models.ssd import ssd_detector
 
-__all__ = ["ZooModel", "get", "names", "describe", "sample_inputs", "model_input_shapes"]
+__all__ = ["ZooModel", "get", "names", "describe", "random_inputs", "sample_inputs", "model_input_shapes"]
 
 
 @dataclass(frozen=True)
@@ -77,24 +77,33 @@ def get(name: str, small: bool = False, **overrides) -> onnx.ModelProto:
     return entry.builder(**kwargs)
 
 
+def random_inputs(specs: Iterable[tuple[str, Sequence[int], str]], seed: int = 0,
+                  ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
+    """Seeded random inputs for (name, shape, dtype) specs: standard normal floats, integers in
+    the input's range (default [0, 100))."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for name, shape, dtype in specs:
+        if np.issubdtype(np.dtype(dtype), np.integer):
+            low, high = (ranges or {}).get(name, (0, 100))
+            inputs[name] = rng.integers(low, high, size=tuple(shape)).astype(dtype)
+        else:
+            inputs[name] = rng.standard_normal(tuple(shape)).astype(dtype)
+    return inputs
+
+
 def sample_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded random inputs that fit the model's input shapes, dtypes and value ranges."""
-    rng = np.random.default_rng(seed)
     ranges = {
         prop.key[len(INPUT_RANGE_KEY) :]: tuple(int(v) for v in prop.value.split(","))
         for prop in model.metadata_props
         if prop.key.startswith(INPUT_RANGE_KEY)
     }
     initializers = {init.name for init in model.graph.initializer}
-    inputs = {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            low, high = ranges.get(value.name, (0, 100))
-            inputs[value.name] = rng.integers(low, high, size=shape).astype(dtype)
-        else:
-            inputs[value.name] = rng.standard_normal(shape).astype(dtype)
-    return inputs
+    specs = [
+        (value.name, [d.dim_value for d in value.type.tensor_type.shape.dim],
+         onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name)
+        for value in model.graph.input
+        if value.name not in initializers
+    ]
+    return random_inputs(specs, seed, ranges)
