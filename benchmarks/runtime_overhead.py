@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ from tvm.relax import op as R
 sys.path.insert(0, os.path.dirname(__file__))
 
 import byoc  # noqa: E402
+from byoc.bench import median_seconds  # noqa: E402
 from byoc.codegen_json import JsonRuntime  # noqa: E402
 
 
@@ -45,14 +45,7 @@ def _chain(count: int, width: int) -> tvm.IRModule:
 
 
 def _median_us(fn, repeat: int) -> float:
-    for _ in range(10):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
+    return median_seconds(fn, repeat, warmup=10) * 1e6
 
 
 def region_overhead(repeat: int, width: int = 64) -> dict[str, float]:

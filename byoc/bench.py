@@ -51,6 +51,18 @@ def _max_error(got, want) -> float:
 PASSES = 4
 
 
+def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    """Median wall time of `repeat` calls; the untimed warm-up calls pay for lazy set-up (engines, caches, thread pools)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
 def _block_medians(runners: dict[str, Callable[[], object]], rounds: int, slow: set[str]) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in runners}
     order = list(runners)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
@@ -17,6 +16,7 @@ import onnxruntime as ort
 
 from byoc import models as zoo
 from byoc.backend.registry import list_backends
+from byoc.bench import median_seconds
 from byoc.frontend import from_onnx
 from byoc.partition import partition_for, report
 from byoc.runtime_metadata.artifact import load
@@ -32,16 +32,6 @@ def add_parser(commands) -> None:
     parser.add_argument("--small", action="store_true", help="use the reduced test-size model")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per system")
     parser.set_defaults(run=run)
-
-
-def _median_ms(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
             ok &= equal
             print(f"output {index}: {'identical to' if equal else 'DIFFERENT from'} onnxruntime")
 
-    byoc_ms = _median_ms(lambda: loaded.run(**inputs), args.repeat)
-    ort_ms = _median_ms(lambda: session.run(None, inputs), args.repeat)
+    byoc_ms = median_seconds(lambda: loaded.run(**inputs), args.repeat) * 1e3
+    ort_ms = median_seconds(lambda: session.run(None, inputs), args.repeat) * 1e3
     print(f"\n{'system':<24}{'median ms':>10}{'vs onnxruntime':>16}")
     print(f"{'onnxruntime':<24}{ort_ms:>10.2f}{1.0:>15.2f}x")
     print(f"{'byoc + ' + vendor:<24}{byoc_ms:>10.2f}{byoc_ms / ort_ms:>15.2f}x")
