@@ -41,7 +41,7 @@ def _fold(call: relax.Expr, _builder: relax.BlockBuilder) -> relax.Expr | None:
         result = result.astype(np.result_type(data.dtype, constant_array(args[1]).dtype), copy=False)
     else:
         return None
-    return relax.const(np.ascontiguousarray(result), str(data.dtype) if result.dtype == data.dtype else str(result.dtype))
+    return relax.const(np.require(result, requirements="C"), str(data.dtype) if result.dtype == data.dtype else str(result.dtype))
 
 
 def fold_constants_numpy(mod: tvm.IRModule) -> tvm.IRModule:

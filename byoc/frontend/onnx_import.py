@@ -20,6 +20,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 from byoc.errors import DynamicShapeError, ModelLoadError
 from byoc.frontend.cleanup import cleanup
 from byoc.frontend.onnx_fold import fold_batch_norms
+from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.ir.rewrite import rebuild_function
 from byoc.ir.types import constant_array, is_tensor_constant
 
@@ -91,11 +92,8 @@ def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelPr
 
 
 def _static_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
-    initializers = {init.name for init in model.graph.initializer}
     resolved = {}
     for value in model.graph.input:
-        if value.name in initializers:
-            continue
         if value.name in shapes:
             resolved[value.name] = [int(d) for d in shapes[value.name]]
             continue
@@ -118,10 +116,16 @@ def from_onnx(
     source: str | os.PathLike | onnx.ModelProto,
     shapes: Mapping[str, Sequence[int]] | None = None,
     clean: bool = True,
+    constants: Mapping[str, object] | None = None,
 ) -> tvm.IRModule:
     """Convert an ONNX model (a path or a ModelProto) to a Relax module with static shapes and
-    weights bound as constants, then apply the graph clean-up every backend shares."""
-    model = fold_batch_norms(load_onnx_model(source))
+    weights bound as constants, then apply the graph clean-up every backend shares.
+
+    `shapes` fixes the shapes of inputs with dynamic dimensions; `constants` binds inputs to
+    fixed values (and overrides initializers), which makes them constants of the model.
+    Inputs that have an initializer are constants; inputs that no node reads are dropped.
+    """
+    model = fold_batch_norms(bind_inputs(load_onnx_model(source), constants))
     input_shapes = _static_input_shapes(model, shapes or {})
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     importer = _NamingImporter(input_shapes, "float32", keep_params_in_input=False, sanitize=True)
@@ -137,11 +141,8 @@ def from_onnx(
 
 
 def _declare_input_dtypes(importer: ONNXGraphImporter, model: onnx.ModelProto) -> None:
-    initializers = {init.name for init in model.graph.initializer}
     importer._dtype = {
-        value.name: onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
-        for value in model.graph.input
-        if value.name not in initializers
+        value.name: onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name for value in model.graph.input
     }
 
 

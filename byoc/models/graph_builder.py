@@ -76,7 +76,7 @@ class OnnxGraphBuilder:
 
     def constant(self, leaf: str, array: np.ndarray) -> str:
         name = self._scoped(leaf)
-        self._initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self._initializers.append(numpy_helper.from_array(np.require(array, requirements="C"), name))
         return name
 
     def op(self, op_type: str, inputs: Sequence[str], num_outputs: int = 1, **attrs) -> str | list[str]:

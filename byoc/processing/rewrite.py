@@ -38,7 +38,7 @@ class GraphWriter:
     def constant(self, array: np.ndarray, hint: str) -> Ref:
         self._counter += 1
         name = f"{self.source['symbol']}.{hint}{self._counter}"
-        self.constants[name] = np.ascontiguousarray(array)
+        self.constants[name] = np.require(array, requirements="C")
         self.constant_specs[name] = {"shape": list(array.shape), "dtype": str(array.dtype)}
         return {"const": name}
 

@@ -29,7 +29,7 @@ def aligned(array: np.ndarray) -> np.ndarray:
 def content_key(array: np.ndarray) -> str:
     digest = hashlib.sha256()
     digest.update(f"{array.dtype.str}|{array.shape}|".encode())
-    digest.update(np.ascontiguousarray(array).data)
+    digest.update(np.require(array, requirements="C").data)
     return digest.hexdigest()[:40]
 
 

@@ -99,7 +99,7 @@ class CompiledModel:
                 raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {array.dtype}")
             if tuple(array.shape) != spec.shape:
                 raise InputError(f"input {spec.name!r}: expected shape {spec.shape}, got {tuple(array.shape)}")
-            arrays.append(np.ascontiguousarray(array))
+            arrays.append(np.require(array, requirements="C"))
         return arrays
 
     def run(self, *inputs, **named_inputs) -> list[np.ndarray]:

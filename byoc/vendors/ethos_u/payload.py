@@ -36,7 +36,7 @@ class _Data:
         return [offset, len(data)]
 
     def array(self, array: np.ndarray) -> dict[str, Any]:
-        offset, length = self.add(np.ascontiguousarray(array).tobytes())
+        offset, length = self.add(np.require(array, requirements="C").tobytes())
         return {"offset": offset, "length": length, "shape": list(array.shape), "dtype": str(array.dtype)}
 
 

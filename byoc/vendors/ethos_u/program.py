@@ -112,7 +112,7 @@ class _Compiler:
         if kind != "fully_connected":
             attrs = root["attrs"]
             params.update(strides=list(attrs["strides"]), padding=list(attrs["padding"]), dilation=list(attrs["dilation"]))
-        return EOp(kind, [source_id], out, root["name"], params, np.ascontiguousarray(data), scales.astype(np.float32), bias_int,
+        return EOp(kind, [source_id], out, root["name"], params, np.require(data, requirements="C"), scales.astype(np.float32), bias_int,
                    np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32))
 
     def _op(self, kernel: QKernel) -> EOp:

@@ -47,7 +47,7 @@ class _Writer:
 
     def constant(self, value: np.ndarray, hint: str) -> str:
         name = self.fresh(hint)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        self.initializers.append(numpy_helper.from_array(np.require(value, requirements="C"), name))
         return name
 
     def tensor(self, ref: Mapping[str, Any]) -> str:
@@ -169,7 +169,7 @@ def graph_to_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray])
         graph["symbol"],
         [_value_info(f"input{i}", spec) for i, spec in enumerate(graph["inputs"])],
         [_value_info(name, spec) for name, spec in zip(outputs, output_specs)],
-        [*(numpy_helper.from_array(np.ascontiguousarray(constants[name]), name) for name in graph["constants"]), *writer.initializers],
+        [*(numpy_helper.from_array(np.require(constants[name], requirements="C"), name) for name in graph["constants"]), *writer.initializers],
     )
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="byoc")
     model.ir_version = IR_VERSION

@@ -42,7 +42,7 @@ class _Writer:
         self.pack("B", array.ndim)
         self.pack(f"{array.ndim}I", *array.shape)
         self.pack("Q", self.data.tell())
-        self.data.write(np.ascontiguousarray(array).tobytes())
+        self.data.write(np.require(array, requirements="C").tobytes())
 
 
 def encode(program: Program) -> bytes:

@@ -1,0 +1,124 @@
+"""byoc as an ONNX backend: `onnx.backend.base.Backend`, bound to a list of vendors.
+
+This is the interface that onnx's backend test suite (`onnx.backend.test.BackendTest`) and
+other tools drive, the one onnxruntime implements. A model is imported, partitioned for the
+vendors, built and run; the host takes whatever no vendor does.
+
+    from byoc.onnx_backend import backend_for
+    dnnl = backend_for("dnnl")
+    outputs = dnnl.run_model(model, [x])
+    rep = dnnl.prepare(model)          # compiled once per input specialisation, then reused
+    outputs = rep.run([x])
+
+byoc compiles for static shapes: a model with dynamic input dimensions, or whose inputs decide
+the shapes of results (see `byoc.frontend.onnx_specialize`), is compiled when it first runs,
+for the shapes and values it is run with, and again for each new specialisation.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx.backend.base import Backend, BackendRep, namedtupledict
+
+from byoc.frontend import from_onnx, load_onnx_model
+from byoc.frontend.onnx_inputs import bind_inputs
+from byoc.frontend.onnx_specialize import Specialization, arrange, has_dynamic_shape, runtime_inputs, shape_operands, specialize
+from byoc.partition import partition_for
+from byoc.runtime_metadata import CompiledModel, build
+
+DEVICES = ("CPU",)
+
+
+class ByocRep(BackendRep):
+    """A prepared model: compiled for each specialisation it meets, then run."""
+
+    def __init__(self, model: onnx.ModelProto, vendors: tuple[str, ...], options: Mapping[str, Any]) -> None:
+        self.model = model
+        self.vendors = vendors
+        self.options = dict(options)
+        self.output_names = [value.name for value in model.graph.output]
+        self._compiled: dict[tuple, tuple[CompiledModel, list[str]]] = {}
+        self._lock = threading.Lock()
+        if not shape_operands(model) and not any(has_dynamic_shape(v) for v in runtime_inputs(model)):
+            self._compile(Specialization({}, {}))
+
+    def _compile(self, spec: Specialization) -> tuple[CompiledModel, list[str]]:
+        key = spec.key()
+        with self._lock:
+            if key not in self._compiled:
+                mod = from_onnx(self.model, shapes=spec.shapes, constants=spec.constants)
+                partitioned = partition_for(mod, list(self.vendors), **self.options) if self.vendors else mod
+                fed = [v.name for v in bind_inputs(self.model, spec.constants).graph.input]
+                self._compiled[key] = (build(partitioned), fed)
+            return self._compiled[key]
+
+    def compiled(self, inputs: Sequence | Mapping) -> CompiledModel:
+        """The compiled model these inputs run on (compiling it if need be)."""
+        return self._compile(specialize(self.model, arrange(self.model, inputs)))[0]
+
+    def run(self, inputs: Sequence | Mapping | np.ndarray, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        named = arrange(self.model, inputs)
+        compiled, fed = self._compile(specialize(self.model, named))
+        outputs = compiled.run(*(named[name] for name in fed))
+        return namedtupledict("Outputs", self.output_names)(*outputs)
+
+
+class ByocBackend(Backend):
+    """The ONNX backend for `vendors` (class attribute; see `backend_for`). With no vendor the
+    whole model runs on the host."""
+
+    vendors: tuple[str, ...] = ()
+    options: Mapping[str, Any] = {}
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return device.split(":")[0] in DEVICES
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> ByocRep:
+        if not cls.supports_device(device):
+            raise ValueError(f"byoc runs models on {', '.join(DEVICES)}, not {device!r}")
+        return ByocRep(load_onnx_model(model), cls.vendors, {**cls.options, **kwargs})
+
+    @classmethod
+    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info=None, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        """Run one node: it is wrapped in a model whose inputs take the given arrays."""
+        super().run_node(node, inputs, device=device, outputs_info=outputs_info)
+        arrays = [np.asarray(a) for a in (inputs.values() if isinstance(inputs, Mapping) else inputs)]
+        names = [name for name in node.input if name]
+        graph_inputs = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                        for n, a in zip(names, arrays)]
+        if outputs_info is not None:
+            graph_outputs = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(d)), s)
+                             for n, (d, s) in zip(node.output, outputs_info)]
+        else:
+            graph_outputs = [onnx.helper.make_empty_tensor_value_info(n) for n in node.output]
+        opset = kwargs.pop("opset_version", None)
+        graph = onnx.helper.make_graph([node], f"{node.op_type}_node", graph_inputs, graph_outputs)
+        imports = [onnx.helper.make_opsetid("", opset)] if opset else None
+        model = onnx.helper.make_model(graph, opset_imports=imports) if imports else onnx.helper.make_model(graph)
+        return cls.prepare(model, device, **kwargs).run(arrays)
+
+
+def backend_for(vendors: str | Sequence[str] = (), **options: Any) -> type[ByocBackend]:
+    """An ONNX backend class bound to `vendors` (priority order) and partition `options`."""
+    names = (vendors,) if isinstance(vendors, str) else tuple(vendors)
+    label = "_".join(names) or "host"
+    return type(f"ByocBackend_{label}", (ByocBackend,), {"vendors": names, "options": dict(options)})
+
+
+prepare = ByocBackend.prepare
+run_model = ByocBackend.run_model
+run_node = ByocBackend.run_node
+supports_device = ByocBackend.supports_device
