@@ -5,10 +5,11 @@ in the format its vendor chose, and run everything from one artifact.
 """
 
 from byoc import models
-from byoc.backend import Backend, CostRules, Limits, Pattern, get_backend, list_backends, register_backend, unregister_backend
+from byoc.backend import Backend, CostRules, Limits, Option, Pattern, Tolerance, get_backend, list_backends, register_backend, unregister_backend
 from byoc.backend.registry import discover_backends
+from byoc.flow import partition_for
 from byoc.frontend import cleanup, from_onnx
-from byoc.partition import PartitionReport, RegionSummary, partition_for, report
+from byoc.partition import PartitionReport, RegionSummary, report
 from byoc.runtime_metadata import CompiledModel, Engine, build, load
 from byoc.vendors.dnnl import partition_for_dnnl
 from byoc.vendors.ethos_u import partition_for_ethos_u
@@ -24,9 +25,11 @@ __all__ = [
     "CostRules",
     "Engine",
     "Limits",
+    "Option",
     "Pattern",
     "PartitionReport",
     "RegionSummary",
+    "Tolerance",
     "build",
     "cleanup",
     "from_onnx",

@@ -8,8 +8,7 @@ from tvm.relax import op as R
 from tvm.relax.dpl import is_op, wildcard
 
 import byoc
-from byoc.annotate import fused_pattern, register_op_attr
-from byoc.annotate.registry import clear_op_attrs
+from byoc.annotate import clear_op_attrs, fused_pattern, register_op_attr
 from byoc.errors import PartitionError, PredicateError, UnknownBackendError
 
 from graphs import all_op_calls, chain_module, make_backend, op_calls, region_functions, registered, tensor

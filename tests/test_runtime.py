@@ -149,6 +149,12 @@ def test_failing_codegen_falls_back_to_the_host_or_fails_when_strict():
         with pytest.warns(UserWarning, match=expected):
             compiled = byoc.build(partitioned)
         assert compiled.artifacts == []
+        # The report says what really runs: the region's ops are on the host, with the reason.
+        report = compiled.report()
+        assert report.regions == [] and report.offload_ratio_macs == 0.0
+        assert byoc.report(partitioned).offload_ratio_macs == 1.0
+        reasons = [r for reasons in report.host_reasons().values() for r in reasons]
+        assert reasons and all("flaky_0 fell back at build time: code generation failed: ZeroDivisionError" in r for r in reasons)
         reference = byoc.build(byoc.partition_for(mod, "reference")).run(x)
         np.testing.assert_allclose(compiled.run(x)[0], reference[0], rtol=1e-6)
         with pytest.raises(BuildError, match="region flaky_0 \\(flaky\\): code generation failed"):

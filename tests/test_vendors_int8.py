@@ -180,7 +180,7 @@ def test_ops_outside_the_limits_stay_on_the_host_with_the_limit():
 
 def test_calibration_is_required():
     for partition in PARTITIONERS.values():
-        with pytest.raises(QuantizationError, match="quantizes at compile time: pass calibration="):
+        with pytest.raises(QuantizationError, match="quantizes at compile time and needs calibration data"):
             partition(small_module("mlp"))
 
 
@@ -190,7 +190,7 @@ def test_single_region_keeps_the_heaviest():
     single = byoc.report(partition_for_vitis_ai(small_module("ssd_detector"), calibration=calibration, single_region=True))
     assert len(several.regions) > 1 and len(single.regions) == 1
     assert single.regions[0].macs == max(r.macs for r in several.regions)
-    assert any("single-region integration" in r for reasons in single.host_reasons().values() for r in reasons)
+    assert any("with the most MACs are kept (max_regions=1)" in r for reasons in single.host_reasons().values() for r in reasons)
 
 
 def test_estimated_cycles_are_in_the_report():

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING
 
 from byoc.backend.verdict import Verdict
+from byoc.backend.views import RegionSummary
 from byoc.errors import PartitionError
 
-if TYPE_CHECKING:
-    from byoc.partition.regions import RegionSummary
-
-RegionFilter = Callable[["RegionSummary"], Verdict]
+RegionFilter = Callable[[RegionSummary], Verdict]
 
 
 @dataclass(frozen=True)
@@ -26,6 +23,9 @@ class CostRules:
     max_ops_per_region: int | None = None
     max_macs_per_region: int | None = None
     max_bytes_per_region: int | None = None
+    # Integrations that hand the accelerator one subgraph (the paper's Vitis AI) keep only
+    # the regions with the most MACs.
+    max_regions: int | None = None
     min_ops_per_region: int = 1
     min_macs_per_region: int = 0
     fallback_without_macs: bool = False
@@ -40,7 +40,7 @@ class CostRules:
             raise PartitionError(f"unknown partition option(s) {unknown}; cost options are {sorted(names)}")
         if "host_ops" in options:
             options["host_ops"] = frozenset(_as_names(options["host_ops"]))
-        for name in ("max_ops_per_region", "max_macs_per_region", "max_bytes_per_region"):
+        for name in ("max_ops_per_region", "max_macs_per_region", "max_bytes_per_region", "max_regions"):
             value = options.get(name)
             if value is not None and value < 1:
                 raise PartitionError(f"{name} must be at least 1, not {value}")

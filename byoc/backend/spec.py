@@ -11,28 +11,29 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tvm import relax
 from tvm.relax.dpl import DFPattern
 
 from byoc.backend.cost import CostRules
 from byoc.backend.limits import Limits
+from byoc.backend.op_rules import OpCheck, OpRule, registered_op_rules
+from byoc.backend.options import Option
+from byoc.backend.tolerance import FP32, Tolerance
 from byoc.backend.verdict import Verdict
+from byoc.backend.views import PatternMatch
 from byoc.errors import BackendRegistrationError
 
 if TYPE_CHECKING:
     from byoc.codegen_c.library import CLibrary
     from byoc.codegen_json.runtime import JsonRuntime
     from byoc.custom_formats.format import CustomFormat
-    from byoc.partition.group import PatternMatch
     from byoc.processing.passes import RegionPass
 
 CODEGEN_KINDS = ("json", "c", "custom")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
-OpCheck = Callable[[relax.Call], Verdict]
-PatternCheck = Callable[["PatternMatch"], Verdict]
+PatternCheck = Callable[[PatternMatch], Verdict]
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,6 @@ class Pattern:
     pattern: DFPattern
     annotations: Mapping[str, DFPattern] = field(default_factory=dict)
     check: PatternCheck | None = None
-
-
-@dataclass(frozen=True)
-class OpRule:
-    """A single op the hardware accepts, when `check` (if any) does not reject it."""
-
-    op: str
-    check: OpCheck | None = None
 
 
 @dataclass
@@ -69,9 +62,15 @@ class Backend:
     # Accelerator-specific processing of each region's graph before code generation
     # (quantization, layout transformation, casting): see byoc.processing.
     processing: list[RegionPass] = field(default_factory=list)
-    # For hardware that comes in configurations (DPU sizes, NPU variants): the backend for a
-    # named configuration, whose limits may differ.
-    configure: Callable[[str], Backend] | None = None
+    # Partition options the vendor declares (hardware configuration, integration choices), and
+    # `configure(**values)`, which returns the backend those values configure: its limits may
+    # differ per configuration (DPU sizes, NPU variants). `target` names the configuration a
+    # backend object stands for; its regions carry it to code generation.
+    options: list[Option] = field(default_factory=list)
+    configure: Callable[..., Backend] | None = None
+    target: str = ""
+    # How close its results are to float32 onnxruntime's (see byoc.backend.tolerance).
+    tolerance: Tolerance = FP32
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -80,6 +79,26 @@ class Backend:
             )
         if self.codegen not in CODEGEN_KINDS:
             raise BackendRegistrationError(f"backend {self.name!r}: codegen {self.codegen!r} is not one of {CODEGEN_KINDS}")
+        if self.options and self.configure is None:
+            raise BackendRegistrationError(f"backend {self.name!r} declares options but no configure function to apply them")
+        names = [option.name for option in self.options]
+        if len(set(names)) != len(names):
+            raise BackendRegistrationError(f"backend {self.name!r} declares an option twice: {names}")
+
+    def option(self, name: str) -> Option | None:
+        return next((option for option in self.options if option.name == name), None)
+
+    def configured(self, values: Mapping[str, Any]) -> Backend:
+        """This backend configured by `values` (declared options only; others keep their
+        defaults). Without values, the backend itself."""
+        if not values:
+            return self
+        settings = {option.name: option.default for option in self.options}
+        settings.update({name: self.option(name).check(self.name, value) for name, value in values.items()})
+        backend = self.configure(**settings)
+        if not isinstance(backend, Backend) or backend.name != self.name:
+            raise BackendRegistrationError(f"backend {self.name!r}: configure() must return a Backend named {self.name!r}")
+        return backend
 
     # --------------------------------------------------------------- patterns
     def pattern(
@@ -113,8 +132,6 @@ class Backend:
 
     def rules(self) -> dict[str, OpRule]:
         """Own op rules plus those registered for this backend with `register_op_attr`."""
-        from byoc.annotate.registry import registered_op_rules
-
         return {**registered_op_rules(self.name), **self.op_rules}
 
     # -------------------------------------------------------------- codegen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 import numpy as np
 import onnx
@@ -11,10 +12,10 @@ import tvm
 
 from byoc import models as zoo
 from byoc.backend.registry import get_backend
+from byoc.backend.spec import Backend
 from byoc.errors import ModelLoadError, PartitionError
+from byoc.flow import declared_options, describe_options, partition_for
 from byoc.frontend import from_onnx
-from byoc.partition import partition_for
-from byoc.processing.calibration import calibrate_for_target
 from byoc.processing.passes import needs_calibration
 from byoc.runtime_metadata.build import model_io
 
@@ -39,13 +40,16 @@ def add_partition_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-ops", type=int, dest="max_ops_per_region", help="split regions above this many ops")
     parser.add_argument("--max-macs", type=int, dest="max_macs_per_region", help="split regions above this many MACs")
     parser.add_argument("--max-bytes", type=int, dest="max_bytes_per_region", help="split regions above this working set")
+    parser.add_argument("--max-regions", type=int, dest="max_regions", help="keep only the N regions with the most MACs per vendor")
     parser.add_argument("--min-ops", type=int, dest="min_ops_per_region", help="regions with fewer ops stay on the host")
     parser.add_argument("--min-macs", type=int, dest="min_macs_per_region", help="regions with fewer MACs stay on the host")
     parser.add_argument("--fallback-without-macs", action="store_true", default=None, help="regions without MACs stay on the host")
     parser.add_argument("--host-op", action="append", dest="host_ops", metavar="OP_OR_NODE", help="keep this op type or node on the host")
-    parser.add_argument("--target", help="accelerator configuration for int8 vendors (e.g. DPUCZDX8G-B1024, ethos-u55-128)")
-    parser.add_argument("--calibration-samples", type=int, default=8, metavar="N",
-                        help="int8 vendors: calibrate on N seeded random inputs (default 8)")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", dest="vendor_options",
+                        help="a vendor's own option (see `byoc vendors`), e.g. dpu=DPUCZDX8G-B1024 or single_region=true")
+    parser.add_argument("--target", help="the vendor's hardware configuration option (e.g. DPUCZDX8G-B1024, ethos-u55-128)")
+    parser.add_argument("--calibration", "--calibration-samples", type=int, default=8, metavar="N", dest="calibration",
+                        help="vendors that quantize at compile time: calibrate on N seeded random inputs (default 8)")
 
 
 def partition_options(args: argparse.Namespace) -> dict:
@@ -53,6 +57,7 @@ def partition_options(args: argparse.Namespace) -> dict:
         "max_ops_per_region",
         "max_macs_per_region",
         "max_bytes_per_region",
+        "max_regions",
         "min_ops_per_region",
         "min_macs_per_region",
         "fallback_without_macs",
@@ -73,17 +78,33 @@ def random_inputs(mod: tvm.IRModule, model: onnx.ModelProto | None, seed: int) -
     return zoo.random_inputs([(s.name, s.shape, s.dtype) for s in inputs], seed)
 
 
-def partition(args: argparse.Namespace, mod: tvm.IRModule, model: onnx.ModelProto | None) -> tvm.IRModule:
-    """Partition for the requested vendors, calibrating those that quantize at compile time."""
-    backends = [get_backend(name) for name in vendors(args)]
+def vendor_options(args: argparse.Namespace, backends: list[Backend]) -> dict[str, Any]:
+    """`--option NAME=VALUE` and `--target`, each read by the option a vendor declares."""
+    declared = {option.name: (backend, option) for backend in backends for option in declared_options(backend)}
+    values: dict[str, Any] = {}
+    for item in args.vendor_options:
+        name, sep, text = item.partition("=")
+        if not sep:
+            raise PartitionError(f"--option expects NAME=VALUE, got {item!r}")
+        if name not in declared:
+            raise PartitionError(f"unknown option {name!r} for {', '.join(b.name for b in backends)}; known options: "
+                                 f"{describe_options(backends)}")
+        backend, option = declared[name]
+        values[name] = option.from_text(backend.name, text)
     if args.target:
-        configurable = [b for b in backends if b.configure is not None]
-        if not configurable:
+        targets = [(b, o) for b in backends for o in b.options if o.target]
+        if not targets:
             raise PartitionError(f"--target {args.target}: none of {[b.name for b in backends]} comes in configurations")
-        backends = [b.configure(args.target) if b.configure is not None else b for b in backends]
-    partitioned = partition_for(mod, backends, **partition_options(args))
-    for backend in backends:
-        if needs_calibration(backend.processing):
-            samples = [random_inputs(mod, model, seed) for seed in range(args.calibration_samples)]
-            partitioned = calibrate_for_target(partitioned, backend, args.target or "", samples)
-    return partitioned
+        for backend, option in targets:
+            values[option.name] = option.from_text(backend.name, args.target)
+    return values
+
+
+def partition(args: argparse.Namespace, mod: tvm.IRModule, model: onnx.ModelProto | None) -> tvm.IRModule:
+    """Partition for the requested vendors; those that quantize at compile time calibrate on
+    `--calibration N` seeded random inputs."""
+    backends = [get_backend(name) for name in vendors(args)]
+    options = {**partition_options(args), **vendor_options(args, backends)}
+    if any(needs_calibration(b.processing) for b in backends) and "calibration" not in options:
+        options["calibration"] = [random_inputs(mod, model, seed) for seed in range(args.calibration)]
+    return partition_for(mod, backends, **options)

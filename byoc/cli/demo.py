@@ -17,8 +17,9 @@ import onnxruntime as ort
 from byoc import models as zoo
 from byoc.backend.registry import list_backends
 from byoc.bench import median_seconds
+from byoc.flow import partition_for
 from byoc.frontend import from_onnx
-from byoc.partition import partition_for, report
+from byoc.partition import report
 from byoc.runtime_metadata.artifact import load
 from byoc.runtime_metadata.build import build
 

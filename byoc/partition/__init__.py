@@ -1,7 +1,7 @@
 """Graph partitioning: group, annotate, merge, split and outline regions; report the result."""
 
-from byoc.partition.pipeline import partition_for
-from byoc.partition.regions import RegionSummary
+from byoc.backend.views import RegionSummary
+from byoc.partition.pipeline import partition_graph
 from byoc.partition.report import PartitionReport, report
 
-__all__ = ["PartitionReport", "RegionSummary", "partition_for", "report"]
+__all__ = ["PartitionReport", "RegionSummary", "partition_graph", "report"]

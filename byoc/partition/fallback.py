@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from byoc.backend.cost import CostRules
 from byoc.backend.verdict import rejection
+from byoc.backend.views import RegionSummary
 from byoc.errors import PredicateError
-from byoc.partition.regions import RegionSummary
 
 
 def fallback_reason(summary: RegionSummary, rules: CostRules) -> str | None:

@@ -18,31 +18,11 @@ from tvm.relax.transform import FuseOpsByPattern, FusionPattern, PatternCheckCon
 
 from byoc.backend.spec import Backend, OpRule, Pattern
 from byoc.backend.verdict import rejection
+from byoc.backend.views import PatternMatch
 from byoc.errors import PredicateError
 from byoc.partition.reasons import HostReasons
 
 COMPOSITE_ATTR = "Composite"
-
-
-@dataclass
-class PatternMatch:
-    """What a pattern predicate sees: the matched root call, the named sub-expressions
-    (`match["bias"]`), and every op call of the match."""
-
-    backend: str
-    pattern: str
-    root: relax.Expr
-    annotated: dict[str, relax.Expr]
-    calls: list[relax.Call] = field(default_factory=list)
-
-    def __getitem__(self, name: str) -> relax.Expr:
-        return self.annotated[name]
-
-    def get(self, name: str, default: relax.Expr | None = None) -> relax.Expr | None:
-        return self.annotated.get(name, default)
-
-    def ops(self) -> list[str]:
-        return [call.op.name for call in self.calls]
 
 
 @dataclass

@@ -1,11 +1,11 @@
-"""`partition_for`: group, annotate, merge, split and outline, for one or several backends."""
+"""Partitioning: group, annotate, merge, split and outline, for one or several backends."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
 import tvm
 from tvm import relax
@@ -13,18 +13,19 @@ from tvm import relax
 from byoc.backend.cost import CostRules
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
+from byoc.backend.views import RegionSummary
 from byoc.errors import PartitionError
 from byoc.partition.annotate import annotate_nodes
 from byoc.partition.fallback import fallback_reason
 from byoc.partition.graph import COMPOSITE, OP, OPAQUE, BlockGraph, build_block_graph, composite_infos
 from byoc.partition.group import PlacementPolicy, group_patterns
-from byoc.partition.merge import merge_regions
-from byoc.partition.outline import BlockPlan, RegionPlan, outline_regions
+from byoc.partition.merge import Region, merge_regions
+from byoc.partition.outline import CODEGEN_ATTR, TARGET_ATTR, BlockPlan, RegionPlan, outline_regions
 from byoc.partition.reasons import HostReasons
 from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord
-from byoc.partition.regions import region_boundary, summarize
+from byoc.partition.regions import RegionBoundary, region_boundary, summarize
 
-_COST_OPTIONS = frozenset(f.name for f in fields(CostRules))
+COST_OPTIONS = frozenset(f.name for f in fields(CostRules))
 
 
 def resolve_backends(backends: str | Backend | Sequence[str | Backend]) -> list[Backend]:
@@ -42,23 +43,24 @@ def resolve_backends(backends: str | Backend | Sequence[str | Backend]) -> list[
     return [resolved[i] for i in order]
 
 
-def partition_for(
+def partition_graph(
     mod: tvm.IRModule,
     backends: str | Backend | Sequence[str | Backend],
     **options,
 ) -> tvm.IRModule:
-    """Partition `mod["main"]` between the host and `backends`.
+    """Partition `mod["main"]` between the host and `backends` (the core of
+    `byoc.partition_for`, which also routes vendor options and calibrates).
 
     Options are cost rules (see `byoc.CostRules`) applied over every backend's own:
-    `max_ops_per_region`, `max_macs_per_region`, `max_bytes_per_region`, `min_ops_per_region`,
-    `min_macs_per_region`, `fallback_without_macs`, `host_ops` (op names such as
-    "relax.nn.softmax" or model node names) and `region_filter` (a callable that receives a
-    `RegionSummary` and returns None/True to keep the region, or False/a reason to send it back
-    to the host). The result carries a partition record that `byoc.partition.report` reads.
+    `max_ops_per_region`, `max_macs_per_region`, `max_bytes_per_region`, `max_regions`,
+    `min_ops_per_region`, `min_macs_per_region`, `fallback_without_macs`, `host_ops` (op names
+    such as "relax.nn.softmax" or model node names) and `region_filter` (a callable that
+    receives a `RegionSummary` and returns None/True to keep the region, or False/a reason to
+    send it back to the host). The result carries a partition record that `byoc.report` reads.
     """
-    unknown = sorted(set(options) - _COST_OPTIONS)
+    unknown = sorted(set(options) - COST_OPTIONS)
     if unknown:
-        raise PartitionError(f"unknown partition option(s) {unknown}; known options: {sorted(_COST_OPTIONS)}")
+        raise PartitionError(f"unknown partition option(s) {unknown}; cost options are {sorted(COST_OPTIONS)}")
     ordered = resolve_backends(backends)
     _check_main_function(mod)
     rules = [backend.cost.with_options(**options) for backend in ordered]
@@ -68,20 +70,90 @@ def partition_for(
 
     grouped, composite_names = group_patterns(mod, policy)
     composites = composite_infos(grouped)
-    symbols = _SymbolSupply(grouped)
-    record = PartitionRecord(backends=[b.name for b in ordered])
-    plans: dict[int, BlockPlan] = {}
+    graphs: dict[int, BlockGraph] = {}
+    candidates: list[_Candidate] = []
     for index, block in enumerate(grouped["main"].body.blocks):
-        graph = build_block_graph(block, composites, composite_names)
+        graph = graphs[index] = build_block_graph(block, composites, composite_names)
         if isinstance(block, relax.DataflowBlock):
             annotate_nodes(graph.nodes, policy)
-            plans[index] = _plan_block(graph, ordered, rules, symbols, record)
+            candidates += _candidates(index, graph, ordered, rules)
         else:
             for node in graph.nodes:
                 node.reasons.append("outside a dataflow block (control flow or side effects)")
+    _keep_heaviest(candidates, rules)
+    symbols = _SymbolSupply(grouped)
+    record = PartitionRecord(backends=[b.name for b in ordered])
+    plans = {index: BlockPlan(graph, []) for index, graph in graphs.items() if isinstance(grouped["main"].body.blocks[index], relax.DataflowBlock)}
+    for candidate in candidates:
+        graph = graphs[candidate.block]
+        backend = ordered[candidate.region.backend]
+        if candidate.fallback is not None:
+            for member in candidate.region.members:
+                graph.nodes[member].reasons.append(f"{backend.name}: {candidate.fallback}")
+                graph.nodes[member].backend = -1
+            continue
+        symbol = symbols.next(backend.name)
+        plans[candidate.block].regions.append(RegionPlan(candidate.region, candidate.boundary, backend.name, symbol))
+        members = [graph.nodes[i] for i in candidate.region.members]
+        patterns = Counter(node.op for node in members if node.kind == COMPOSITE)
+        record.regions.append(RegionRecord.from_summary(symbol, candidate.summary, dict(patterns), _member_ops(members)))
+    for index, graph in graphs.items():
         _record_host_ops(graph, plans.get(index), reasons, record)
     partitioned = outline_regions(grouped, plans)
+    partitioned = _tag_targets(partitioned, ordered)
     return partitioned.with_attr(PARTITION_ATTR, json.dumps(record.to_dict()))
+
+
+@dataclass
+class _Candidate:
+    """A merged region before the cost rules that look at every region have run."""
+
+    block: int
+    region: Region
+    boundary: RegionBoundary
+    summary: RegionSummary
+    fallback: str | None
+
+
+def _candidates(block: int, graph: BlockGraph, backends: list[Backend], rules: list[CostRules]) -> list[_Candidate]:
+    found = []
+    for region in merge_regions(graph.nodes, rules):
+        boundary = region_boundary(region, graph)
+        summary = summarize(region, graph, backends[region.backend].name, boundary)
+        found.append(_Candidate(block, region, boundary, summary, fallback_reason(summary, rules[region.backend])))
+    return found
+
+
+def _keep_heaviest(candidates: list[_Candidate], rules: list[CostRules]) -> None:
+    """Send back to the host every region of a backend past its `max_regions` heaviest."""
+    for index, backend_rules in enumerate(rules):
+        limit = backend_rules.max_regions
+        kept = [c for c in candidates if c.region.backend == index and c.fallback is None]
+        if limit is None or len(kept) <= limit:
+            continue
+        heaviest = sorted(kept, key=lambda c: -c.summary.macs)[:limit]
+        for candidate in kept:
+            if not any(candidate is h for h in heaviest):
+                candidate.fallback = f"only the {limit} region(s) with the most MACs are kept (max_regions={limit})"
+
+
+def _member_ops(members) -> list[list]:
+    """[node, ops, MACs] for every member with ops: what the report needs if the region returns
+    to the host at build time."""
+    return [[node.name, list(node.op_names), node.macs] for node in members if node.op_names]
+
+
+def _tag_targets(mod: tvm.IRModule, backends: list[Backend]) -> tvm.IRModule:
+    """Regions carry the hardware configuration their backend stands for to code generation."""
+    targets = {b.name: b.target for b in backends if b.target}
+    if not targets:
+        return mod
+    tagged = mod.clone()
+    for gvar, func in mod.functions.items():
+        backend = func.attrs.get(CODEGEN_ATTR) if isinstance(func, relax.Function) and func.attrs is not None else None
+        if backend is not None and str(backend) in targets:
+            tagged[gvar] = func.with_attr(TARGET_ATTR, targets[str(backend)])
+    return tagged
 
 
 def _check_main_function(mod: tvm.IRModule) -> None:
@@ -106,31 +178,6 @@ class _SymbolSupply:
             if symbol not in self.taken:
                 self.taken.add(symbol)
                 return symbol
-
-
-def _plan_block(
-    graph: BlockGraph,
-    backends: list[Backend],
-    rules: list[CostRules],
-    symbols: _SymbolSupply,
-    record: PartitionRecord,
-) -> BlockPlan:
-    plans = []
-    for region in merge_regions(graph.nodes, rules):
-        backend = backends[region.backend].name
-        boundary = region_boundary(region, graph)
-        summary = summarize(region, graph, backend, boundary)
-        reason = fallback_reason(summary, rules[region.backend])
-        if reason is not None:
-            for member in region.members:
-                graph.nodes[member].reasons.append(f"{backend}: {reason}")
-                graph.nodes[member].backend = -1
-            continue
-        symbol = symbols.next(backend)
-        plans.append(RegionPlan(region, boundary, backend, symbol))
-        patterns = Counter(graph.nodes[i].op for i in region.members if graph.nodes[i].kind == COMPOSITE)
-        record.regions.append(RegionRecord.from_summary(symbol, summary, dict(patterns)))
-    return BlockPlan(graph, plans)
 
 
 def _record_host_ops(graph: BlockGraph, plan: BlockPlan | None, reasons: HostReasons, record: PartitionRecord) -> None:

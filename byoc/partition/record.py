@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from byoc.partition.regions import RegionSummary
+from byoc.backend.views import RegionSummary
 
 PARTITION_ATTR = "byoc.partition"
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 
 
 @dataclass
@@ -26,13 +26,16 @@ class RegionRecord:
     input_bytes: int
     output_bytes: int
     patterns: dict[str, int]
+    # [node, ops, MACs] per member node: what goes back to the host if the region's code
+    # generation fails at build time.
+    members: list[list] = field(default_factory=list)
 
     @property
     def num_ops(self) -> int:
         return len(self.ops)
 
     @classmethod
-    def from_summary(cls, symbol: str, summary: RegionSummary, patterns: dict[str, int]) -> RegionRecord:
+    def from_summary(cls, symbol: str, summary: RegionSummary, patterns: dict[str, int], members: list[list]) -> RegionRecord:
         return cls(
             symbol,
             summary.backend,
@@ -44,7 +47,15 @@ class RegionRecord:
             summary.input_bytes,
             summary.output_bytes,
             patterns,
+            members,
         )
+
+    def as_host_ops(self, reason: str) -> list[HostOpRecord]:
+        """The region's nodes as host ops, each with `reason`."""
+        members = self.members or [[node, [], 0] for node in self.nodes]
+        if not self.members and members:  # a version-1 record: the ops and MACs go with the first node
+            members[0] = [self.nodes[0], list(self.ops), self.macs]
+        return [HostOpRecord(node, list(ops), [reason], macs) for node, ops, macs in members]
 
 
 @dataclass

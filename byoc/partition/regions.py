@@ -6,28 +6,10 @@ from dataclasses import dataclass
 
 from tvm import relax
 
+from byoc.backend.views import RegionSummary
 from byoc.ir.types import nbytes
 from byoc.partition.graph import BlockGraph, used_vars
 from byoc.partition.merge import Region
-
-
-@dataclass(frozen=True)
-class RegionSummary:
-    """The view of a region that cost rules and user cost functions judge."""
-
-    backend: str
-    nodes: tuple[str, ...]
-    ops: tuple[str, ...]
-    macs: int
-    constant_bytes: int
-    working_bytes: int
-    input_bytes: int
-    output_bytes: int
-    non_tensor_boundary: str = ""  # a value at the boundary that is not a tensor, by name
-
-    @property
-    def num_ops(self) -> int:
-        return len(self.ops)
 
 
 @dataclass(frozen=True)

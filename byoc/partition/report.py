@@ -39,8 +39,15 @@ class PartitionReport:
 
     @classmethod
     def from_record(cls, record: PartitionRecord, estimates=None, build_fallbacks=None) -> PartitionReport:
-        return cls(record.backends, record.regions, record.host_ops, record.total_ops, record.total_macs,
-                   dict(estimates or {}), dict(build_fallbacks or {}))
+        """The report of a partition record; regions that fell back to the host when the model
+        was built (`build_fallbacks`, symbol -> reason) are reported as host ops, so that the
+        report says what really runs where."""
+        fallbacks = dict(build_fallbacks or {})
+        regions = [r for r in record.regions if r.symbol not in fallbacks]
+        returned = [op for r in record.regions if r.symbol in fallbacks
+                    for op in r.as_host_ops(f"{r.backend}: region {r.symbol} fell back at build time: {fallbacks[r.symbol]}")]
+        return cls(record.backends, regions, [*record.host_ops, *returned], record.total_ops, record.total_macs,
+                   dict(estimates or {}), fallbacks)
 
     @property
     def offloaded_ops(self) -> int:

@@ -16,7 +16,7 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from byoc.annotate import fused_pattern
 from byoc.backend import Backend, CostRules, Limits, register_backend
 from byoc.codegen_c import CLibrary
-from byoc.partition.pipeline import partition_for
+from byoc.flow import partition_for
 from byoc.vendors.dnnl import emitters, library
 from byoc.vendors.dnnl.predicates import (
     binary_broadcast,
@@ -118,5 +118,5 @@ register_backend(dnnl, origin="byoc (built-in)")
 
 
 def partition_for_dnnl(mod: tvm.IRModule, **options) -> tvm.IRModule:
-    """Partition for oneDNN; options are cost rules (see `byoc.partition_for`)."""
+    """Partition for oneDNN; `byoc.partition_for(mod, "dnnl", **options)`; options are cost rules."""
     return partition_for(mod, "dnnl", **options)

@@ -28,12 +28,13 @@ from byoc.annotate.predicates import (
     shape,
     two_dimensional_weights,
 )
-from byoc.backend import Backend, Limits, register_backend
+from byoc.backend import Backend, Limits, Option, register_backend
+from byoc.backend.tolerance import INT8
 from byoc.custom_formats import CustomFormat
 from byoc.errors import CustomFormatError
-from byoc.partition.pipeline import partition_for
+from byoc.flow import partition_for
+from byoc.partition.outline import TARGET_ATTR
 from byoc.processing import LayoutPass, QuantizationConfig, QuantizePass
-from byoc.processing.calibration import TARGET_ATTR, calibrate_for_target
 from byoc.vendors.ethos_u import payload
 from byoc.vendors.ethos_u.executor import EthosUExecutor
 from byoc.vendors.ethos_u.program import compile_program
@@ -105,7 +106,13 @@ def _pool(call) -> str | None:
     return None
 
 
-def ethos_u_backend() -> Backend:
+OPTIONS = [Option("accelerator", "Ethos-U configuration", default=DEFAULT_ACCELERATOR, choices=tuple(ACCELERATORS), target=True)]
+
+
+def ethos_u_backend(accelerator: str = DEFAULT_ACCELERATOR) -> Backend:
+    """The backend for one Ethos-U configuration. Vela's operator limits are the same on every
+    variant; the configuration decides the command streams and the performance estimate."""
+    _check_accelerator(accelerator)
     backend = Backend(
         name="ethos_u",
         codegen="custom",
@@ -114,7 +121,10 @@ def ethos_u_backend() -> Backend:
         limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True, max_rank=4),
         processing=[LayoutPass(), QuantizePass(QuantizationConfig(per_channel=True))],
         custom_format=ETHOS_U_PAYLOAD,
-        configure=_for_accelerator,
+        options=OPTIONS,
+        configure=ethos_u_backend,
+        target=accelerator,
+        tolerance=INT8,
     )
 
     def fused_conv(match):
@@ -135,23 +145,11 @@ def ethos_u_backend() -> Backend:
     return backend
 
 
-def _for_accelerator(name: str) -> Backend:
-    """Vela's operator limits are the same on every Ethos-U variant: only the name is checked."""
-    _check_accelerator(name)
-    return ethos_u_backend()
-
-
 register_backend(ethos_u_backend(), origin="byoc (built-in)")
 
 
-def partition_for_ethos_u(
-    mod: tvm.IRModule,
-    accelerator: str = DEFAULT_ACCELERATOR,
-    calibration=None,
-    num_calibration_samples: int | None = None,
-    **options,
-) -> tvm.IRModule:
-    """Partition for an Ethos-U configuration ("ethos-u55-32" ... "ethos-u65-512") and calibrate
-    its regions on `calibration` (a list of model inputs) for int8. Other options are cost rules."""
-    backend = ethos_u_backend().configure(accelerator)
-    return calibrate_for_target(partition_for(mod, backend, **options), backend, accelerator, calibration, num_calibration_samples)
+def partition_for_ethos_u(mod: tvm.IRModule, **options) -> tvm.IRModule:
+    """`byoc.partition_for(mod, "ethos_u", **options)`: `accelerator` ("ethos-u55-32" ...
+    "ethos-u65-512"), `calibration` (a list of model inputs; required),
+    `num_calibration_samples`, `calibration_method`, and cost rules."""
+    return partition_for(mod, "ethos_u", **options)

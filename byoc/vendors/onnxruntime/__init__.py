@@ -21,7 +21,7 @@ import tvm
 
 from byoc.backend import Backend, CostRules, Limits, register_backend
 from byoc.codegen_json import JsonRuntime
-from byoc.partition.pipeline import partition_for
+from byoc.flow import partition_for
 from byoc.vendors.onnxruntime.to_onnx import EMITTERS, graph_to_onnx
 
 _LEVELS = {
@@ -100,5 +100,5 @@ register_backend(onnxruntime, origin="byoc (built-in)")
 
 
 def partition_for_onnxruntime(mod: tvm.IRModule, **options) -> tvm.IRModule:
-    """Partition for ONNX Runtime; options are cost rules (see `byoc.partition_for`)."""
+    """Partition for ONNX Runtime; `byoc.partition_for(mod, "onnxruntime", **options)`; options are cost rules."""
     return partition_for(mod, "onnxruntime", **options)

@@ -13,7 +13,7 @@ import tvm
 from byoc.annotate.patterns import fused_pattern
 from byoc.backend import Backend, Limits, register_backend
 from byoc.codegen_json import JsonRuntime
-from byoc.partition.pipeline import partition_for
+from byoc.flow import partition_for
 from byoc.vendors.reference import tvm_engine
 
 reference = Backend(
@@ -63,5 +63,5 @@ register_backend(reference, origin="byoc (built-in)")
 
 
 def partition_for_reference(mod: tvm.IRModule, **options) -> tvm.IRModule:
-    """Partition for the reference backend; options are cost rules (see `byoc.partition_for`)."""
+    """Partition for the reference backend; `byoc.partition_for(mod, "reference", **options)`; options are cost rules."""
     return partition_for(mod, "reference", **options)

@@ -28,13 +28,14 @@ from byoc.annotate.predicates import (
     shape,
     two_dimensional_weights,
 )
-from byoc.backend import Backend, Limits, register_backend
+from byoc.backend import Backend, CostRules, Limits, Option, register_backend
+from byoc.backend.options import parse_bool
+from byoc.backend.tolerance import INT8
 from byoc.custom_formats import CustomFormat
 from byoc.errors import CustomFormatError
-from byoc.partition.pipeline import partition_for
-from byoc.partition.report import report
+from byoc.flow import partition_for
+from byoc.partition.outline import TARGET_ATTR
 from byoc.processing import QuantizationConfig, QuantizePass
-from byoc.processing.calibration import TARGET_ATTR, calibrate_for_target
 from byoc.vendors.vitis_ai import bitstream
 from byoc.vendors.vitis_ai.configs import DpuConfig, dpu_config
 from byoc.vendors.vitis_ai.program import compile_program
@@ -100,8 +101,17 @@ def _pool_limits(call) -> str | None:
     return None
 
 
-def vitis_ai_backend(config: DpuConfig) -> Backend:
-    """The backend for one DPU configuration (its limits depend on it)."""
+OPTIONS = [
+    Option("dpu", "DPU configuration: a family (DPUCZDX8G, DPUCAHX8H) or family-architecture (DPUCZDX8G-B1024)",
+           default=DEFAULT_DPU, target=True),
+    Option("single_region", "keep only the region with the most MACs, as the BYOC paper's integration does",
+           default=False, parse=parse_bool),
+]
+
+
+def vitis_ai_backend(config: DpuConfig, single_region: bool = False) -> Backend:
+    """The backend for one DPU configuration (its limits depend on it). `single_region` keeps
+    only the region with the most MACs, as the BYOC paper's Vitis AI integration does."""
     conv = _conv_limits(config)
     backend = Backend(
         name="vitis_ai",
@@ -109,9 +119,13 @@ def vitis_ai_backend(config: DpuConfig) -> Backend:
         priority=8,
         description=f"simulated Xilinx {config.name}, {config.description}",
         limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True),
+        cost=CostRules(max_regions=1) if single_region else CostRules(),
         processing=[QuantizePass(QuantizationConfig(power_of_two=True, per_channel=False))],
         custom_format=DPU_PROGRAM,
-        configure=lambda target: vitis_ai_backend(dpu_config(target)),
+        options=OPTIONS,
+        configure=lambda dpu, single_region: vitis_ai_backend(dpu_config(dpu), single_region),
+        target=config.name,
+        tolerance=INT8,
     )
 
     def fused_conv(match):
@@ -137,37 +151,8 @@ def vitis_ai_backend(config: DpuConfig) -> Backend:
 register_backend(vitis_ai_backend(dpu_config(DEFAULT_DPU)), origin="byoc (built-in)")
 
 
-def _largest_region_only(original: tvm.IRModule, partitioned: tvm.IRModule, backend: Backend, options: dict) -> tvm.IRModule:
-    """Partition again, keeping only the region with the most MACs of the first partition."""
-    regions = report(partitioned).regions
-    if len(regions) <= 1:
-        return partitioned
-    keep = max(regions, key=lambda r: r.macs).nodes[0]
-    user_filter = options.pop("region_filter", None)
-
-    def only_largest(summary):
-        if summary.nodes[0] != keep:
-            return "the single-region integration keeps only the region with the most MACs"
-        return user_filter(summary) if user_filter else None
-
-    return partition_for(original, backend, region_filter=only_largest, **options)
-
-
-def partition_for_vitis_ai(
-    mod: tvm.IRModule,
-    dpu: str = DEFAULT_DPU,
-    calibration=None,
-    num_calibration_samples: int | None = None,
-    single_region: bool = False,
-    **options,
-) -> tvm.IRModule:
-    """Partition for a DPU configuration ("DPUCZDX8G", "DPUCZDX8G-B1024", "DPUCAHX8H", ...) and
-    calibrate its regions on `calibration` (a list of model inputs, by name or position) for
-    int8 with power-of-two scales. `single_region` keeps only the region with the most MACs, as
-    the Vitis AI integration of the BYOC paper does. Other options are cost rules."""
-    config = dpu_config(dpu)
-    backend = vitis_ai_backend(config)
-    partitioned = partition_for(mod, backend, **options)
-    if single_region:
-        partitioned = _largest_region_only(mod, partitioned, backend, dict(options))
-    return calibrate_for_target(partitioned, backend, config.name, calibration, num_calibration_samples)
+def partition_for_vitis_ai(mod: tvm.IRModule, **options) -> tvm.IRModule:
+    """`byoc.partition_for(mod, "vitis_ai", **options)`: `dpu` ("DPUCZDX8G", "DPUCZDX8G-B1024",
+    "DPUCAHX8H", ...), `single_region`, `calibration` (a list of model inputs; required),
+    `num_calibration_samples`, `calibration_method`, and cost rules."""
+    return partition_for(mod, "vitis_ai", **options)

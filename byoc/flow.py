@@ -1,0 +1,110 @@
+"""`byoc.partition_for`: the one door from a model to a partitioned module, for every vendor.
+
+Options are of three kinds, all passed the same way: cost rules (see `byoc.CostRules`), which
+apply to every backend; options a backend declares (`Backend.options`: a hardware
+configuration, an integration choice), which reach the backends that declare them; and, for
+backends that quantize with calibrated scales at compile time, the calibration options below.
+An option no backend takes is an error that lists the ones they do.
+
+Partitioning sits below calibration: calibrating runs the partitioned model, so it needs the
+build and the runtime, which sit above the partitioner. This module composes the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import tvm
+
+from byoc.backend.options import Option
+from byoc.backend.spec import Backend
+from byoc.errors import PartitionError, QuantizationError
+from byoc.partition.outline import CODEGEN_ATTR
+from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backends
+from byoc.processing.calibration import calibrate
+from byoc.processing.passes import needs_calibration
+
+def _samples_from_text(text: str):
+    raise ValueError("calibration inputs cannot be written as text: use --calibration N for N seeded random inputs")
+
+
+CALIBRATION_OPTIONS = (
+    Option("calibration", "model inputs to calibrate int8 scales on: a list of dicts by input name, or of lists by "
+           "position (on the command line: --calibration N seeded random inputs)", parse=_samples_from_text),
+    Option("num_calibration_samples", "use at most this many of the calibration inputs", parse=int),
+    Option("calibration_method", "how ranges become scales", parse=str, choices=("minmax", "percentile", "entropy")),
+)
+
+
+def declared_options(backend: Backend) -> list[Option]:
+    """The options `backend` takes: its own, plus calibration when it quantizes at compile time."""
+    return [*backend.options, *(CALIBRATION_OPTIONS if needs_calibration(backend.processing) else ())]
+
+
+def describe_options(backends: Iterable[Backend]) -> str:
+    parts = [f"cost options: {', '.join(sorted(COST_OPTIONS))}"]
+    parts += [f"{b.name}: {', '.join(o.name for o in declared_options(b))}" for b in backends if declared_options(b)]
+    return "; ".join(parts)
+
+
+def route_options(backends: Sequence[Backend], options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(cost options, {backend name: its own options}); an option nobody declares is an error."""
+    cost = {name: value for name, value in options.items() if name in COST_OPTIONS}
+    routed: dict[str, dict[str, Any]] = {b.name: {} for b in backends}
+    unknown = []
+    for name, value in options.items():
+        if name in COST_OPTIONS:
+            continue
+        takers = [b for b in backends if any(o.name == name for o in declared_options(b))]
+        if not takers:
+            unknown.append(name)
+        for backend in takers:
+            routed[backend.name][name] = value
+    if unknown:
+        raise PartitionError(f"unknown partition option(s) {sorted(unknown)} for {', '.join(b.name for b in backends)}; "
+                             f"known options: {describe_options(backends)}")
+    return cost, routed
+
+
+def partition_for(
+    mod: tvm.IRModule,
+    backends: str | Backend | Sequence[str | Backend],
+    **options: Any,
+) -> tvm.IRModule:
+    """Partition `mod["main"]` between the host and `backends` (by name or object, in priority
+    order), configure each backend with its declared options, and calibrate the regions of
+    backends that quantize at compile time.
+
+    Cost options (`max_ops_per_region`, `max_regions`, `host_ops`, `region_filter`, ...: see
+    `byoc.CostRules`) apply to every backend. Calibrating backends take `calibration` (a list
+    of model inputs), `num_calibration_samples` and `calibration_method`; without calibration
+    data they are an error here rather than a silent host fallback at build time. The result
+    carries a partition record that `byoc.report` reads.
+    """
+    ordered = resolve_backends(backends)
+    cost, routed = route_options(ordered, options)
+    calibration_names = {o.name for o in CALIBRATION_OPTIONS}
+    configured = [b.configured({k: v for k, v in routed[b.name].items() if k not in calibration_names}) for b in ordered]
+    partitioned = partition_graph(mod, configured, **cost)
+    for backend in configured:
+        if not needs_calibration(backend.processing) or not _has_regions(partitioned, backend.name):
+            continue
+        values = routed[backend.name]
+        samples = values.get("calibration")
+        if samples is None:
+            raise QuantizationError(
+                f"{backend.name} quantizes at compile time and needs calibration data: pass calibration=[inputs, ...] "
+                "(model inputs by name or by position) to partition_for, or --calibration N on the command line "
+                "to calibrate on N seeded random inputs"
+            )
+        method = {"method": values["calibration_method"]} if values.get("calibration_method") else {}
+        partitioned = calibrate(partitioned, backend, samples, max_samples=values.get("num_calibration_samples"), **method)
+    return partitioned
+
+
+def _has_regions(mod: tvm.IRModule, backend: str) -> bool:
+    return any(func.attrs is not None and str(func.attrs.get(CODEGEN_ATTR, "")) == backend for func in mod.functions.values())
+
+
+__all__ = ["CALIBRATION_OPTIONS", "declared_options", "describe_options", "partition_for", "route_options"]

@@ -1,0 +1,100 @@
+"""One door for vendor options: `byoc.partition_for(mod, name, **options)` routes cost rules,
+a vendor's declared options and calibration, for built-in and plugin vendors alike."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import byoc
+from byoc import models as zoo
+from byoc.cli import main
+from byoc.errors import BackendRegistrationError, PartitionError, QuantizationError
+
+from conftest import REPO, small_model, small_module
+
+
+def _calibration(name, count=2):
+    return [zoo.sample_inputs(small_model(name), seed=s) for s in range(count)]
+
+
+def test_vendor_options_reach_the_vendor_through_the_common_door():
+    mod = small_module("resnet18")
+    partitioned = byoc.partition_for(mod, "vitis_ai", dpu="DPUCZDX8G-B1024", calibration=_calibration("resnet18"))
+    report = byoc.build(partitioned).report()
+    assert report.offload_ratio_macs == 1.0
+    assert {e["target"] for e in report.estimates.values()} == {"DPUCZDX8G-B1024"}
+    alias = byoc.partition_for_vitis_ai(mod, dpu="DPUCZDX8G-B1024", calibration=_calibration("resnet18"))
+    assert byoc.report(alias).to_dict() == byoc.report(partitioned).to_dict()
+
+
+def test_unknown_option_lists_the_declared_ones():
+    mod = small_module("mlp")
+    with pytest.raises(PartitionError, match=r"unknown partition option\(s\) \['dpu'\] for dnnl; known options: cost options: .*max_regions"):
+        byoc.partition_for(mod, "dnnl", dpu="DPUCZDX8G")
+    with pytest.raises(PartitionError, match=r"\['fp16'\].*vitis_ai: dpu, single_region, calibration, num_calibration_samples"):
+        byoc.partition_for(mod, ["dnnl", "vitis_ai"], fp16=True)
+    with pytest.raises(PartitionError, match="option accelerator='ethos-u99' is not one of ethos-u55-32"):
+        byoc.partition_for(mod, "ethos_u", accelerator="ethos-u99", calibration=_calibration("mlp"))
+
+
+def test_int8_without_calibration_fails_at_partition_time():
+    for vendor in ("vitis_ai", "ethos_u"):
+        with pytest.raises(QuantizationError, match=f"{vendor} quantizes at compile time and needs calibration data"):
+            byoc.partition_for(small_module("mlp"), vendor)
+
+
+def test_max_regions_is_a_cost_rule_for_every_vendor():
+    several = byoc.report(byoc.partition_for(small_module("ssd_detector"), "dnnl", fallback_without_macs=False))
+    single = byoc.report(byoc.partition_for(small_module("ssd_detector"), "dnnl", max_regions=1))
+    assert len(several.regions) > 1 and len(single.regions) == 1
+    assert single.regions[0].macs == max(r.macs for r in several.regions)
+
+
+def test_a_plugin_declares_its_own_options():
+    seen = []
+
+    def configure(lanes):
+        seen.append(lanes)
+        return make(lanes)
+
+    def make(lanes=4):
+        backend = byoc.Backend("lanes_npu", "json", options=[byoc.Option("lanes", "vector lanes", default=4, parse=int)],
+                               configure=configure, target=f"lanes-{lanes}",
+                               json_runtime=byoc.get_backend("reference").json_runtime)
+        backend.supports("relax.matmul", "relax.add", "relax.nn.relu")
+        return backend
+
+    byoc.register_backend(make(), override=True)
+    try:
+        partitioned = byoc.partition_for(small_module("mlp"), "lanes_npu", lanes=8)
+        assert seen == [8]
+        assert byoc.report(partitioned).offload_ratio_macs == 1.0
+        targets = {str(f.attrs["byoc.target"]) for f in partitioned.functions.values() if f.attrs and "byoc.target" in f.attrs}
+        assert targets == {"lanes-8"}
+    finally:
+        byoc.unregister_backend("lanes_npu")
+    with pytest.raises(BackendRegistrationError, match="declares options but no configure function"):
+        byoc.Backend("broken_npu", "json", options=[byoc.Option("x", "an option")])
+
+
+def test_cli_options(capsys):
+    assert main(["partition", "resnet18", "--small", "--vendor", "vitis_ai", "--option", "single_region=true",
+                 "--target", "DPUCZDX8G-B1024", "--calibration", "1"]) == 0
+    assert "in 1 region(s)" in capsys.readouterr().out
+    assert main(["partition", "mlp", "--small", "--vendor", "dnnl", "--option", "lanes=3"]) == 2
+    assert "unknown option 'lanes' for dnnl" in capsys.readouterr().err
+    assert main(["partition", "mlp", "--small", "--vendor", "vitis_ai", "--option", "single_region=maybe"]) == 2
+    assert "single_region='maybe': expected true or false" in capsys.readouterr().err
+    assert main(["vendors"]) == 0
+    assert "--option dpu=" in capsys.readouterr().out
+
+
+def test_backend_spec_imports_nothing_from_the_partitioner():
+    """Data flows one way: the spec a vendor writes depends on nothing above it."""
+    for path in pathlib.Path(REPO, "byoc", "backend").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith(("byoc.partition", "byoc.annotate", "byoc.runtime_metadata")), (path.name, node.module)
