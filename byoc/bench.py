@@ -63,7 +63,19 @@ def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> fl
     return statistics.median(samples)
 
 
-def _block_medians(runners: dict[str, Callable[[], object]], rounds: int, slow: set[str]) -> dict[str, float]:
+def pin_threads(threads: int, module: str, argv: list[str] | None) -> None:
+    """Run `module` again with every library's thread count set to `threads`, unless it is.
+
+    Thread pools read these variables when the libraries load, which has happened by the time
+    a command runs: the process starts again with them set.
+    """
+    if all(os.environ.get(v) == str(threads) for v in THREAD_VARIABLES):
+        return
+    env = {**os.environ, **{v: str(threads) for v in THREAD_VARIABLES}}
+    os.execve(sys.executable, [sys.executable, "-m", module, *(argv if argv is not None else sys.argv[1:])], env)
+
+
+def block_medians(runners: dict[str, Callable[[], object]], rounds: int, slow: set[str]) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in runners}
     order = list(runners)
     for index in range(PASSES):
@@ -121,7 +133,7 @@ def benchmark_model(name: str, threads: int, rounds: int, with_tvm: bool) -> Mod
             regions=len(report.regions),
         )
         runners[system] = lambda compiled=compiled: compiled.run(**inputs)
-    medians = _block_medians(runners, rounds, slow={"tvm host only"})
+    medians = block_medians(runners, rounds, slow={"tvm host only"})
     for system, median in medians.items():
         results[system].median_ms = median
         results[system].ratio_to_onnxruntime = median / medians["onnxruntime"]
@@ -149,11 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-tvm", action="store_true", help="leave out TVM host only (slow: untuned TVM)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args(argv)
-    mismatched = [v for v in THREAD_VARIABLES if os.environ.get(v) != str(args.threads)]
-    if mismatched:
-        # Thread pools read these when the libraries load: start again with them set.
-        env = {**os.environ, **{v: str(args.threads) for v in THREAD_VARIABLES}}
-        os.execve(sys.executable, [sys.executable, "-m", "byoc.bench", *(argv if argv is not None else sys.argv[1:])], env)
+    pin_threads(args.threads, "byoc.bench", argv)
     results = []
     for name in args.models:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)

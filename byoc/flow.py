@@ -25,6 +25,7 @@ from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backe
 from byoc.processing.calibration import calibrate
 from byoc.processing.passes import needs_calibration
 
+
 def _samples_from_text(text: str):
     raise ValueError("calibration inputs cannot be written as text: use --calibration N for N seeded random inputs")
 

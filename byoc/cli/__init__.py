@@ -10,11 +10,11 @@ from byoc.errors import ByocError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from byoc.cli import bench, demo, models, partition, runtime, vendors
+    from byoc.cli import bench, demo, matrix, models, partition, runtime, vendors
 
     parser = argparse.ArgumentParser(prog="byoc", description="Partition, compile and run models on host + accelerators.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (models, vendors, partition, runtime, demo, bench):
+    for module in (models, vendors, partition, runtime, demo, bench, matrix):
         module.add_parser(commands)
     return parser
 
@@ -22,8 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if args.command == "bench":
-        args.rest = extra  # the benchmark has its own options
+    if args.command in ("bench", "matrix"):
+        args.rest = extra  # these commands have their own options
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:

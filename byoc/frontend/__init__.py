@@ -2,5 +2,6 @@
 
 from byoc.frontend.cleanup import cleanup
 from byoc.frontend.onnx_import import from_onnx, load_onnx_model
+from byoc.frontend.onnx_support import unsupported_ops
 
-__all__ = ["cleanup", "from_onnx", "load_onnx_model"]
+__all__ = ["cleanup", "from_onnx", "load_onnx_model", "unsupported_ops"]

@@ -85,13 +85,17 @@ class Specialization:
         return shapes, values
 
 
-def specialize(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) -> Specialization:
-    """The specialisation of `model` for `inputs` (by graph input name)."""
+def specialize(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray], bind: Sequence[str] = ()) -> Specialization:
+    """The specialisation of `model` for `inputs` (by graph input name). Inputs named in `bind`
+    are bound to their values too, as are the shape-deciding ones."""
     declared = {v.name: v for v in runtime_inputs(model)}
     missing = [name for name in declared if name not in inputs]
     if missing:
         raise InputError(f"missing input(s) {missing}")
-    bound = set(shape_operands(model))
+    unknown = sorted(set(bind) - set(declared))
+    if unknown:
+        raise InputError(f"inputs to bind {unknown} are not inputs of the model; its inputs are {sorted(declared)}")
+    bound = set(shape_operands(model)) | set(bind)
     shapes = {name: list(np.shape(inputs[name])) for name, value in declared.items() if name not in bound and has_dynamic_shape(value)}
     constants = {name: np.asarray(inputs[name]) for name in bound}
     return Specialization(shapes, constants)

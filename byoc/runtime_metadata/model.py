@@ -164,6 +164,12 @@ def _engine_state(region: RegionRuntime | None) -> str:
 
 
 def _as_arrays(result) -> list[np.ndarray]:
+    """The model's outputs as numpy arrays: a shape the model returns (ONNX Shape of a static
+    tensor) is an int64 vector, a scalar a 0-d array."""
     if isinstance(result, tvm.runtime.Tensor):
         return [np.from_dlpack(result).copy()]
+    if isinstance(result, tvm.runtime.ShapeTuple):
+        return [np.array(list(result), dtype=np.int64)]
+    if isinstance(result, (int, float, bool)):
+        return [np.array(result)]
     return [item for value in result for item in _as_arrays(value)]

@@ -173,8 +173,8 @@ def normalize_activations(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelPr
                 if operand in weights:
                     weights[operand] = (weights[operand] / spread).astype(weights[operand].dtype)
     result = _without_initializers(model, weights)
-    result.graph.initializer.extend(numpy_helper.from_array(weights[init.name], init.name) if init.name in weights else init
-                                    for init in graph.initializer)
+    result.graph.initializer.extend(numpy_helper.from_array(weights[init.name], init.name)
+                                    for init in graph.initializer if init.name in weights)
     return result
 
 

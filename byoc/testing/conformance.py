@@ -1,0 +1,199 @@
+"""onnx's node test cases, run through byoc's ONNX backend for a vendor.
+
+The `onnx` package generates about 1,900 node test cases (one small model per op and
+configuration, with inputs and expected outputs computed by onnx's reference implementation).
+byoc runs the float32 ones: every floating-point tensor among the model's inputs and outputs is
+float32 (other tensors are integer or boolean). A case is *handled* when the ONNX frontend
+imports each of its ops; the rest are refused up front with the reason, and a pass rate is
+stated over the handled cases. Handled cases known to fail are listed with a reason in
+`byoc.testing.onnx_expected`; a listed case that passes is reported as such.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx.backend.test.case.test_case import TestCase
+from onnx.backend.test.loader import load_model_tests
+from onnx.backend.test.runner import Runner
+
+from byoc.backend.registry import get_backend
+from byoc.backend.tolerance import Tolerance
+from byoc.frontend import from_onnx, unsupported_ops
+from byoc.frontend.onnx_specialize import arrange, specialize
+from byoc.onnx_backend import backend_for
+from byoc.partition import partition_graph, report
+from byoc.testing.onnx_expected import EXPECTED_FAILURES, VENDOR_EXPECTED_FAILURES
+
+_FLOAT = onnx.TensorProto.FLOAT
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+_OTHERS = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL}
+
+PASS, FAIL, EXPECTED, NOT_HANDLED, UNEXPECTED_PASS = "pass", "fail", "expected failure", "not handled", "unexpected pass"
+
+
+def is_float32_case(model: onnx.ModelProto) -> bool:
+    values = [*model.graph.input, *model.graph.output]
+    if any(not v.type.HasField("tensor_type") for v in values):
+        return False  # sequences, optionals, maps
+    types = [v.type.tensor_type.elem_type for v in values]
+    floats = [t for t in types if t in _FLOATS or t not in _OTHERS | {_FLOAT}]
+    return bool(floats) and all(t == _FLOAT for t in floats) and all(t in _OTHERS | {_FLOAT} for t in types)
+
+
+@functools.cache
+def float32_node_cases() -> tuple[TestCase, ...]:
+    """onnx's float32 node test cases, by name order."""
+    with np.errstate(all="ignore"):  # onnx computes some expected outputs with overflows on purpose
+        cases = load_model_tests(kind="node")
+    return tuple(sorted((c for c in cases if is_float32_case(c.model)), key=lambda c: c.name))
+
+
+def node_case(name: str) -> TestCase:
+    for case in float32_node_cases():
+        if case.name == name:
+            return case
+    raise KeyError(f"no float32 node case {name!r}")
+
+
+def select(pattern: str | None = None, ops: Sequence[str] | None = None) -> list[TestCase]:
+    """Cases whose name matches `pattern` (a regular expression) and, if given, whose ops are
+    all among `ops` (ONNX op types)."""
+    chosen = []
+    for case in float32_node_cases():
+        if pattern and not re.search(pattern, case.name):
+            continue
+        if ops is not None and not {n.op_type for n in case.model.graph.node} <= set(ops):
+            continue
+        chosen.append(case)
+    return chosen
+
+
+def not_handled_reason(case: TestCase) -> str | None:
+    """Why the frontend refuses the case's ops up front, or None when it handles them all."""
+    refused = unsupported_ops(case.model)
+    if not refused:
+        return None
+    return "; ".join(dict.fromkeys(f"{op}: {reason}" for _, op, reason in refused))
+
+
+def expected_failure(case_name: str, vendor: str) -> str | None:
+    return VENDOR_EXPECTED_FAILURES.get(vendor, {}).get(case_name) or EXPECTED_FAILURES.get(case_name)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: str
+    vendor: str
+    status: str
+    detail: str = ""
+
+
+def _int8_close(got: Sequence[np.ndarray], want: Sequence[np.ndarray], tolerance: Tolerance) -> None:
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        assert g.shape == w.shape, f"shape {g.shape}, expected {w.shape}"
+        if not np.issubdtype(w.dtype, np.floating):
+            continue
+        norm = float(np.linalg.norm(w.astype(np.float64)))
+        error = float(np.linalg.norm(g.astype(np.float64) - w))
+        bound = tolerance.relative_l2 or 0.0
+        assert error <= bound * norm + 1e-6, f"relative L2 error {error / max(norm, 1e-12):.2%} over {bound:.0%}"
+
+
+# Operands that trained models hold as initializers (weights, biases, normalisation
+# statistics), by op and position. Node cases feed them as inputs; accelerators that take only
+# constant weights see them as constants when a case is run `as_weights`.
+WEIGHT_OPERANDS: dict[str, tuple[int, ...]] = {
+    "Conv": (1, 2),
+    "ConvTranspose": (1, 2),
+    "Gemm": (1, 2),
+    "MatMul": (1,),
+    "BatchNormalization": (1, 2, 3, 4),
+    "InstanceNormalization": (1, 2),
+    "LayerNormalization": (1, 2),
+    "PRelu": (1,),
+}
+
+
+def weight_inputs(model: onnx.ModelProto) -> list[str]:
+    """Graph inputs that the model's nodes read as weights (see WEIGHT_OPERANDS)."""
+    inputs = {v.name for v in model.graph.input}
+    read = {n.input[i] for n in model.graph.node for i in WEIGHT_OPERANDS.get(n.op_type, ()) if i < len(n.input)}
+    return [name for name in dict.fromkeys(v.name for v in model.graph.input) if name in read and name in inputs]
+
+
+def run_case(case: TestCase, vendor: str | None, options: dict[str, Any] | None = None, as_weights: bool = False) -> None:
+    """Run `case` through the ONNX backend for `vendor` (None: the host alone) and compare with
+    onnx's expected outputs: with the case's own tolerance for float backends, with the
+    vendor's stated bound for int8 and float16 ones. With `as_weights`, weight operands are
+    constants, as in a trained model. Raises on any difference."""
+    tolerance = get_backend(vendor).tolerance if vendor else Tolerance()
+    options = dict(options or {})
+    if vendor and tolerance.precision == "int8" and "calibration" not in options:
+        options["calibration"] = [list(inputs) for inputs, _ in case.data_sets]
+    constants = weight_inputs(case.model) if as_weights else []
+    rep = backend_for([vendor] if vendor else [], **options).prepare(case.model, constant_inputs=constants)
+    for inputs, expected in case.data_sets:
+        got = list(rep.run(list(inputs)))
+        if tolerance.precision == "fp32":
+            Runner.assert_similar_outputs(list(expected), got, case.rtol, case.atol)
+        else:
+            assert len(got) == len(expected), f"{len(got)} outputs, expected {len(expected)}"
+            _int8_close(got, expected, tolerance)
+
+
+def vendor_takes(case: TestCase, vendor: str, as_weights: bool = False) -> bool:
+    """Whether the vendor's partition of the case offloads anything (the case exercises the
+    vendor, not only the host). Calibration does not change what a vendor takes, so the
+    partition is made without it."""
+    inputs = arrange(case.model, list(case.data_sets[0][0]))
+    spec = specialize(case.model, inputs, weight_inputs(case.model) if as_weights else ())
+    mod = from_onnx(case.model, shapes=spec.shapes, constants=spec.constants)
+    return bool(report(partition_graph(mod, [get_backend(vendor)])).regions)
+
+
+def check_case(case: TestCase, vendor: str | None, options: dict[str, Any] | None = None, as_weights: bool = False) -> CaseResult:
+    """The status of `case` for `vendor`, against the expected-failure lists."""
+    name = vendor or "host"
+    reason = not_handled_reason(case)
+    if reason is not None:
+        return CaseResult(case.name, name, NOT_HANDLED, reason)
+    expected = expected_failure(case.name, name)
+    try:
+        run_case(case, vendor, options, as_weights)
+    except Exception as error:  # the detail names the exception: an internal one is a finding
+        detail = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        return CaseResult(case.name, name, EXPECTED if expected else FAIL, expected or detail)
+    return CaseResult(case.name, name, UNEXPECTED_PASS if expected else PASS, expected or "")
+
+
+@dataclass(frozen=True)
+class PassRate:
+    vendor: str
+    total: int
+    handled: int
+    passed: int
+    expected_failures: int
+    failures: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.handled if self.handled else 0.0
+
+    @classmethod
+    def of(cls, vendor: str, results: Sequence[CaseResult]) -> PassRate:
+        counts = {status: sum(r.status == status for r in results) for status in (PASS, FAIL, EXPECTED, NOT_HANDLED, UNEXPECTED_PASS)}
+        handled = len(results) - counts[NOT_HANDLED]
+        return cls(vendor, len(results), handled, counts[PASS] + counts[UNEXPECTED_PASS], counts[EXPECTED], counts[FAIL])
+
+    def summary(self) -> str:
+        return (f"{self.vendor}: {self.passed} of {self.handled} handled float32 node cases pass ({self.rate:.1%}); "
+                f"{self.expected_failures} expected failure(s), {self.failures} other failure(s), "
+                f"{self.total - self.handled} case(s) not handled, of {self.total}")

@@ -1,0 +1,46 @@
+"""onnx's backend test suite (`onnx.backend.test.BackendTest`) through byoc, per float vendor,
+and onnx's real-network light graphs against onnxruntime.
+
+`make test` runs a representative slice; `make conformance` (BYOC_CONFORMANCE=all) runs every
+float32 node case and every light graph. The pass rate per vendor is printed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from byoc.testing.backend_test import onnx_backend_test
+from byoc.testing.kit import evaluate, model_case
+from byoc.testing.onnx_models import light_model_names
+
+FULL = os.environ.get("BYOC_CONFORMANCE") == "all"
+FLOAT_VENDORS = ("reference", "dnnl", "onnxruntime")
+# One case or a few per kind of fix and per class of op: convolutions and matrix products,
+# scalar inputs (Gemm's bias, Clip's bounds), shape-deciding inputs (Reshape, Resize, reduction
+# axes), optional statistics outputs (LayerNormalization), function expansion (Attention),
+# Shape as a constant, normalisation, pooling, element-wise and layout ops.
+SLICE = "^test_(" + "|".join([
+    "conv_with_strides_padding", "convtranspose_output_shape", "gemm_default_scalar_bias", "matmul_2d",
+    "clip_splitbounds", "relu", "softmax_axis_1", "layer_normalization_4d_axis1", "maxpool_2d_pads",
+    "averagepool_2d_pads", "globalaveragepool", "batchnorm_example", "concat_2d_axis_0", "transpose_default",
+    "reshape_negative_dim", "resize_upsample_scales_linear", "reduce_mean_keepdims_example", "attention_4d",
+    "shape_start_1", "add_bcast", "sigmoid", "slice", "erf", "dropout_default",
+]) + ")$"
+LIGHT = light_model_names() if FULL else ["squeezenet"]
+
+for _vendor in FLOAT_VENDORS:
+    globals().update(onnx_backend_test(_vendor, pattern=None if FULL else SLICE))
+
+
+@pytest.mark.parametrize("vendor", FLOAT_VENDORS)
+@pytest.mark.parametrize("light", LIGHT)
+def test_light_graph_matches_onnxruntime(vendor, light, byoc_results):
+    """Imports, partitions, runs, and matches onnxruntime within the vendor's tolerance (fp32:
+    1e-4 of the output's scale, tighter than the 1e-3 of its range that is the target)."""
+    result = evaluate(vendor, model_case(f"light_{light}"), samples=1)
+    byoc_results.append(result)
+    assert result.error is None, result.error
+    assert result.violation is None, f"{result.violation}\n{result.report}"
+    assert result.report.offload_ratio_macs == 1.0, result.report.to_table()
