@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.byoc-installed
 
-.PHONY: demo test lint bench setup clean
+.PHONY: demo test lint bench conformance matrix setup clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,15 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/partition_scaling.py
+
+# Every float32 onnx node case and every light graph, per float vendor (about half an hour).
+conformance: $(STAMP)
+	BYOC_CONFORMANCE=all $(PY) -m pytest -q tests/test_onnx_conformance.py
+
+# The vendor x model table and the node-case pass rates, written to docs/matrix.md.
+matrix: $(STAMP)
+	mkdir -p out
+	$(VENV)/bin/byoc matrix --node-cases --markdown docs/matrix.md --json out/matrix.json > /dev/null
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

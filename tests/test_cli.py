@@ -54,3 +54,18 @@ def test_errors_name_what_was_wrong(argv, message, capsys):
 def test_console_script_entry_point():
     result = subprocess.run([sys.executable, "-m", "byoc", "models"], capture_output=True, text=True, check=True)
     assert "mlp" in result.stdout
+
+
+def test_matrix_writes_the_vendor_table(tmp_path):
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "2", "TVM_NUM_THREADS": "2"}
+    markdown, data = tmp_path / "matrix.md", tmp_path / "matrix.json"
+    result = subprocess.run([sys.executable, "-m", "byoc.testing.matrix", "--vendors", "reference", "vitis_ai", "--models", "mlp",
+                             "--threads", "2", "--rounds", "2", "--int8-samples", "4", "--calibration", "2",
+                             "--markdown", str(markdown), "--json", str(data)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "matrix [" in result.stderr  # progress
+    rows = json.loads(data.read_text())["rows"]
+    assert [(r["vendor"], r["model"], r["passed"]) for r in rows] == [("reference", "mlp", True), ("vitis_ai", "mlp", True)]
+    assert rows[0]["onnxruntime_ms"] > 0 and rows[1]["estimated_ms"] is not None and rows[1]["sqnr_db"] > 20
+    text = markdown.read_text()
+    assert "## vitis_ai" in text and "| mlp | 88.9% | 100.0% | 1 | nn.softmax |" in text
