@@ -46,16 +46,16 @@ class JsonGraphError(ByocError):
     """A JSON graph that is not valid; names the region and backend."""
 
 
-class CustomFormatError(ByocError):
-    """A vendor blob that is corrupt, truncated, foreign or built for another configuration."""
-
-
 class BuildError(ByocError):
     """Building a partitioned module failed; names the region and backend."""
 
 
 class ArtifactError(ByocError):
     """An artifact file that is unreadable, truncated or corrupt, or whose vendors are missing."""
+
+
+class CustomFormatError(ArtifactError):
+    """A vendor blob that is corrupt, truncated, foreign or built for another configuration."""
 
 
 class MissingVendorError(ArtifactError):

@@ -20,8 +20,8 @@ from byoc.bench import median_seconds
 from byoc.flow import partition_for
 from byoc.frontend import from_onnx
 from byoc.partition import report
-from byoc.runtime_metadata.artifact import load
 from byoc.runtime_metadata.build import build
+from byoc.runtime_metadata.model import load
 
 _PREFERRED_VENDORS = ("dnnl", "onnxruntime", "reference")
 

@@ -14,8 +14,9 @@ from byoc.cli.common import random_inputs as model_random_inputs
 from byoc.errors import InputError
 from byoc.models import random_inputs
 from byoc.partition import report
-from byoc.runtime_metadata.artifact import load, read_manifest
+from byoc.runtime_metadata.artifact import read_manifest
 from byoc.runtime_metadata.build import build
+from byoc.runtime_metadata.model import load
 
 
 def add_parser(commands) -> None:

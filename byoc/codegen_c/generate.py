@@ -40,8 +40,35 @@ static void* byoc_data(const TVMFFIAny* value) {
   return tensor == NULL ? NULL : (void*)((char*)tensor->data + tensor->byte_offset);
 }
 
+/* Whether a tensor has exactly this dtype (DLPack code and bits; code 255: bool) and shape,
+   densely laid out: a region never reads or writes past what it was built for. */
+static int byoc_matches(const TVMFFIAny* value, int ndim, const int64_t* shape, int code, int bits) {
+  DLTensor* tensor = byoc_tensor(value);
+  if (tensor == NULL || tensor->ndim != ndim || tensor->dtype.bits != bits || tensor->dtype.lanes != 1) return 0;
+  if (code == 255 ? (tensor->dtype.code != kDLUInt && tensor->dtype.code != kDLBool) : tensor->dtype.code != code) return 0;
+  int64_t stride = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    if (tensor->shape[i] != shape[i]) return 0;
+    if (tensor->strides != NULL && shape[i] > 1 && tensor->strides[i] != stride) return 0;
+    stride *= shape[i];
+  }
+  return 1;
+}
+
 #define BYOC_FAIL(message) do { byoc_error = (message); goto fail; } while (0)
 """
+
+_DLPACK_CODES = {"f": 2, "i": 0, "u": 1, "b": 255}
+CONSTANT_MISMATCH = "is not the dense tensor the region was built for"
+
+
+def _match_check(index: int, buffer: CBuffer, what: str, where: str) -> str:
+    """C that fails unless argument `index` is a dense tensor of `buffer`'s dtype and shape."""
+    dtype = np.dtype(buffer.dtype)
+    dims = ", ".join(str(d) for d in buffer.shape) or "0"
+    expected = f"{buffer.dtype}{tuple(buffer.shape)}".replace('"', "")
+    return (f"  {{ static const int64_t shape[] = {{{dims}}}; if (!byoc_matches(&args[{index}], {len(buffer.shape)}, shape, "
+            f'{_DLPACK_CODES[dtype.kind]}, {dtype.itemsize * 8})) BYOC_FAIL("{where}: {what} {CONSTANT_MISMATCH}, {expected}"); }}')
 
 
 def _dense_bytes(buffer: CBuffer) -> int:
@@ -203,8 +230,8 @@ class _Generator:
         lines.append("  if (byoc_ready) return 0;")
         lines.append(f'  if (num_args != {len(constants)}) BYOC_FAIL("{where}: initialisation expects {len(constants)} constants");')
         for index, buffer in enumerate(constants):
+            lines.append(_match_check(index, buffer, f"constant {index}", where))
             lines.append(f"  {buffer.name} = ({buffer.ctype}*)byoc_data(&args[{index}]);")
-            lines.append(f'  if ({buffer.name} == NULL) BYOC_FAIL("{where}: constant {index} is not a tensor");')
         lines += [_indent(code.init) for buffer, code in bindings if code.init.strip() and buffer.kind != "intermediate"]
         lines += [_indent(code.init) for code in codes if code.init.strip()]
         for buffer in intermediates:
@@ -234,8 +261,9 @@ class _Generator:
             lines.append(f"  {buffer.ctype}* {buffer.name} = ({buffer.ctype}*)byoc_data(&args[{index}]);")
         lines.append("  pthread_mutex_lock(&byoc_lock);")
         lines.append(f'  if (!byoc_ready) BYOC_FAIL("{where}: called before initialisation");')
-        missing = " || ".join(f"{b.name} == NULL" for b in [*inputs, *self.outputs])
-        lines.append(f'  if ({missing}) BYOC_FAIL("{where}: an argument is not a tensor");')
+        for index, buffer in enumerate([*inputs, *self.outputs]):
+            what = f"input {index}" if index < len(inputs) else f"output {index - len(inputs)}"
+            lines.append(_match_check(index, buffer, what, where))
         lines += [_indent(code.run) for _, code in bindings if code.run.strip()]
         lines += [_indent(code.run) for code in codes if code.run.strip()]
         for destination, key in self.output_copies:

@@ -1,35 +1,52 @@
-"""The artifact: one file that holds a compiled model.
+"""The artifact: one file that holds a compiled model, and the checks that make loading it safe.
 
 A zip archive (stored, not compressed) with a manifest, the host library (host code and C
 regions), each accelerator sub-module (JSON graph or custom blob) and each distinct constant
-once. Every file's SHA-256 is in the manifest and is checked on load, so a truncated or corrupt
-artifact is refused with an error naming the part (and region) that is damaged, before anything
-is loaded into the process.
+once. The manifest follows a versioned JSON Schema (`manifest.schema.json`), checked on write
+and on load, and records every file's SHA-256, every constant's dtype and shape, and for each
+region what its code expects. Loading checks, before anything reaches the process:
+
+- every file against its checksum, and no file that the manifest does not list;
+- each constant's stored dtype, shape and content against its record and its content key;
+- each region's constants, inputs and outputs against its sub-module (the JSON graph or the
+  blob's container) and against the constants it is given;
+- the host library's ELF structure against its size (a truncated library would otherwise
+  kill the process with SIGBUS inside the dynamic loader);
+- with `trusted_keys`, the manifest's Ed25519 signature (see `signing`).
+
+Each refusal is an `ArtifactError` naming the artifact, the part and the region. Checksums
+catch damage, not intent: an artifact is code (see `signing` for the trust model).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import os
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import numpy as np
 import tvm
 
-from byoc.backend.registry import get_backend, list_backends
-from byoc.errors import ArtifactError, MissingVendorError, UnknownBackendError
-from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
-from byoc.runtime_metadata.constants import ConstantStore
-from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
-from byoc.runtime_metadata.model import CompiledModel
+from byoc.custom_formats.container import read_header
+from byoc.errors import ArtifactError, ByocError
+from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact, TensorSpec
+from byoc.runtime_metadata.constants import ConstantStore, content_key
+from byoc.runtime_metadata.elf import check_shared_library
+from byoc.runtime_metadata.signing import SIGNATURE_FILE, PrivateKey, PublicKey, sign, verify
 
 FORMAT = "byoc.artifact"
-VERSION = 1
+VERSION = 2
+MANIFEST = "manifest.json"
+HOST_LIBRARY = "host.so"
 _EXTENSIONS = {"json": "json", "c": "c", "custom": "bin"}
 
 
@@ -37,45 +54,83 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_artifact(model: CompiledModel, path: str | os.PathLike) -> None:
-    files: dict[str, bytes] = {"host.so": model.host_library}
-    for key, array in model.store.contents().items():
-        buffer = io.BytesIO()
-        np.save(buffer, array, allow_pickle=False)
-        files[f"constants/{key}.npy"] = buffer.getvalue()
-    regions = []
-    for artifact in model.artifacts:
-        name = f"regions/{artifact.symbol}.{_EXTENSIONS[artifact.codegen]}"
-        files[name] = artifact.payload
-        regions.append({**artifact.describe(), "file": name})
-    manifest = {
+def _spec(spec: TensorSpec) -> dict:
+    return {"name": spec.name, "shape": list(spec.shape), "dtype": spec.dtype}
+
+
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(resources.files("byoc.runtime_metadata").joinpath("manifest.schema.json").read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def validate_manifest(manifest: Any, where: str) -> None:
+    if isinstance(manifest, dict) and manifest.get("format") == FORMAT and manifest.get("version") != VERSION:
+        raise ArtifactError(f"{where} is artifact version {manifest.get('version')!r}; this byoc reads version {VERSION}")
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(manifest))
+    if error is not None:
+        path = "/".join(str(p) for p in error.absolute_path) or "(document)"
+        raise ArtifactError(f"{where}: the manifest fails its schema at {path}: {error.message}")
+
+
+def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
+    return {
         "format": FORMAT,
         "version": VERSION,
         "tvm_version": tvm.__version__,
-        "target": model.target,
-        "inputs": [vars(s) for s in model.inputs],
-        "outputs": [vars(s) for s in model.outputs],
-        "vendors": model.vendor_origins,
-        "backend_options": model.backend_options,
-        "constants": model.store.names(),
+        "target": parts.target,
+        "inputs": [_spec(s) for s in parts.inputs],
+        "outputs": [_spec(s) for s in parts.outputs],
+        "vendors": parts.vendor_origins,
+        "backend_options": parts.backend_options,
+        "constants": parts.store.names(),
+        "constant_specs": {key: {"shape": list(a.shape), "dtype": str(a.dtype)} for key, a in parts.store.contents().items()},
         "files": {name: _sha256(data) for name, data in files.items()},
-        "regions": regions,
-        "partition": model.partition,
-        "build_fallbacks": model.build_fallbacks,
+        "host_library": {"file": HOST_LIBRARY, "machine": check_shared_library(parts.host_library, "the host library"),
+                         "bytes": len(parts.host_library)},
+        "regions": [
+            {**a.describe(), "file": f"regions/{a.symbol}.{_EXTENSIONS[a.codegen]}",
+             "inputs": [_spec(s) for s in a.inputs], "outputs": [_spec(s) for s in a.outputs],
+             "constant_specs": [_spec(s) for s in a.constant_specs]}
+            for a in parts.artifacts
+        ],
+        "partition": parts.partition,
+        "build_fallbacks": parts.build_fallbacks,
     }
+
+
+def write_artifact(parts: ModelParts, path: str | os.PathLike, sign_key: PrivateKey | None = None) -> None:
+    """Write `parts` to one file, atomically: a reader, or a process killed while writing,
+    never leaves anything but the previous file or the whole new one. With `sign_key`, the
+    manifest is signed."""
+    files: dict[str, bytes] = {HOST_LIBRARY: parts.host_library}
+    for key, array in parts.store.contents().items():
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        files[f"constants/{key}.npy"] = buffer.getvalue()
+    for artifact in parts.artifacts:
+        files[f"regions/{artifact.symbol}.{_EXTENSIONS[artifact.codegen]}"] = artifact.payload
+    manifest = manifest_of(parts, files)
+    validate_manifest(manifest, "the artifact being written")
+    text = json.dumps(manifest, indent=1, default=list).encode()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".partial") as tmp:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as archive:
-            archive.writestr("manifest.json", json.dumps(manifest, indent=1, default=list))
-            for name, data in files.items():
-                archive.writestr(name, data)
+        try:
+            with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as archive:
+                archive.writestr(MANIFEST, text)
+                if sign_key is not None:
+                    archive.writestr(SIGNATURE_FILE, sign(text, sign_key))
+                for name, data in files.items():
+                    archive.writestr(name, data)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        except BaseException:
+            os.unlink(tmp.name)
+            raise
     os.replace(tmp.name, path)
-
-
-def read_manifest(path: str | os.PathLike) -> dict:
-    with _open(path) as archive:
-        return _manifest(archive, path)
 
 
 def _open(path: str | os.PathLike) -> zipfile.ZipFile:
@@ -83,97 +138,186 @@ def _open(path: str | os.PathLike) -> zipfile.ZipFile:
         return zipfile.ZipFile(path)
     except FileNotFoundError:
         raise ArtifactError(f"artifact {os.fspath(path)!r} does not exist") from None
-    except (zipfile.BadZipFile, OSError) as error:
+    except (zipfile.BadZipFile, OSError, ValueError) as error:
         raise ArtifactError(f"{os.fspath(path)!r} is not a byoc artifact, or it is truncated ({error})") from error
 
 
-def _manifest(archive: zipfile.ZipFile, path) -> dict:
+def _member(archive: zipfile.ZipFile, name: str, what: str, label: str) -> bytes:
     try:
-        manifest = json.loads(archive.read("manifest.json"))
+        return archive.read(name)
     except KeyError:
-        raise ArtifactError(f"{os.fspath(path)!r} has no manifest: not a byoc artifact") from None
-    except (zipfile.BadZipFile, ValueError, OSError) as error:
-        raise ArtifactError(f"artifact {os.fspath(path)!r}: the manifest is corrupt ({error})") from error
-    if manifest.get("format") != FORMAT:
-        raise ArtifactError(f"{os.fspath(path)!r} is not a byoc artifact (format {manifest.get('format')!r})")
-    if manifest.get("version") != VERSION:
-        raise ArtifactError(f"artifact {os.fspath(path)!r} is version {manifest.get('version')}; this byoc reads version {VERSION}")
-    return manifest
+        raise ArtifactError(f"{label}: {what} ({name}) is missing") from None
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
+        raise ArtifactError(f"{label}: {what} ({name}) is corrupt or truncated ({error})") from error
 
 
-def _read_checked(archive: zipfile.ZipFile, manifest: dict, name: str, what: str, path) -> bytes:
+def _manifest(archive: zipfile.ZipFile, label: str) -> tuple[dict, bytes]:
+    text = _member(archive, MANIFEST, "the manifest", label)
     try:
-        data = archive.read(name)
-    except KeyError:
-        raise ArtifactError(f"artifact {os.fspath(path)!r}: {what} ({name}) is missing") from None
-    except (zipfile.BadZipFile, OSError, EOFError) as error:
-        raise ArtifactError(f"artifact {os.fspath(path)!r}: {what} ({name}) is corrupt or truncated ({error})") from error
-    if _sha256(data) != manifest["files"].get(name):
-        raise ArtifactError(f"artifact {os.fspath(path)!r}: {what} ({name}) fails its checksum: the file is corrupt")
-    return data
+        manifest = json.loads(text)
+    except ValueError as error:
+        raise ArtifactError(f"{label}: the manifest is corrupt ({error})") from error
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ArtifactError(f"{label} is not a byoc artifact (format {manifest.get('format') if isinstance(manifest, dict) else None!r})")
+    validate_manifest(manifest, label)
+    return manifest, text
 
 
-def load(
-    path: str | os.PathLike,
-    cache_dir: str | os.PathLike | None = None,
-    engines: str = "lazy",
-    backend_options: Mapping[str, dict] | None = None,
-) -> CompiledModel:
-    """Load an artifact written by `CompiledModel.export`, in this or any other process.
-    `backend_options` override the build's per-backend options (e.g. the accelerator
-    configuration this runtime drives)."""
+def read_manifest(path: str | os.PathLike) -> dict:
     with _open(path) as archive:
-        manifest = _manifest(archive, path)
-        backends = {}
-        for backend_name in sorted({r["backend"] for r in manifest["regions"]}):
-            try:
-                backends[backend_name] = get_backend(backend_name)
-            except UnknownBackendError:
-                origin = manifest["vendors"].get(backend_name, "an unknown package")
-                raise MissingVendorError(
-                    f"artifact {os.fspath(path)!r} needs vendor {backend_name!r}, registered by {origin}; install that "
-                    f"package. Registered vendors here: {', '.join(list_backends())}"
-                ) from None
-        host_library = _read_checked(archive, manifest, "host.so", "the host library", path)
+        return _manifest(archive, f"artifact {os.fspath(path)!r}")[0]
+
+
+class _Reader:
+    """Reads and checks one artifact's parts."""
+
+    def __init__(self, archive: zipfile.ZipFile, manifest: dict, label: str) -> None:
+        self.archive = archive
+        self.manifest = manifest
+        self.label = label
+
+    def read(self, name: str, what: str) -> bytes:
+        data = _member(self.archive, name, what, self.label)
+        if _sha256(data) != self.manifest["files"].get(name):
+            raise ArtifactError(f"{self.label}: {what} ({name}) fails its checksum: the file is corrupt")
+        return data
+
+    def check_listing(self) -> None:
+        listed = set(self.manifest["files"]) | {MANIFEST, SIGNATURE_FILE}
+        unlisted = sorted(set(self.archive.namelist()) - listed)
+        if unlisted:
+            raise ArtifactError(f"{self.label}: holds file(s) its manifest does not list: {unlisted}")
+
+    def host_library(self) -> bytes:
+        data = self.read(HOST_LIBRARY, "the host library")
+        check_shared_library(data, f"{self.label}: the host library")
+        return data
+
+    def constants(self) -> ConstantStore:
         store = ConstantStore()
-        for name, key in manifest["constants"].items():
-            file = f"constants/{key}.npy"
+        specs = self.manifest["constant_specs"]
+        for name, key in self.manifest["constants"].items():
             if key not in store.contents():
-                data = _read_checked(archive, manifest, file, f"constant {name!r}", path)
-                store.put(key, np.load(io.BytesIO(data), allow_pickle=False))
+                what = f"constant {name!r}"
+                array = self._array(self.read(f"constants/{key}.npy", what), what)
+                spec = specs.get(key)
+                if spec is None:
+                    raise ArtifactError(f"{self.label}: {what} has no recorded dtype and shape")
+                if str(array.dtype) != spec["dtype"] or list(array.shape) != spec["shape"]:
+                    raise ArtifactError(f"{self.label}: {what} holds {array.dtype}{tuple(array.shape)}; the manifest records "
+                                        f"{spec['dtype']}{tuple(spec['shape'])}")
+                if content_key(array) != key:
+                    raise ArtifactError(f"{self.label}: {what} does not hold the content its key names ({key})")
+                store.put(key, array)
             store.bind(name, key)
+        return store
+
+    def _array(self, data: bytes, what: str) -> np.ndarray:
+        try:
+            return np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise ArtifactError(f"{self.label}: {what} is not a plain numpy array ({error})") from error
+
+    def regions(self, store: ConstantStore) -> list[RegionArtifact]:
         artifacts = []
-        for entry in manifest["regions"]:
-            what = f"region {entry['symbol']} ({entry['backend']})"
-            payload = _read_checked(archive, manifest, entry["file"], what, path)
-            artifacts.append(
-                RegionArtifact(
-                    symbol=entry["symbol"],
-                    backend=entry["backend"],
-                    codegen=entry["codegen"],
-                    payload=payload,
-                    constants=list(entry["constants"]),
-                    inputs=[TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in entry["inputs"]],
-                    outputs=[TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in entry["outputs"]],
-                    vendor_version=entry["vendor_version"],
-                    format_name=entry["format_name"],
-                    info=entry.get("info", {}),
-                )
+        symbols = [entry["symbol"] for entry in self.manifest["regions"]]
+        if len(set(symbols)) != len(symbols):
+            raise ArtifactError(f"{self.label}: the manifest lists a region twice: {symbols}")
+        for entry in self.manifest["regions"]:
+            where = f"{self.label}: region {entry['symbol']} ({entry['backend']})"
+            artifact = RegionArtifact(
+                symbol=entry["symbol"],
+                backend=entry["backend"],
+                codegen=entry["codegen"],
+                payload=self.read(entry["file"], f"region {entry['symbol']} ({entry['backend']})"),
+                constants=list(entry["constants"]),
+                inputs=[TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in entry["inputs"]],
+                outputs=[TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in entry["outputs"]],
+                vendor_version=entry["vendor_version"],
+                format_name=entry["format_name"],
+                info=entry["info"],
+                constant_specs=[TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in entry["constant_specs"]],
             )
-    model = CompiledModel(
-        host_library,
-        artifacts,
-        backends,
-        store,
-        [TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in manifest["inputs"]],
-        [TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in manifest["outputs"]],
-        manifest["target"],
-        manifest["vendors"],
-        {**manifest.get("backend_options", {}), **(backend_options or {})},
-        EngineCache(cache_dir if cache_dir is not None else default_cache_dir()),
-        partition=manifest.get("partition"),
-        build_fallbacks=manifest.get("build_fallbacks", {}),
+            check_region(artifact, store, where)
+            artifacts.append(artifact)
+        return artifacts
+
+
+def check_region(artifact: RegionArtifact, store: ConstantStore, where: str) -> None:
+    """Raise ArtifactError, naming `where`, unless the region's constants, inputs and outputs
+    agree with its sub-module and with the constants it is given."""
+    if artifact.codegen != "custom" and [s.name for s in artifact.constant_specs] != artifact.constants:
+        raise ArtifactError(f"{where}: records what its code expects of {len(artifact.constant_specs)} constant(s), "
+                            f"but is given {len(artifact.constants)}")
+    names = store.names()
+    for spec in artifact.constant_specs:
+        if spec.name not in names:
+            raise ArtifactError(f"{where}: constant {spec.name!r} is not in the artifact")
+        array = store.get(spec.name)
+        if str(array.dtype) != spec.dtype or tuple(array.shape) != spec.shape:
+            raise ArtifactError(f"{where}: constant {spec.name!r} is {array.dtype}{tuple(array.shape)}; "
+                                f"the region's code expects {spec.dtype}{spec.shape}")
+    if artifact.codegen == "json":
+        _check_graph(artifact, where)
+    elif artifact.codegen == "custom":
+        try:
+            header = read_header(artifact.payload, where)
+        except ByocError as error:
+            raise ArtifactError(str(error)) from error
+        if (header.symbol, header.backend, header.format) != (artifact.symbol, artifact.backend, artifact.format_name):
+            raise ArtifactError(f"{where}: its blob belongs to region {header.symbol} ({header.backend}, {header.format})")
+        for kind, recorded, specs in (("inputs", header.inputs, artifact.inputs), ("outputs", header.outputs, artifact.outputs)):
+            if recorded is not None and recorded != [[list(s.shape), s.dtype] for s in specs]:
+                raise ArtifactError(f"{where}: its blob was built for {kind} {recorded}; the manifest records "
+                                    f"{[[list(s.shape), s.dtype] for s in specs]}")
+
+
+def _check_graph(artifact: RegionArtifact, where: str) -> None:
+    from byoc.codegen_json.graph import value_spec
+    from byoc.codegen_json.schema import load_graph
+
+    try:
+        graph = load_graph(artifact.payload, where)
+    except ByocError as error:
+        raise ArtifactError(str(error)) from error
+    if (graph["symbol"], graph["backend"]) != (artifact.symbol, artifact.backend):
+        raise ArtifactError(f"{where}: its JSON graph is region {graph['symbol']} ({graph['backend']})")
+    inputs = [(tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
+    if inputs != [(s.shape, s.dtype) for s in artifact.inputs]:
+        raise ArtifactError(f"{where}: its JSON graph takes inputs {inputs}; the manifest records "
+                            f"{[(s.shape, s.dtype) for s in artifact.inputs]}")
+    outputs = [(tuple(value_spec(graph, ref)["shape"]), value_spec(graph, ref)["dtype"]) for ref in graph["outputs"]]
+    if outputs != [(s.shape, s.dtype) for s in artifact.outputs]:
+        raise ArtifactError(f"{where}: its JSON graph gives outputs {outputs}; the manifest records "
+                            f"{[(s.shape, s.dtype) for s in artifact.outputs]}")
+    table = {name: (tuple(c["shape"]), c["dtype"]) for name, c in graph["constants"].items()}
+    if table != {s.name: (s.shape, s.dtype) for s in artifact.constant_specs}:
+        raise ArtifactError(f"{where}: its JSON graph's constants differ from what the manifest records for the region")
+
+
+def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | None = None) -> tuple[ModelParts, dict]:
+    """The parts of the artifact at `path`, every check passed, and its manifest."""
+    label = f"artifact {os.fspath(path)!r}"
+    with _open(path) as archive:
+        manifest, text = _manifest(archive, label)
+        if trusted_keys is not None:
+            signature = archive.read(SIGNATURE_FILE) if SIGNATURE_FILE in archive.namelist() else None
+            verify(text, signature, trusted_keys, label)
+        reader = _Reader(archive, manifest, label)
+        reader.check_listing()
+        host_library = reader.host_library()
+        store = reader.constants()
+        artifacts = reader.regions(store)
+    parts = ModelParts(
+        host_library=host_library,
+        artifacts=artifacts,
+        store=store,
+        inputs=[TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in manifest["inputs"]],
+        outputs=[TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in manifest["outputs"]],
+        target=manifest["target"],
+        vendor_origins=manifest["vendors"],
+        backend_options=manifest["backend_options"],
+        partition=manifest["partition"],
+        build_fallbacks=manifest["build_fallbacks"],
     )
-    if engines == "eager":
-        model.create_engines()
-    return model
+    return parts, manifest

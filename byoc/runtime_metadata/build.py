@@ -20,12 +20,13 @@ from byoc.errors import BuildError, ByocError
 from byoc.ir.types import static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
-from byoc.partition.record import PARTITION_ATTR
-from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
+from byoc.partition.record import PARTITION_ATTR, PartitionRecord, RegionRecord
+from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact, TensorSpec
 from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
 from byoc.runtime_metadata.model import CompiledModel
+from byoc.runtime_metadata.signature import signature, signature_module
 
 # RunCodegen looks codegens up in the global registry: one build at a time registers them.
 _RUN_CODEGEN = threading.Lock()
@@ -52,7 +53,14 @@ def model_io(mod: tvm.IRModule) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
-def _generate(mod, strict, backend_options, store, backends):
+def _cost(symbol: str, regions: dict[str, RegionRecord]) -> str:
+    region = regions.get(symbol)
+    if region is None:
+        return ""
+    return f": {region.num_ops} op(s) and {region.macs:,} MACs run on the host instead"
+
+
+def _generate(mod, strict, backend_options, store, backends, regions: dict[str, RegionRecord]):
     artifacts: list[RegionArtifact] = []
     failed: dict[str, str] = {}
     for symbol, backend_name, func in region_functions(mod):
@@ -63,7 +71,8 @@ def _generate(mod, strict, backend_options, store, backends):
             message = f"region {symbol} ({backend_name}): code generation failed: {type(error).__name__}: {error}"
             if strict:
                 raise BuildError(message) from error
-            warnings.warn(f"byoc: {message}; the region falls back to the host", stacklevel=3)
+            warnings.warn(f"byoc: {message}; the region falls back to the host{_cost(symbol, regions)} "
+                          "(build with strict=True to make this an error)", stacklevel=3)
             failed[symbol] = f"code generation failed: {type(error).__name__}: {error}"
     return artifacts, failed
 
@@ -128,7 +137,10 @@ def build(
     backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
     store = ConstantStore()
     overrides = dict(backends or {})
-    artifacts, failed = _generate(mod, strict, backend_options, store, overrides)
+    record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
+    partition = json.loads(str(record)) if record is not None else None
+    planned = {r.symbol: r for r in PartitionRecord.from_dict(partition).regions} if partition else {}
+    artifacts, failed = _generate(mod, strict, backend_options, store, overrides, planned)
     if failed:
         mod = inline_regions(mod, failed)
     by_symbol = {a.symbol: a for a in artifacts}
@@ -143,6 +155,7 @@ def build(
                 stubbed[gvar] = _signature_only(func)
         lowered = relax.transform.RunCodegen()(stubbed)
     executable = relax.build(lowered, target=target)
+    executable.mod.import_module(signature_module(signature(inputs, outputs, artifacts)))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "host.so")
         try:
@@ -151,21 +164,19 @@ def build(
             raise BuildError(f"compiling the host library failed: {error}") from error
         with open(path, "rb") as f:
             host_library = f.read()
-    record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
-    model = CompiledModel(
+    parts = ModelParts(
         host_library,
         artifacts,
-        backends,
         store,
         inputs,
         outputs,
         str(target),
         {name: "this build" if name in overrides else backend_origin(name) for name in backends},
         backend_options,
-        EngineCache(cache_dir if cache_dir is not None else default_cache_dir()),
-        partition=json.loads(str(record)) if record is not None else None,
+        partition=partition,
         build_fallbacks=failed,
     )
+    model = CompiledModel(parts, backends, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()))
     if engines == "eager":
         model.create_engines()
     return model

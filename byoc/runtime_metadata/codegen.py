@@ -41,6 +41,8 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
     inputs = [TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
     outputs = _output_specs(graph)
     artifact = RegionArtifact(symbol, backend.name, backend.codegen, b"", [], inputs, outputs)
+    artifact.constant_specs = [TensorSpec(name, tuple(graph["constants"][name]["shape"]), graph["constants"][name]["dtype"])
+                               for name in constants] if backend.codegen != "custom" else []
     if backend.codegen == "json":
         store.add_all(constants)
         artifact.payload = json.dumps(graph, sort_keys=True, separators=(",", ":")).encode()
@@ -59,7 +61,8 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
         fmt = backend.custom_format
         settings = {**attrs, **options}  # region attributes (e.g. the target) under build options
         raw = fmt.serialize(graph, constants, settings)
-        artifact.payload = wrap(raw, fmt.name, fmt.version, symbol, backend.name, fmt.config(settings) or "")
+        artifact.payload = wrap(raw, fmt.name, fmt.version, symbol, backend.name, fmt.config(settings) or "",
+                                [[list(s.shape), s.dtype] for s in inputs], [[list(s.shape), s.dtype] for s in outputs])
         artifact.vendor_version = f"{fmt.name}-{fmt.version}"
         artifact.format_name = fmt.name
         artifact.info = fmt.describe(raw, settings) if fmt.describe else {}

@@ -8,6 +8,7 @@ two models with the same region symbols in one process each keep their own engin
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -18,13 +19,14 @@ import tvm_ffi
 from tvm import relax
 
 from byoc.backend.spec import Backend
-from byoc.errors import ByocError, EngineError
+from byoc.errors import ArtifactError, ByocError, EngineError
 from byoc.runtime_metadata.artifact_types import RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.engine_cache import EngineCache
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
 
 _VM_CREATION = threading.Lock()
+_MISSING_FUNCTION = re.compile(r"Cannot find ffi::Function (\S+)")
 
 
 class RegionTimes:
@@ -57,6 +59,11 @@ class RegionRuntime:
         self._num_inputs = len(artifact.inputs)
         self._lock = threading.Lock()
         self._where = f"region {artifact.symbol} ({artifact.backend})"
+        self._expected = [(s.shape, np.dtype(s.dtype)) for s in [*artifact.inputs, *artifact.outputs]]
+        self._checked = False
+        # An exception raised here reaches the caller as a plain RuntimeError once it has
+        # crossed the VM: the original is kept for `take_failure`.
+        self._failure = threading.local()
 
     def ensure_engine(self) -> EngineRecord:
         if self.record is None:
@@ -65,12 +72,23 @@ class RegionRuntime:
                     self.record = create_engine(self.artifact, self.backend, self.store, self.options, self.cache)
         return self.record
 
+    def _check(self, arrays: list[np.ndarray]) -> None:
+        """The host's tensors against what the region was built for, on the first call (shapes
+        are static): an engine must never read or write past what it was given."""
+        got = [(a.shape, a.dtype) for a in arrays]
+        if got != self._expected:
+            raise ArtifactError(f"{self._where}: the host passes {[(s, str(d)) for s, d in got]}; the region was built for "
+                              f"{[(s, str(d)) for s, d in self._expected]}")
+        self._checked = True
+
     def __call__(self, *args: tvm.runtime.Tensor) -> None:
         try:
             record = self.record or self.ensure_engine()
             times = self.times
             if times is None:
                 arrays = [np.from_dlpack(a) for a in args]
+                if not self._checked:
+                    self._check(arrays)
                 record.engine.run(arrays[: self._num_inputs], arrays[self._num_inputs :])
                 return
             start = time.perf_counter()
@@ -81,14 +99,23 @@ class RegionRuntime:
             times.calls += 1
             times.transfer += wrapped - start
             times.execution += done - wrapped
-        except ByocError:
+        except ByocError as error:
+            self._failure.error = error
             raise
         except Exception as error:
-            raise EngineError(f"{self._where}: the engine failed: {type(error).__name__}: {error}") from error
+            failure = self._failure.error = EngineError(f"{self._where}: the engine failed: {type(error).__name__}: {error}")
+            raise failure from error
+
+    def take_failure(self) -> ByocError | None:
+        """The error this thread's last failed call raised, once."""
+        error = getattr(self._failure, "error", None)
+        self._failure.error = None
+        return error
 
 
-def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime]) -> relax.VirtualMachine:
-    """A VirtualMachine whose region calls reach these `regions`."""
+def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime], artifacts: Iterable[RegionArtifact]) -> relax.VirtualMachine:
+    """A VirtualMachine whose region calls reach these `regions`. A region the host code calls
+    but that the model does not have (an inconsistent artifact) is an ArtifactError."""
     with _VM_CREATION:
         symbols = []
         for region in regions:
@@ -96,6 +123,13 @@ def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime]) -> rel
             symbols.append(region.artifact.symbol)
         try:
             return relax.VirtualMachine(host, tvm.cpu())
+        except tvm.error.TVMError as error:
+            missing = _MISSING_FUNCTION.search(str(error))
+            if missing is None:
+                raise
+            known = sorted(a.symbol for a in artifacts)
+            raise ArtifactError(f"the host code calls region {missing.group(1)}, which the model does not have "
+                                f"(its regions: {', '.join(known) or 'none'})") from None
         finally:
             # The VM holds the functions it resolved; the registry must not keep this model alive.
             for symbol in symbols:

@@ -20,8 +20,11 @@ from byoc.runtime_metadata.artifact_types import RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
 
 CACHE_ENV = "BYOC_CACHE_DIR"
-_MAGIC = b"BYOCENG1"
-_LAYOUT = struct.Struct("<32sQ")
+_MAGIC = b"BYOCENG2"
+# content SHA-256, content length, and the entry's own key: an entry copied or renamed to
+# another key's file (a buggy tool, a shared cache edited by hand) is refused, not loaded as
+# the engine of a region it does not belong to.
+_LAYOUT = struct.Struct("<32sQ64s")
 
 
 def default_cache_dir() -> Path:
@@ -62,7 +65,9 @@ class EngineCache:
         header = len(_MAGIC) + _LAYOUT.size
         if len(data) < header or not data.startswith(_MAGIC):
             raise CacheError(f"engine cache entry {path} is not a byoc cache entry")
-        checksum, length = _LAYOUT.unpack_from(data, len(_MAGIC))
+        checksum, length, owner = _LAYOUT.unpack_from(data, len(_MAGIC))
+        if owner.decode("ascii", "replace") != key:
+            raise CacheError(f"engine cache entry {path} belongs to another region (key {owner[:16].decode('ascii', 'replace')}...)")
         content = data[header:]
         if len(content) != length:
             raise CacheError(f"engine cache entry {path} is truncated ({len(content)} of {length} bytes)")
@@ -73,10 +78,12 @@ class EngineCache:
     def put(self, backend: str, key: str, content: bytes) -> Path:
         path = self._path(backend, key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = _MAGIC + _LAYOUT.pack(hashlib.sha256(content).digest(), len(content)) + content
+        data = _MAGIC + _LAYOUT.pack(hashlib.sha256(content).digest(), len(content), key.encode("ascii")) + content
         # Write then rename, so that a reader never sees half an entry.
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
             tmp.write(data)
+            tmp.flush()
+            os.fsync(tmp.fileno())
         os.replace(tmp.name, path)
         return path
 

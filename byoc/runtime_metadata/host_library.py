@@ -1,9 +1,11 @@
 """Loading the host library (host code plus C regions) and initialising its C regions.
 
 A shared library is loaded once per process and never unloaded, and its C regions keep their
-state in file-scope variables. Libraries are therefore stored by content: two models with the
-same library share one loaded copy, whose C regions are initialised once, from constants that
-are kept alive for the rest of the process.
+state in file-scope variables. Libraries are therefore stored by content and by the constants
+their C regions are initialised with: two models with the same library and the same constants
+share one loaded copy, initialised once, from constants kept alive for the rest of the process.
+Two models of one architecture with different weights compile to the same library bytes, and
+each needs its own copy: the dynamic loader keeps one copy per file, so each gets its own file.
 """
 
 from __future__ import annotations
@@ -12,26 +14,27 @@ import hashlib
 import os
 import tempfile
 import threading
-from collections.abc import Iterable
 from pathlib import Path
 
 import tvm
 
-from byoc.codegen_c.generate import init_symbol
-from byoc.errors import EngineError
-from byoc.runtime_metadata.artifact_types import RegionArtifact
-from byoc.runtime_metadata.constants import ConstantStore
+from byoc.codegen_c.generate import CONSTANT_MISMATCH, init_symbol
+from byoc.errors import ArtifactError, EngineError
+from byoc.runtime_metadata.artifact_types import ModelParts
+from byoc.runtime_metadata.elf import check_shared_library
 from byoc.runtime_metadata.engine_cache import default_cache_dir
+from byoc.runtime_metadata.signature import check_signature, read_signature, signature
 
 _initialised: dict[tuple[str, str], list] = {}  # (library path, symbol) -> constants kept alive
 _lock = threading.Lock()
 
 
-def library_file(data: bytes) -> Path:
+def library_file(data: bytes, variant: str = "") -> Path:
+    """The library `data` as a file, one per content and `variant`."""
     digest = hashlib.sha256(data).hexdigest()
     directory = default_cache_dir().parent / "libraries"
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{digest[:32]}.so"
+    path = directory / f"{digest[:32]}{'-' + variant if variant else ''}.so"
     if not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
         with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as tmp:
             tmp.write(data)
@@ -39,11 +42,18 @@ def library_file(data: bytes) -> Path:
     return path
 
 
-def load_host_library(data: bytes, artifacts: Iterable[RegionArtifact], store: ConstantStore) -> tvm.runtime.Module:
-    path = library_file(data)
+def load_host_library(parts: ModelParts, where: str = "the host library") -> tvm.runtime.Module:
+    """The host library of `parts`, loaded once per process, checked against the model's parts
+    (see `signature`), its C regions initialised with their constants."""
+    check_shared_library(parts.host_library, where)
+    initialised_with = [(a.symbol, [parts.store.key(n) for n in a.constants]) for a in parts.artifacts if a.codegen == "c"]
+    variant = hashlib.sha256(repr(initialised_with).encode()).hexdigest()[:16] if initialised_with else ""
+    path = library_file(parts.host_library, variant)
     module = tvm.runtime.load_module(str(path))
+    check_signature(read_signature(module, where), signature(parts.inputs, parts.outputs, parts.artifacts), where)
+    store = parts.store
     with _lock:
-        for artifact in artifacts:
+        for artifact in parts.artifacts:
             if artifact.codegen != "c" or (str(path), artifact.symbol) in _initialised:
                 continue
             constants = [tvm.runtime.from_dlpack(store.get(name)) for name in artifact.constants]
@@ -51,6 +61,9 @@ def load_host_library(data: bytes, artifacts: Iterable[RegionArtifact], store: C
             try:
                 init(*constants)
             except Exception as error:
-                raise EngineError(f"region {artifact.symbol} ({artifact.backend}): initialisation failed: {error}") from error
+                # A region's C code checks the constants it is given against what it was built
+                # for (see byoc.codegen_c.generate): a mismatch is an inconsistent model.
+                kind = ArtifactError if CONSTANT_MISMATCH in str(error) else EngineError
+                raise kind(f"region {artifact.symbol} ({artifact.backend}): initialisation failed: {error}") from error
             _initialised[(str(path), artifact.symbol)] = constants
     return module

@@ -9,56 +9,61 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import tvm
 from tvm import relax
 
+from byoc.backend.registry import get_backend, list_backends
 from byoc.backend.spec import Backend
-from byoc.errors import ByocError, InputError
+from byoc.errors import ArtifactError, ByocError, InputError, MissingVendorError, UnknownBackendError
 from byoc.partition.record import PartitionRecord
 from byoc.partition.report import PartitionReport
-from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
+from byoc.runtime_metadata.artifact import read_artifact, write_artifact
+from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm
-from byoc.runtime_metadata.engine_cache import EngineCache
+from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
 from byoc.runtime_metadata.host_library import load_host_library
+from byoc.runtime_metadata.profile import ProfileReport, profile_model
+from byoc.runtime_metadata.signing import PrivateKey, PublicKey
 
 
 class CompiledModel:
-    def __init__(
-        self,
-        host_library: bytes,
-        artifacts: list[RegionArtifact],
-        backends: Mapping[str, Backend],
-        store: ConstantStore,
-        inputs: list[TensorSpec],
-        outputs: list[TensorSpec],
-        target: str,
-        vendor_origins: Mapping[str, str],
-        backend_options: Mapping[str, dict] | None = None,
-        cache: EngineCache | None = None,
-        partition: dict | None = None,
-        build_fallbacks: Mapping[str, str] | None = None,
-    ) -> None:
-        self.host_library = host_library
-        self.artifacts = artifacts
-        self.store = store
-        self.inputs = inputs
-        self.outputs = outputs
-        self.target = target
-        self.vendor_origins = dict(vendor_origins)
-        self.backend_options = {name: dict(opts) for name, opts in (backend_options or {}).items()}
-        self.partition = partition  # the partition record, when the module came from partition_for
-        self.build_fallbacks = dict(build_fallbacks or {})  # region symbol -> why it runs on the host
+    """A compiled model: its parts (see `ModelParts`), the backends that run its regions, and
+    the engines, host library and virtual machines made from them."""
+
+    def __init__(self, parts: ModelParts, backends: Mapping[str, Backend], cache: EngineCache | None = None,
+                 source: str = "this build") -> None:
+        self.parts = parts
         self.regions = {
-            a.symbol: RegionRuntime(a, backends[a.backend], store, self.backend_options.get(a.backend, {}), cache)
-            for a in artifacts
+            a.symbol: RegionRuntime(a, backends[a.backend], parts.store, parts.backend_options.get(a.backend, {}), cache)
+            for a in parts.artifacts
             if a.codegen != "c"
         }
-        self.host = load_host_library(host_library, artifacts, store)
+        self.host = load_host_library(parts, f"{source}: the host library")
         self._local = threading.local()
+
+    @property
+    def artifacts(self) -> list[RegionArtifact]:
+        return self.parts.artifacts
+
+    @property
+    def store(self) -> ConstantStore:
+        return self.parts.store
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return self.parts.inputs
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return self.parts.outputs
+
+    @property
+    def build_fallbacks(self) -> dict[str, str]:
+        return self.parts.build_fallbacks
 
     # ------------------------------------------------------------------ running
     def virtual_machine(self) -> relax.VirtualMachine:
@@ -70,7 +75,7 @@ class CompiledModel:
         # A VirtualMachine is not safe to share between threads; each thread gets its own.
         vm = getattr(self._local, "vm", None)
         if vm is None:
-            vm = self._local.vm = create_vm(self.host, self.regions.values())
+            vm = self._local.vm = create_vm(self.host, self.regions.values(), self.parts.artifacts)
         return vm
 
     def create_engines(self) -> None:
@@ -113,35 +118,41 @@ class CompiledModel:
             buffers = self._local.inputs = [tvm.runtime.empty(s.shape, s.dtype) for s in self.inputs]
         for buffer, array in zip(buffers, arrays):
             buffer.copyfrom(array)
-        return _as_arrays(vm["main"](*buffers))
+        try:
+            return _as_arrays(vm["main"](*buffers))
+        except Exception:
+            for region in self.regions.values():
+                failure = region.take_failure()
+                if failure is not None:
+                    raise failure from None
+            raise
 
-    def profile(self, *inputs, repeat: int = 10, **named_inputs):
+    def profile(self, *inputs, repeat: int = 10, **named_inputs) -> ProfileReport:
         """Time spent per region and on the host (see `byoc.runtime_metadata.profile`)."""
-        from byoc.runtime_metadata.profile import profile_model
-
-        return profile_model(self, self._arrange_inputs(inputs, named_inputs), repeat)
+        arrays = self._arrange_inputs(inputs, named_inputs)
+        self.create_engines()
+        return profile_model(self._vm(), self.parts.artifacts, self.regions, arrays, repeat)
 
     def report(self) -> PartitionReport:
         """The partition report, with what each vendor estimated for its regions at build time
         (cycles, memory) and the regions that fell back to the host during the build."""
-        if self.partition is None:
+        if self.parts.partition is None:
             raise ByocError("this model was not partitioned by byoc.partition_for: it has no partition record")
         estimates = {a.symbol: a.info for a in self.artifacts if a.info}
-        return PartitionReport.from_record(PartitionRecord.from_dict(self.partition), estimates, self.build_fallbacks)
+        return PartitionReport.from_record(PartitionRecord.from_dict(self.parts.partition), estimates, self.build_fallbacks)
 
     # ---------------------------------------------------------------- artifact
-    def export(self, path: str | os.PathLike) -> None:
-        """Write host library, accelerator sub-modules and constants to one artifact file."""
-        from byoc.runtime_metadata.artifact import write_artifact
-
-        write_artifact(self, path)
+    def export(self, path: str | os.PathLike, sign_key: PrivateKey | None = None) -> None:
+        """Write host library, accelerator sub-modules and constants to one artifact file,
+        signed with `sign_key` (an Ed25519 private key) when given."""
+        write_artifact(self.parts, path, sign_key)
 
     def inspect(self) -> dict:
         return {
-            "target": self.target,
+            "target": self.parts.target,
             "inputs": [vars(s) for s in self.inputs],
             "outputs": [vars(s) for s in self.outputs],
-            "host_library_bytes": len(self.host_library),
+            "host_library_bytes": len(self.parts.host_library),
             "constants": {"count": len(self.store.names()), "unique": len(self.store.contents()), "bytes": self.store.nbytes},
             "regions": [
                 {
@@ -151,7 +162,7 @@ class CompiledModel:
                 }
                 for a in self.artifacts
             ],
-            "vendors": self.vendor_origins,
+            "vendors": self.parts.vendor_origins,
         }
 
 
@@ -173,3 +184,43 @@ def _as_arrays(result) -> list[np.ndarray]:
     if isinstance(result, (int, float, bool)):
         return [np.array(result)]
     return [item for value in result for item in _as_arrays(value)]
+
+
+def load(
+    path: str | os.PathLike,
+    cache_dir: str | os.PathLike | None = None,
+    engines: str = "lazy",
+    backend_options: Mapping[str, dict] | None = None,
+    trusted_keys: Iterable[PublicKey] | None = None,
+) -> CompiledModel:
+    """Load an artifact written by `CompiledModel.export`, in this or any other process, after
+    checking it (see `byoc.runtime_metadata.artifact`). `backend_options` override the build's
+    per-backend options (e.g. the accelerator configuration this runtime drives). With
+    `trusted_keys` (Ed25519 public keys), only an artifact one of them signed is loaded."""
+    if engines not in ("lazy", "eager"):
+        raise ByocError(f"engines must be 'lazy' or 'eager', not {engines!r}")
+    parts, manifest = read_artifact(path, trusted_keys)
+    label = f"artifact {os.fspath(path)!r}"
+    backends = {}
+    for name in sorted({a.backend for a in parts.artifacts}):
+        try:
+            backends[name] = get_backend(name)
+        except UnknownBackendError:
+            origin = parts.vendor_origins.get(name, "an unknown package")
+            raise MissingVendorError(
+                f"{label} needs vendor {name!r}, registered by {origin}; install that package. "
+                f"Registered vendors here: {', '.join(list_backends())}"
+            ) from None
+        if backends[name].codegen != next(a.codegen for a in parts.artifacts if a.backend == name):
+            raise ArtifactError(f"{label}: vendor {name!r} here generates {backends[name].codegen!r} code; the artifact's "
+                                f"regions for it are {next(a.codegen for a in parts.artifacts if a.backend == name)!r}")
+    if parts.partition is not None:
+        try:
+            PartitionRecord.from_dict(parts.partition)
+        except (KeyError, TypeError, ValueError) as error:
+            raise ArtifactError(f"{label}: the partition record is malformed ({type(error).__name__}: {error})") from error
+    parts.backend_options = {**parts.backend_options, **(backend_options or {})}
+    model = CompiledModel(parts, backends, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()), label)
+    if engines == "eager":
+        model.create_engines()
+    return model

@@ -14,16 +14,15 @@ import json
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import tvm
+from tvm import relax
 
-from byoc.runtime_metadata.dispatch import RegionTimes
-
-if TYPE_CHECKING:
-    from byoc.runtime_metadata.model import CompiledModel
+from byoc.runtime_metadata.artifact_types import RegionArtifact
+from byoc.runtime_metadata.dispatch import RegionRuntime, RegionTimes
 
 
 @dataclass
@@ -67,13 +66,14 @@ class ProfileReport:
         return self.to_table()
 
 
-def profile_model(model: CompiledModel, arrays: list[np.ndarray], repeat: int) -> ProfileReport:
+def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact], regions: Mapping[str, RegionRuntime],
+                  arrays: list[np.ndarray], repeat: int) -> ProfileReport:
+    """Profile `repeat` runs of `vm` on `arrays`; `regions` are the Python-dispatched regions
+    (engines created) among `artifacts`."""
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
-    vm = model._vm()
     inputs = [tvm.runtime.tensor(a) for a in arrays]
-    model.create_engines()
-    symbols = {a.symbol for a in model.artifacts}
+    symbols = {a.symbol for a in artifacts}
     per_run: list[dict[str, float]] = []
     region_runs: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
     run_times: list[float] = []
@@ -100,27 +100,27 @@ def profile_model(model: CompiledModel, arrays: list[np.ndarray], repeat: int) -
     try:
         for _ in range(repeat):
             seen.clear()
-            for region in model.regions.values():
+            for region in regions.values():
                 region.times = RegionTimes()
             start = time.perf_counter()
             vm["main"](*inputs)
             run_times.append(time.perf_counter() - start)
             per_run.append(dict(seen))
-            for symbol, region in model.regions.items():
+            for symbol, region in regions.items():
                 region_runs[symbol].append((region.times.transfer, region.times.execution, region.times.calls))
     finally:
         vm.set_instrument(lambda *args: 0)
-        for region in model.regions.values():
+        for region in regions.values():
             region.times = None
 
     def median_ms(values) -> float:
         return statistics.median(values) * 1e3 if values else 0.0
 
     rows = []
-    for artifact in model.artifacts:
+    for artifact in artifacts:
         symbol = artifact.symbol
         in_vm = median_ms([run.get(symbol, 0.0) for run in per_run])
-        region = model.regions.get(symbol)
+        region = regions.get(symbol)
         calls_per_run = calls[symbol] / repeat
         if region is None:  # C: linked into the host library
             rows.append(ProfileRow(symbol, artifact.backend, calls_per_run, 0.0, 0.0, in_vm, 0.0))
