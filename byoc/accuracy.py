@@ -7,6 +7,7 @@ agrees.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -26,14 +27,19 @@ class AccuracyReport:
     relative_l2: float
     top1_agreement: float | None  # None when the first output is not class scores
 
+    @property
+    def sqnr_db(self) -> float:
+        """Signal-to-quantization-noise ratio, 20 log10(1 / relative L2): 20 dB per tenfold less error."""
+        return math.inf if self.relative_l2 == 0 else -20.0 * math.log10(self.relative_l2)
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "sqnr_db": self.sqnr_db}
 
     def to_table(self) -> str:
         top1 = f"{self.top1_agreement:.0%}" if self.top1_agreement is not None else "n/a"
         return (
             f"accuracy against float32 over {self.samples} seeded random input(s): max abs error {self.max_abs_error:.4g}, "
-            f"relative L2 {self.relative_l2:.2%}, top-1 agreement {top1}"
+            f"relative L2 {self.relative_l2:.2%} (SQNR {self.sqnr_db:.1f} dB), top-1 agreement {top1}"
         )
 
     def __str__(self) -> str:

@@ -34,7 +34,8 @@ CALIBRATION_OPTIONS = (
     Option("calibration", "model inputs to calibrate int8 scales on: a list of dicts by input name, or of lists by "
            "position (on the command line: --calibration N seeded random inputs)", parse=_samples_from_text),
     Option("num_calibration_samples", "use at most this many of the calibration inputs", parse=int),
-    Option("calibration_method", "how ranges become scales", parse=str, choices=("minmax", "percentile", "entropy")),
+    Option("calibration_method", "how the values seen become int8 ranges: minmax, percentile (99.99th of |x|) or entropy "
+           "(least KL divergence); by default the vendor's own", parse=str, choices=("minmax", "percentile", "entropy")),
 )
 
 

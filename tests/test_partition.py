@@ -293,3 +293,28 @@ def test_partitioned_module_runs_like_the_original():
     with registered(make_backend("acc", ELEMENTWISE)):
         compiled = byoc.build(byoc.partition_for(mod, "acc"))
         np.testing.assert_allclose(compiled.run(x)[0], run_module(mod, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_region_symbols_are_the_function_names_with_many_multi_output_regions():
+    """Region 1 has two outputs and there are more than 11 regions: the variable holding region
+    1's outputs must not take the name `<backend>_11` from region 11's function."""
+    x = relax.Var("x", tensor())
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            value = builder.emit(R.sin(x), "start")
+            for index in range(14):
+                first = builder.emit(R.exp(value), f"exp{index}")
+                second = builder.emit(R.negative(first), f"neg{index}")
+                value = builder.emit(R.sin(R.add(first, second)) if index % 2 else R.add(first, second), f"join{index}")
+            out = builder.emit_output(value)
+        builder.emit_func_output(out)
+    mod = builder.get()
+    with registered(make_backend("twin", ops=["relax.exp", "relax.negative"])):
+        partitioned = byoc.partition_for(mod, "twin")
+        regions = region_functions(partitioned)
+        assert len(regions) >= 12
+        assert all(str(f.attrs["global_symbol"]) == name for name, f in regions.items())
+        sample = np.random.default_rng(0).standard_normal((1, 8)).astype("float32")
+        from graphs import run_module
+        np.testing.assert_allclose(byoc.build(partitioned).run(sample)[0], run_module(mod, sample)[0], rtol=1e-5, atol=1e-6)

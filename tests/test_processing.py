@@ -9,6 +9,7 @@ from byoc.codegen_json import JsonRuntime, region_to_json
 from byoc.codegen_json.graph import kernels
 from byoc.errors import QuantizationError
 from byoc.processing import CALIBRATION_ATTR, QuantizationConfig, RegionCalibration, calibrate, quantize_graph, to_float16, to_nhwc
+from byoc.processing.ranges import METHODS, TensorRange, entropy_threshold
 from byoc.runtime_metadata.build import region_functions
 from byoc.runtime_metadata.constants import aligned
 from byoc.vendors.reference import tvm_engine
@@ -137,3 +138,43 @@ def test_float16_cast_inside_the_region(region, image):
     assert {a.dtype for a in half_constants.values()} == {np.dtype("float16")}
     assert all(o["dtype"] == "float16" for n in half["nodes"][1:-1] for o in n["outputs"])
     assert _relative(_run(half, half_constants, image), _run(graph, constants, image)) < 1e-2
+
+
+def test_range_methods_clip_outliers_and_keep_the_bulk():
+    rng = np.random.default_rng(0)
+    relu = np.maximum(rng.standard_normal(1 << 16), 0).astype(np.float32)
+    with_outlier = np.concatenate([relu, [40.0]]).astype(np.float32)
+    bounds = {}
+    for method in METHODS:
+        tensor = TensorRange(method, seed=0)
+        tensor.add(with_outlier.reshape(1, -1))
+        bounds[method] = tensor.bounds()
+    assert bounds["minmax"] == [0.0, 40.0]
+    # The lone outlier is clipped; the bulk of a ReLU'd unit Gaussian (up to about 4) is kept.
+    assert 3.0 < bounds["percentile"][1] < 5.0
+    assert 3.0 < bounds["entropy"][1] < 5.0
+    assert 3.0 < entropy_threshold(np.abs(rng.standard_normal(1 << 16)).astype(np.float32)) < 5.0
+
+
+def test_calibration_method_is_chosen_per_call_or_by_the_backend():
+    backend = _backend()
+    byoc.register_backend(backend, override=True)
+    try:
+        partitioned = byoc.partition_for(small_module("mlp"), backend)
+        model = small_model("mlp")
+        samples = [byoc.models.sample_inputs(model, seed=s) for s in range(2)]
+        ranges = {}
+        for method in METHODS:
+            calibrated = calibrate(partitioned, backend, samples, method=method)
+            ((_, _, func),) = region_functions(calibrated)
+            ranges[method] = RegionCalibration.from_json(str(func.attrs[CALIBRATION_ATTR]))
+        with pytest.raises(QuantizationError, match="unknown calibration method 'kl'; the methods are minmax, percentile, entropy"):
+            calibrate(partitioned, backend, samples, method="kl")
+    finally:
+        byoc.unregister_backend("proc")
+    widest = [high - low for kernel in ranges["minmax"].kernels for low, high in kernel]
+    for method in ("percentile", "entropy"):
+        clipped = [high - low for kernel in ranges[method].kernels for low, high in kernel]
+        assert all(c <= w + 1e-6 for c, w in zip(clipped, widest))
+    with pytest.raises(QuantizationError, match="calibration_method must be one of"):
+        QuantizationConfig(calibration_method="kl")

@@ -8,7 +8,6 @@ is converted (a Conv with bias becomes conv2d + add, say) are then given the sam
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -19,10 +18,12 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.errors import DynamicShapeError, ModelLoadError
 from byoc.frontend.cleanup import cleanup
+from byoc.frontend.onnx_constants import fold_onnx_constants
 from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_inputs import bind_inputs
+from byoc.frontend.onnx_ops import CONVERTERS
+from byoc.frontend.onnx_support import expand, unsupported_ops
 from byoc.ir.rewrite import rebuild_function
-from byoc.ir.types import constant_array, is_tensor_constant
 
 
 class _NamingImporter(ONNXGraphImporter):
@@ -30,10 +31,15 @@ class _NamingImporter(ONNXGraphImporter):
         super().__init__(*args, **kwargs)
         self.node_of_var: dict[int, str] = {}
 
+    def _tvm_converter(self, op_name: str, inputs, attrs):
+        """TVM's converter for `op_name`, for byoc converters that build on it."""
+        return ONNXGraphImporter._convert_operator(self, op_name, inputs, attrs, self.opset)
+
     def _convert_operator(self, op_name, inputs, attrs, opset):
         node_name = attrs.get("tvm_custom", {}).get("name") or op_name
         try:
-            result = _clip_with_constant_bounds(op_name, inputs, attrs)
+            own = CONVERTERS.get(op_name)
+            result = own(self.bb, inputs, attrs, opset, self._tvm_converter) if own is not None else None
             if result is None:
                 result = super()._convert_operator(op_name, inputs, attrs, opset)
         except Exception as error:
@@ -43,30 +49,6 @@ class _NamingImporter(ONNXGraphImporter):
         if isinstance(result, relax.Var) and not any(result.same_as(i) for i in inputs if i is not None):
             self.node_of_var.setdefault(result.id_, node_name)
         return result
-
-
-def _scalar_constant(expr: relax.Expr | None) -> float | None:
-    if expr is not None and is_tensor_constant(expr) and constant_array(expr).size == 1:
-        return float(constant_array(expr).reshape(()))
-    return None
-
-
-def _clip_with_constant_bounds(op_name: str, inputs, attrs) -> relax.Expr | None:
-    """Clip with constant bounds (ReLU6 and friends) as one `relax.clip`.
-
-    TVM's converter emits two TE kernels plus NaN guards per Clip: backends cannot recognise
-    those as a clip, and building the kernels took 8 s on MobileNetV2 here.
-    """
-    if op_name != "Clip":
-        return None
-    if "min" in attrs or "max" in attrs:
-        low, high = attrs.get("min", -math.inf), attrs.get("max", math.inf)
-    else:
-        bounds = [inputs[i] if len(inputs) > i else None for i in (1, 2)]
-        low, high = (default if b is None else _scalar_constant(b) for b, default in zip(bounds, (-math.inf, math.inf)))
-        if low is None or high is None:
-            return None
-    return relax.op.clip(inputs[0], relax.prim_value(float(low)), relax.prim_value(float(high)))
 
 
 def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
@@ -98,7 +80,7 @@ def _static_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[i
             resolved[value.name] = [int(d) for d in shapes[value.name]]
             continue
         dims = value.type.tensor_type.shape.dim
-        unknown = [i for i, d in enumerate(dims) if not d.HasField("dim_value") or d.dim_value <= 0]
+        unknown = [i for i, d in enumerate(dims) if not d.HasField("dim_value") or d.dim_value < 0]
         if unknown:
             described = ", ".join(f"dim {i} ({dims[i].dim_param or '?'})" for i in unknown)
             raise DynamicShapeError(
@@ -125,8 +107,15 @@ def from_onnx(
     fixed values (and overrides initializers), which makes them constants of the model.
     Inputs that have an initializer are constants; inputs that no node reads are dropped.
     """
-    model = fold_batch_norms(bind_inputs(load_onnx_model(source), constants))
+    model = bind_inputs(load_onnx_model(source), constants)
+    refused = unsupported_ops(model)
+    if refused:
+        listed = "; ".join(f"node {name!r} ({op}): {why}" for name, op, why in refused[:10])
+        more = f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
+        raise ModelLoadError(f"model {model.graph.name!r} has ops the ONNX frontend cannot import: {listed}{more}")
+    model = expand(model)
     input_shapes = _static_input_shapes(model, shapes or {})
+    model = fold_batch_norms(fold_onnx_constants(model, input_shapes))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     importer = _NamingImporter(input_shapes, "float32", keep_params_in_input=False, sanitize=True)
     _declare_input_dtypes(importer, model)

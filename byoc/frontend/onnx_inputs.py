@@ -61,7 +61,7 @@ def bind_inputs(model: onnx.ModelProto, constants: Mapping[str, object] | None =
         else:
             graph.initializer.append(tensor)
             initializers[name] = graph.initializer[-1]
-    read = {name for node in graph.node for name in node.input} | {name for node in graph.node for name in _subgraph_reads(node)}
+    read = {name for node in graph.node for name in node.input} | {name for node in graph.node for name in subgraph_reads(node)}
     outputs = {value.name for value in graph.output}
     runtime = [value for value in graph.input if value.name not in initializers and (value.name in read or value.name in outputs)]
     del graph.input[:]
@@ -69,7 +69,7 @@ def bind_inputs(model: onnx.ModelProto, constants: Mapping[str, object] | None =
     return bound
 
 
-def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+def subgraph_reads(node: onnx.NodeProto) -> set[str]:
     """Names read from the enclosing scope by the subgraphs of an If, Loop or Scan node."""
     names: set[str] = set()
     for attr in node.attribute:
@@ -77,5 +77,5 @@ def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
             local = {v.name for v in graph.input} | {i.name for i in graph.initializer} | {o for n in graph.node for o in n.output}
             for inner in graph.node:
                 names |= {name for name in inner.input if name and name not in local}
-                names |= _subgraph_reads(inner) - local
+                names |= subgraph_reads(inner) - local
     return names

@@ -36,7 +36,7 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Resize": (1, 2, 3),
     "Upsample": (1,),
     "TopK": (1,),
-    "OneHot": (1,),
+    "OneHot": (1, 2),
     "Range": (0, 1, 2),
     "CenterCropPad": (1,),
     "AffineGrid": (1,),
@@ -55,10 +55,23 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
 
 
 def shape_operands(model: onnx.ModelProto) -> list[str]:
-    """Graph inputs that some node reads at a shape-deciding position, in input order."""
-    initializers = {init.name for init in model.graph.initializer}
-    wanted = {node.input[i] for node in model.graph.node for i in SHAPE_OPERANDS.get(node.op_type, ()) if i < len(node.input)}
-    return [v.name for v in model.graph.input if v.name in wanted and v.name not in initializers]
+    """Graph inputs whose values reach a shape-deciding operand, directly or through other ops
+    (a Reshape to a shape computed from an input, as expanded ONNX functions do), in input
+    order. Only the shape of a Shape or Size node's input matters, not its values."""
+    graph = model.graph
+    producers = {out: node for node in graph.node for out in node.output}
+    frontier = [node.input[i] for node in graph.node for i in SHAPE_OPERANDS.get(node.op_type, ()) if i < len(node.input) and node.input[i]]
+    reached: set[str] = set()
+    while frontier:
+        name = frontier.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        producer = producers.get(name)
+        if producer is not None and producer.op_type not in ("Shape", "Size"):
+            frontier.extend(n for n in producer.input if n)
+    initializers = {init.name for init in graph.initializer}
+    return [v.name for v in graph.input if v.name in reached and v.name not in initializers]
 
 
 def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

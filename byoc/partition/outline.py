@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
+from byoc.errors import PartitionError
 from byoc.ir.rewrite import VarSubstitution
 from byoc.partition.graph import COMPOSITE, BlockGraph
 from byoc.partition.group import COMPOSITE_ATTR
@@ -153,12 +154,16 @@ class _HostEmitter:
     def _emit_region(self, plan: RegionPlan, graph: BlockGraph) -> None:
         func = _region_function(plan, graph, self.composites)
         gvar = self.builder.add_func(func, plan.symbol)
+        if gvar.name_hint != plan.symbol:
+            raise PartitionError(f"region {plan.symbol}: the module already names a function so (it became {gvar.name_hint})")
         call = relax.Call(gvar, [self.substitution.substitute(v) for v in plan.boundary.inputs])
         outputs = [graph.nodes[i] for i in plan.boundary.outputs]
         if len(outputs) == 1:
             self._bind(outputs[0].binding.var, call, outputs[0].name)
             return
-        result = self.builder.emit(call, plan.symbol)
+        # Not under the symbol itself: variables and functions share one name supply, which would
+        # take `<symbol>1` for this variable, the very symbol of region 11 when this is region 1.
+        result = self.builder.emit(call, f"{plan.symbol}_outputs")
         for position, node in enumerate(outputs):
             self._bind(node.binding.var, relax.TupleGetItem(result, position), node.name)
 

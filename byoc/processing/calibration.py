@@ -20,32 +20,22 @@ from byoc.codegen_json import JsonRuntime
 from byoc.codegen_json.graph import kernels
 from byoc.errors import QuantizationError
 from byoc.partition.outline import CODEGEN_ATTR
-from byoc.processing.passes import RegionContext, apply_passes, passes_before_quantization
+from byoc.processing.passes import RegionContext, apply_passes, default_calibration_method, passes_before_quantization
 from byoc.processing.quantize import CALIBRATION_ATTR, RegionCalibration
+from byoc.processing.ranges import METHODS, TensorRange
 
 PROBE_BACKEND = "calibration_probe"
-# The accelerator configuration a region is compiled for (a DPU, an Ethos-U variant), read by
-# custom formats at code generation.
-TARGET_ATTR = "byoc.target"
 
 
 class _Ranges:
-    def __init__(self, inputs: int, kernel_outputs: list[int]) -> None:
+    def __init__(self, inputs: int, kernel_outputs: list[int], method: str) -> None:
         self.samples = 0
-        self.inputs = [[np.inf, -np.inf] for _ in range(inputs)]
-        self.kernels = [[[np.inf, -np.inf] for _ in range(count)] for count in kernel_outputs]
-
-    @staticmethod
-    def _update(bounds: list[float], array: np.ndarray) -> None:
-        if array.size and np.issubdtype(array.dtype, np.floating):
-            bounds[0] = min(bounds[0], float(array.min()))
-            bounds[1] = max(bounds[1], float(array.max()))
+        seeds = iter(range(1 << 30))
+        self.inputs = [TensorRange(method, next(seeds)) for _ in range(inputs)]
+        self.kernels = [[TensorRange(method, next(seeds)) for _ in range(count)] for count in kernel_outputs]
 
     def calibration(self) -> RegionCalibration:
-        def finite(bounds):
-            return [0.0, 0.0] if bounds[0] > bounds[1] else [float(bounds[0]), float(bounds[1])]
-
-        return RegionCalibration(self.samples, [finite(b) for b in self.inputs], [[finite(b) for b in k] for k in self.kernels])
+        return RegionCalibration(self.samples, [r.bounds() for r in self.inputs], [[r.bounds() for r in k] for k in self.kernels])
 
 
 class _ProbeEngine:
@@ -67,20 +57,20 @@ class _ProbeEngine:
         self.engine.run(inputs, [*outputs, *extras])
         with self.lock:
             self.ranges.samples += 1
-            for bounds, array in zip(self.ranges.inputs, inputs):
-                _Ranges._update(bounds, array)
+            for tensor, array in zip(self.ranges.inputs, inputs):
+                tensor.add(array)
             for (kernel, output, _), array in zip(self.extra, extras):
-                _Ranges._update(self.ranges.kernels[kernel][output], array)
+                self.ranges.kernels[kernel][output].add(array)
 
 
-def _probe_backend(collected: dict[str, _Ranges], target: Backend, options: Mapping[str, Any]) -> Backend:
+def _probe_backend(collected: dict[str, _Ranges], target: Backend, options: Mapping[str, Any], method: str) -> Backend:
     before = passes_before_quantization(target.processing)
 
     def build_engine(graph, constants, _options):
         if graph["symbol"] in options["targets"] and before:
             context = RegionContext(graph["symbol"], target.name, {}, options["build"])
             graph, constants = apply_passes(before, graph, constants, context)
-        ranges = collected.setdefault(graph["symbol"], _Ranges(len(graph["inputs"]), [len(k.result["outputs"]) for k in kernels(graph)]))
+        ranges = collected.setdefault(graph["symbol"], _Ranges(len(graph["inputs"]), [len(k.result["outputs"]) for k in kernels(graph)], method))
         return _ProbeEngine(graph, constants, ranges)
 
     return Backend(name=PROBE_BACKEND, codegen="json", description="float32 probe for calibration",
@@ -93,24 +83,29 @@ def calibrate(
     samples: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]],
     max_samples: int | None = None,
     options: Mapping[str, Any] | None = None,
+    method: str | None = None,
 ) -> tvm.IRModule:
     """`mod` with the ranges of `backend`'s regions over `samples` attached to them. Ranges are
     taken on the region graphs as the backend's processing passes before quantization leave
-    them; `options` are the backend's build options those passes may read."""
+    them; `options` are the backend's build options those passes may read. `method` turns the
+    values seen into ranges (`byoc.processing.ranges`); by default the backend's own."""
     from byoc.backend.registry import get_backend
-    from byoc.runtime_metadata.build import build, region_functions
+    from byoc.runtime_metadata.build import build, region_functions, region_symbol
 
     target = get_backend(backend)
+    method = method or default_calibration_method(target.processing, options or {})
+    if method not in METHODS:
+        raise QuantizationError(f"unknown calibration method {method!r}; the methods are {', '.join(METHODS)}")
     regions = region_functions(mod)
     targets = [symbol for symbol, name, _ in regions if name == target.name]
     if not targets:
         return mod
     probe = mod.clone()
     for gvar, func in mod.functions.items():
-        if gvar.name_hint in {symbol for symbol, _, _ in regions}:
+        if region_symbol(gvar, func) is not None:
             probe[gvar] = func.with_attr(CODEGEN_ATTR, PROBE_BACKEND)
     collected: dict[str, _Ranges] = {}
-    probe_backend = _probe_backend(collected, target, {"targets": set(targets), "build": dict(options or {})})
+    probe_backend = _probe_backend(collected, target, {"targets": set(targets), "build": dict(options or {})}, method)
     compiled = build(probe, backends={PROBE_BACKEND: probe_backend})
     count = 0
     for sample in samples:
@@ -122,25 +117,7 @@ def calibrate(
         raise QuantizationError(f"backend {target.name!r} quantizes at compile time and needs calibration data: none was given")
     result = mod.clone()
     for gvar, func in mod.functions.items():
-        if gvar.name_hint in targets:
-            result[gvar] = func.with_attr(CALIBRATION_ATTR, collected[gvar.name_hint].calibration().to_json())
+        symbol = region_symbol(gvar, func)
+        if symbol in targets:
+            result[gvar] = func.with_attr(CALIBRATION_ATTR, collected[symbol].calibration().to_json())
     return result
-
-
-def calibrate_for_target(
-    mod: tvm.IRModule,
-    backend: Backend,
-    target: str,
-    calibration: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None,
-    max_samples: int | None = None,
-) -> tvm.IRModule:
-    """Tag `backend`'s regions with the accelerator configuration they are compiled for (unless
-    `target` is empty: the backend's default) and calibrate them, for int8 vendors that quantize
-    at compile time."""
-    if calibration is None:
-        raise QuantizationError(f"{backend.name} quantizes at compile time: pass calibration=[inputs, ...], a list of model inputs")
-    tagged = mod.clone()
-    for gvar, func in mod.functions.items():
-        if target and func.attrs is not None and func.attrs.get(CODEGEN_ATTR) == backend.name:
-            tagged[gvar] = func.with_attr(TARGET_ATTR, target)
-    return calibrate(tagged, backend, calibration, max_samples=max_samples)

@@ -82,6 +82,14 @@ def passes_before_quantization(processing: list[RegionPass]) -> list[RegionPass]
     return list(processing)
 
 
+def default_calibration_method(processing: list[RegionPass], options: Mapping[str, Any]) -> str:
+    """The calibration method a backend's quantization asks for."""
+    for step in processing:
+        if isinstance(step, QuantizePass):
+            return step.configure(options).calibration_method
+    return "minmax"
+
+
 def needs_calibration(processing: list[RegionPass], options: Mapping[str, Any] | None = None) -> bool:
     """Whether a backend's processing quantizes with scales from calibration at compile time."""
     return any(isinstance(step, QuantizePass) and step.configure(options or {}).calibration == "static" for step in processing)

@@ -21,6 +21,7 @@ import numpy as np
 
 from byoc.codegen_json.graph import kernels, ref_key
 from byoc.errors import QuantizationError
+from byoc.processing.ranges import METHODS
 from byoc.processing.rewrite import GraphWriter
 
 CALIBRATION_ATTR = "byoc.calibration"
@@ -37,12 +38,15 @@ class QuantizationConfig:
     per_channel: bool = True
     power_of_two: bool = False
     calibration: str = "static"  # "static": scales from calibration data; "dynamic": from the data at run time
+    calibration_method: str = "minmax"  # how calibration data becomes ranges (byoc.processing.ranges)
 
     def __post_init__(self) -> None:
         if self.dtype != "int8":
             raise QuantizationError(f"quantization to {self.dtype} is not supported; int8 is")
         if self.calibration not in ("static", "dynamic"):
             raise QuantizationError(f"calibration must be 'static' or 'dynamic', not {self.calibration!r}")
+        if self.calibration_method not in METHODS:
+            raise QuantizationError(f"calibration_method must be one of {', '.join(METHODS)}, not {self.calibration_method!r}")
 
     def scale(self, magnitude: np.ndarray | float) -> np.ndarray:
         scale = np.maximum(np.asarray(magnitude, dtype=np.float64), _TINY) / _QMAX[self.dtype]

@@ -17,7 +17,7 @@ from byoc.backend.registry import backend_origin, get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError
-from byoc.ir.types import static_shape, tensor_types
+from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, PartitionRecord, RegionRecord
@@ -32,12 +32,37 @@ from byoc.runtime_metadata.signature import signature, signature_module
 _RUN_CODEGEN = threading.Lock()
 
 
+@relax.expr_functor.mutator
+class _EmptyConstants(relax.PyExprMutator):
+    def visit_generic_const_(self, op: relax.Expr) -> relax.Expr:
+        if is_tensor_constant(op) and 0 in static_shape(op.ty, "a constant"):
+            return relax.op.zeros(static_shape(op.ty, "a constant"), str(op.ty.dtype))
+        return op
+
+
+def _empty_constants_made_at_run_time(mod: tvm.IRModule) -> tvm.IRModule:
+    """Tensor constants with no elements become `zeros` calls: the VM saves them in its
+    constant pool but cannot load them back ("Invalid DLTensor file format")."""
+    result = mod.clone()
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            result[gvar] = _EmptyConstants().visit_expr(func)
+    return result
+
+
+def region_symbol(gvar: relax.GlobalVar, func) -> str | None:
+    """The symbol of an offloaded region function (its global symbol), or None for others."""
+    if not (isinstance(func, relax.Function) and func.attrs is not None and CODEGEN_ATTR in func.attrs):
+        return None
+    return str(func.attrs[SYMBOL_ATTR]) if SYMBOL_ATTR in func.attrs else gvar.name_hint
+
+
 def region_functions(mod: tvm.IRModule) -> list[tuple[str, str, relax.Function]]:
     """(symbol, backend, function) of every offloaded region."""
     found = []
     for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function) and func.attrs is not None and CODEGEN_ATTR in func.attrs:
-            symbol = str(func.attrs[SYMBOL_ATTR]) if SYMBOL_ATTR in func.attrs else gvar.name_hint
+        symbol = region_symbol(gvar, func)
+        if symbol is not None:
             found.append((symbol, str(func.attrs[CODEGEN_ATTR]), func))
     return sorted(found, key=lambda item: item[0])
 
@@ -154,7 +179,11 @@ def build(
             if gvar.name_hint in by_symbol:
                 stubbed[gvar] = _signature_only(func)
         lowered = relax.transform.RunCodegen()(stubbed)
-    executable = relax.build(lowered, target=target)
+    lowered = _empty_constants_made_at_run_time(lowered)
+    try:
+        executable = relax.build(lowered, target=target)
+    except Exception as error:  # TVM raises InternalError, ValueError, ... with no common base
+        raise BuildError(f"compiling the host code failed: {type(error).__name__}: {str(error).strip().splitlines()[0]}") from error
     executable.mod.import_module(signature_module(signature(inputs, outputs, artifacts)))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "host.so")

@@ -123,7 +123,7 @@ def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime], artifa
             symbols.append(region.artifact.symbol)
         try:
             return relax.VirtualMachine(host, tvm.cpu())
-        except tvm.error.TVMError as error:
+        except Exception as error:  # TVM errors share no base class
             missing = _MISSING_FUNCTION.search(str(error))
             if missing is None:
                 raise

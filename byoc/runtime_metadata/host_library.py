@@ -49,7 +49,10 @@ def load_host_library(parts: ModelParts, where: str = "the host library") -> tvm
     initialised_with = [(a.symbol, [parts.store.key(n) for n in a.constants]) for a in parts.artifacts if a.codegen == "c"]
     variant = hashlib.sha256(repr(initialised_with).encode()).hexdigest()[:16] if initialised_with else ""
     path = library_file(parts.host_library, variant)
-    module = tvm.runtime.load_module(str(path))
+    try:
+        module = tvm.runtime.load_module(str(path))
+    except Exception as error:  # TVM raises InternalError, ValueError, ... with no common base
+        raise ArtifactError(f"{where} cannot be loaded: {str(error).strip().splitlines()[-1]}") from error
     check_signature(read_signature(module, where), signature(parts.inputs, parts.outputs, parts.artifacts), where)
     store = parts.store
     with _lock:

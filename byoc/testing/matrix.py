@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -74,7 +73,7 @@ def _row(evaluation: Evaluation, precision: str) -> MatrixRow:
         ranges = [float(w.max() - w.min()) for run in evaluation.reference for w in run if w.size and w.dtype.kind == "f"]
         row.max_error = accuracy.max_abs_error / max(max(ranges, default=1.0), 1e-12)
         row.relative_l2, row.top1 = accuracy.relative_l2, accuracy.top1_agreement
-        row.sqnr_db = -20 * math.log10(accuracy.relative_l2) if accuracy.relative_l2 > 0 else math.inf
+        row.sqnr_db = accuracy.sqnr_db
     return row
 
 
