@@ -46,7 +46,8 @@ def main() -> None:
     args = parser.parse_args()
     header = (f"{'model':<20}{'vendor':<10}{'method':<12}{'MACs':>7}{'regions':>8}{'est. cycles':>13}"
               f"{'rel L2':>8}{'SQNR dB':>9}{'top-1':>7}")
-    rows = [header, "-" * len(header)]
+    print(header)
+    print("-" * len(header), flush=True)
     for name, model in _models(args):
         mod = byoc.from_onnx(model)
         calibration = [byoc.models.sample_inputs(model, seed=s) for s in range(args.samples)]
@@ -62,10 +63,9 @@ def main() -> None:
                 accuracy = measure_accuracy(compiled, model, evaluation)
                 cycles = sum(e["cycles"] for e in report.estimates.values())
                 top1 = f"{accuracy.top1_agreement:.0%}" if accuracy.top1_agreement is not None else "n/a"
-                rows.append(f"{name:<20}{vendor:<10}{method:<12}{report.offload_ratio_macs:>7.1%}{len(report.regions):>8}"
-                            f"{cycles:>13,}{accuracy.relative_l2:>8.2%}{accuracy.sqnr_db:>9.1f}{top1:>7}")
+                print(f"{name:<20}{vendor:<10}{method:<12}{report.offload_ratio_macs:>7.1%}{len(report.regions):>8}"
+                            f"{cycles:>13,}{accuracy.relative_l2:>8.2%}{accuracy.sqnr_db:>9.1f}{top1:>7}", flush=True)
                 print(f"{name} {vendor} {method}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    print("\n".join(rows))
 
 
 if __name__ == "__main__":

@@ -215,3 +215,24 @@ def test_command_line_compiles_for_an_int8_target(tmp_path, capsys):
                  "--calibration-samples", "2", "--accuracy-samples", "2"]) == 0
     out = capsys.readouterr().out
     assert "DPUCZDX8G-B1024" in out and "relative L2" in out
+
+
+def test_global_pooling_that_reads_the_region_input_is_nhwc():
+    """A region that starts with global average pooling (its producer stayed on the host, as an
+    unfolded batch norm does in DenseNet) pools over height and width, not channels and width."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {"s": rng.standard_normal((1, 16, 1, 1)), "w0": rng.standard_normal((16, 16, 3, 3)) * 0.2,
+               "w": rng.standard_normal((10, 16, 1, 1)) * 0.2, "b": rng.standard_normal(10)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Mul", ["c0", "s"], ["m"]),
+             helper.make_node("Relu", ["m"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Conv", ["g", "w", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "gap", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 7, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10, 1, 1])],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    samples = [zoo.sample_inputs(model, seed=s) for s in range(4)]
+    compiled = byoc.build(partition_for_ethos_u(byoc.from_onnx(model), calibration=samples), strict=True)
+    assert any(r.nodes[0] == "GlobalAveragePool" for r in compiled.report().regions)
+    assert measure_accuracy(compiled, model, samples).relative_l2 < 0.10

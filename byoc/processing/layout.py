@@ -32,6 +32,11 @@ def _permuted(shape, order) -> list[int]:
     return [shape[i] for i in order]
 
 
+def _global_pooling(node: dict) -> bool:
+    shape = node["outputs"][0]["shape"]
+    return len(shape) == 4 and sorted(a % 4 for a in node["attrs"]["axis"]) == [2, 3]
+
+
 class _LayoutPass:
     def __init__(self, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> None:
         self.graph = graph
@@ -89,8 +94,9 @@ class _LayoutPass:
             self._emit(node, converted, True)
         elif op == "relax.concat" and all(ref_key(r) in self.nhwc for r in tensor_refs(args[0])):
             self._emit(node, args, True, axis=_AXIS[attrs["axis"] % 4])
-        elif op == "relax.mean" and attrs["keepdims"] and ref_key(args[0]) in self.nhwc:
-            self._emit(node, args, True, axis=sorted(_AXIS[a % 4] for a in attrs["axis"]))
+        elif op == "relax.mean" and attrs["keepdims"] and (ref_key(args[0]) in self.nhwc or _global_pooling(node)):
+            # Global average pooling is pooling: NHWC even when it reads the region's NCHW input.
+            self._emit(node, [self._as_nhwc(args[0], name)], True, axis=sorted(_AXIS[a % 4] for a in attrs["axis"]))
         elif op == "relax.nn.softmax" and ref_key(args[0]) in self.nhwc:
             self._emit(node, args, True, axis=_AXIS[attrs["axis"] % 4])
         else:

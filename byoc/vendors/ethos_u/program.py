@@ -134,6 +134,8 @@ class _Compiler:
                       "count_include_pad": bool(attrs.get("count_include_pad", False)), "act_min": low, "act_max": high}
             return EOp(kind, inputs, out, name, params)
         if op == "relax.mean":
+            if sorted(int(a) % 4 for a in attrs["axis"]) != [1, 2]:  # the layout pass makes global pooling NHWC
+                raise CodegenError(f"{self.where}: node {name!r}: a mean over axes {list(attrs['axis'])} is not NHWC global pooling")
             _, height, width, _ = self.tensors[inputs[0]].shape
             params = {"pool": [height, width], "strides": [1, 1], "padding": [0, 0, 0, 0], "count_include_pad": False, "act_min": low, "act_max": high}
             return EOp("avgpool", inputs, out, name, params)
