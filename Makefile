@@ -33,7 +33,7 @@ conformance: $(STAMP)
 # The vendor x model table and the node-case pass rates, written to docs/matrix.md.
 matrix: $(STAMP)
 	mkdir -p out
-	$(VENV)/bin/byoc matrix --node-cases --markdown docs/matrix.md --json out/matrix.json > /dev/null
+	$(VENV)/bin/byoc matrix --node-cases --int8-samples 4 --calibration 4 --markdown docs/matrix.md --json out/matrix.json > /dev/null
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

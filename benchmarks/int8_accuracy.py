@@ -64,7 +64,7 @@ def main() -> None:
                 cycles = sum(e["cycles"] for e in report.estimates.values())
                 top1 = f"{accuracy.top1_agreement:.0%}" if accuracy.top1_agreement is not None else "n/a"
                 print(f"{name:<20}{vendor:<10}{method:<12}{report.offload_ratio_macs:>7.1%}{len(report.regions):>8}"
-                            f"{cycles:>13,}{accuracy.relative_l2:>8.2%}{accuracy.sqnr_db:>9.1f}{top1:>7}", flush=True)
+                      f"{cycles:>13,}{accuracy.relative_l2:>8.2%}{accuracy.sqnr_db:>9.1f}{top1:>7}", flush=True)
                 print(f"{name} {vendor} {method}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
 
