@@ -302,50 +302,61 @@ def _text(value: Any, default: str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def resize(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
+def _constant_operand(inputs, index: int) -> np.ndarray | None:
+    """A constant, non-empty optional operand as an array, else None."""
+    if len(inputs) <= index or inputs[index] is None or not is_tensor_constant(inputs[index]):
+        return None
+    array = constant_array(inputs[index]).reshape(-1)
+    return array if array.size else None
+
+
+def _resize_refusal(attrs: dict[str, Any], shape: list[int], scales: np.ndarray | None, sizes: np.ndarray | None) -> str | None:
+    """Why TVM's resize would get this Resize wrong, or None."""
     if attrs.get("antialias", 0):
-        raise ModelLoadError("Resize with antialias=1 is not supported (TVM's resize does not antialias)")
+        return "Resize with antialias=1 is not supported (TVM's resize does not antialias)"
     if _text(attrs.get("keep_aspect_ratio_policy"), "stretch") != "stretch":
-        raise ModelLoadError("Resize with a keep_aspect_ratio_policy is not supported")
-    mode = _text(attrs.get("coordinate_transformation_mode"), "half_pixel")
-    if mode == "half_pixel_symmetric":
-        raise ModelLoadError("Resize's half_pixel_symmetric coordinate mapping is not supported by TVM's resize")
+        return "Resize with a keep_aspect_ratio_policy is not supported"
+    mapping = _text(attrs.get("coordinate_transformation_mode"), "half_pixel")
+    if mapping == "half_pixel_symmetric":
+        return "Resize's half_pixel_symmetric coordinate mapping is not supported by TVM's resize"
+    if "axes" in attrs:
+        return None
+    spatial = shape[2:]
+    if scales is not None and _text(attrs.get("mode"), "nearest") != "nearest":
+        factors = scales[-len(spatial):]
+        if any(abs(d * f - round(d * f)) > 1e-6 for d, f in zip(spatial, factors)):
+            return (f"Resize by scales {[round(float(f), 6) for f in factors]} is not supported: they give fractional output "
+                    "sizes, and TVM maps coordinates by the ratio of the sizes, ONNX by the scales")
+    out = sizes[-len(spatial):] if sizes is not None else (np.floor(np.multiply(spatial, scales[-len(spatial):])) if scales is not None else None)
+    if mapping == "align_corners" and out is not None and any(int(o) == 1 for o in out):
+        return "Resize with align_corners onto a single pixel is not supported (TVM divides by zero)"
+    return None
+
+
+def resize(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
     data = inputs[0]
     shape = static_shape(data.ty, "the input of Resize")
-    scales = inputs[2] if len(inputs) > 2 and inputs[2] is not None and is_tensor_constant(inputs[2]) else None
-    sizes = inputs[3] if len(inputs) > 3 and inputs[3] is not None and is_tensor_constant(inputs[3]) else None
-    if scales is not None and constant_array(scales).size == 0:
-        scales = None
-    out = ([int(v) for v in constant_array(sizes).reshape(-1)] if sizes is not None else
-           [int(math.floor(d * f)) for d, f in zip(shape[2:], constant_array(scales).reshape(-1)[-len(shape) + 2:])]
-           if scales is not None and "axes" not in attrs else None)
-    if scales is not None and "axes" not in attrs and _text(attrs.get("mode"), "nearest") != "nearest":
-        factors = constant_array(scales).reshape(-1)[-len(shape) + 2:]
-        if any(abs(d * f - round(d * f)) > 1e-6 for d, f in zip(shape[2:], factors)):
-            raise ModelLoadError(f"Resize by scales {[round(float(f), 6) for f in factors]} is not supported: they give fractional output "
-                                 "sizes, and TVM maps coordinates by the ratio of the sizes, ONNX by the scales")
-    if mode == "align_corners" and out is not None and any(o == 1 for o in out[-len(shape) + 2:]):
-        raise ModelLoadError("Resize with align_corners onto a single pixel is not supported (TVM divides by zero)")
-    if "axes" not in attrs:
+    scales, sizes = _constant_operand(inputs, 2), _constant_operand(inputs, 3)
+    refusal = _resize_refusal(attrs, shape, scales, sizes)
+    if refusal is not None:
+        raise ModelLoadError(refusal)
+    given = sizes if sizes is not None else scales
+    if "axes" not in attrs or given is None:
         return None
-    axes = [a + len(shape) if a < 0 else a for a in attrs["axes"]]
-    given = constant_array(sizes if sizes is not None else scales).reshape(-1).tolist() if (sizes or scales) is not None else None
-    if given is None:
-        return None
-    full = list(shape) if sizes is not None else [1.0] * len(shape)
-    for axis, value in zip(axes, given):
-        full[axis] = value
-    rest = {k: v for k, v in attrs.items() if k != "axes"}
-    roi = inputs[1] if len(inputs) > 1 else None
-    if roi is not None and is_tensor_constant(roi) and constant_array(roi).size == 2 * len(axes):
-        given_roi = constant_array(roi).reshape(-1)
-        full_roi = np.array([0.0] * len(shape) + [1.0] * len(shape), "float32")
-        for position, axis in enumerate(axes):
-            full_roi[axis], full_roi[axis + len(shape)] = given_roi[position], given_roi[position + len(axes)]
+    # TVM wants a size or scale for every axis, and a region of interest over every axis.
+    rank = len(shape)
+    axes = [a + rank if a < 0 else a for a in attrs["axes"]]
+    full = np.array(shape if sizes is not None else [1.0] * rank, "int64" if sizes is not None else "float32")
+    full[axes] = given
+    roi, roi_given = inputs[1] if len(inputs) > 1 else None, _constant_operand(inputs, 1)
+    if roi_given is not None and roi_given.size == 2 * len(axes):
+        full_roi = np.array([0.0] * rank + [1.0] * rank, "float32")
+        full_roi[axes] = roi_given[: len(axes)]
+        full_roi[[a + rank for a in axes]] = roi_given[len(axes):]
         roi = relax.const(full_roi)
-    if sizes is not None:
-        return tvm("Resize", [data, roi, None, relax.const(np.array(full, "int64"))], rest)
-    return tvm("Resize", [data, roi, relax.const(np.array(full, "float32"))], rest)
+    rest = {k: v for k, v in attrs.items() if k != "axes"}
+    operands = [data, roi, None, relax.const(full)] if sizes is not None else [data, roi, relax.const(full)]
+    return tvm("Resize", operands, rest)
 
 
 CONVERTERS: dict[str, Converter] = {
