@@ -27,6 +27,9 @@ static-shape compiler. Each returns None to leave the op to TVM's converter.
 - EyeLike with a dtype of its own, SpaceToDepth in CRD mode, Upsample (opset 7 to 9, scales
   as an input): TVM's converters refuse or miss them; with static shapes each is a constant or
   a reshape-transpose-reshape or one resize.
+- Sum, Max, Min, Mean of several inputs: a chain of broadcasting adds (maximums, minimums);
+  TVM broadcasts, stacks and reduces, which no backend recognises as the residual add that
+  Caffe2's ResNet-50 writes as Sum.
 - LayerNormalization: Y stays one `relax.nn.layer_norm` (backends fuse it); the optional Mean
   and InvStdDev outputs, which TVM returns as 0-d placeholders, are computed.
 """
@@ -302,6 +305,19 @@ def _text(value: Any, default: str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _variadic(binary: Callable[[relax.Expr, relax.Expr], relax.Expr], mean: bool = False) -> Converter:
+    def convert(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
+        operands = [i for i in inputs if i is not None]
+        result = operands[0]
+        for operand in operands[1:]:
+            result = bb.emit(binary(result, operand))
+        if mean and len(operands) > 1:
+            return relax.op.divide(result, relax.const(float(len(operands)), str(result.ty.dtype)))
+        return result
+
+    return convert
+
+
 def _constant_operand(inputs, index: int) -> np.ndarray | None:
     """A constant, non-empty optional operand as an array, else None."""
     if len(inputs) <= index or inputs[index] is None or not is_tensor_constant(inputs[index]):
@@ -364,6 +380,10 @@ CONVERTERS: dict[str, Converter] = {
     "Mish": mish,
     "Resize": resize,
     "Softplus": softplus,
+    "Sum": _variadic(relax.op.add),
+    "Max": _variadic(relax.op.maximum),
+    "Min": _variadic(relax.op.minimum),
+    "Mean": _variadic(relax.op.add, mean=True),
     "EyeLike": eye_like,
     "SpaceToDepth": space_to_depth,
     "Upsample": upsample,
