@@ -1,8 +1,10 @@
 """Accuracy of a compiled model against a float32 reference (onnxruntime on the ONNX model).
 
 For int8 and float16 vendors the error is the point: it is stated as the largest absolute
-error, the relative L2 error over all samples, and, for classifiers, how often the top-1 class
-agrees.
+error, the relative L2 error over all samples, for classifiers how often the top-1 class
+agrees, and for integer outputs (a detector's NonMaxSuppression selections) how many of the
+selected rows both runs select: quantization noise reorders near-tied scores, so such outputs are
+compared as sets, not value by value.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class AccuracyReport:
     max_abs_error: float
     relative_l2: float
     top1_agreement: float | None  # None when the first output is not class scores
+    selection_agreement: float | None = None  # rows of integer outputs selected by both (IoU); None without any
 
     @property
     def sqnr_db(self) -> float:
@@ -37,9 +40,10 @@ class AccuracyReport:
 
     def to_table(self) -> str:
         top1 = f"{self.top1_agreement:.0%}" if self.top1_agreement is not None else "n/a"
+        selection = "" if self.selection_agreement is None else f", selections agree {self.selection_agreement:.0%}"
         return (
             f"accuracy against float32 over {self.samples} seeded random input(s): max abs error {self.max_abs_error:.4g}, "
-            f"relative L2 {self.relative_l2:.2%} (SQNR {self.sqnr_db:.1f} dB), top-1 agreement {top1}"
+            f"relative L2 {self.relative_l2:.2%} (SQNR {self.sqnr_db:.1f} dB), top-1 agreement {top1}{selection}"
         )
 
     def __str__(self) -> str:
@@ -57,11 +61,14 @@ def measure_accuracy(compiled: CompiledModel, reference: onnx.ModelProto | Refer
         raise ValueError("accuracy needs at least one sample")
     run_reference = onnxruntime_reference(reference) if isinstance(reference, onnx.ModelProto) else reference
     max_error, squared_error, squared_norm, agreements = 0.0, 0.0, 0.0, []
+    shared_rows, all_rows = 0, 0
     classifier = True
     for sample in samples:
         got, want = compiled.run(**sample), run_reference(sample)
         for g, w in zip(got, want):
             if not np.issubdtype(w.dtype, np.floating):
+                shared, union = _row_overlap(g, w)
+                shared_rows, all_rows = shared_rows + shared, all_rows + union
                 continue
             difference = g.astype(np.float64) - w
             max_error = max(max_error, float(np.abs(difference).max(initial=0.0)))
@@ -72,4 +79,15 @@ def measure_accuracy(compiled: CompiledModel, reference: onnx.ModelProto | Refer
         if classifier:
             agreements.append(float(np.mean(got[0].argmax(axis=1) == first.argmax(axis=1))))
     relative = (squared_error / squared_norm) ** 0.5 if squared_norm else 0.0
-    return AccuracyReport(len(samples), max_error, relative, float(np.mean(agreements)) if classifier else None)
+    selection = shared_rows / all_rows if all_rows else None
+    return AccuracyReport(len(samples), max_error, relative, float(np.mean(agreements)) if classifier else None, selection)
+
+
+def _row_overlap(got: np.ndarray, want: np.ndarray) -> tuple[int, int]:
+    """Rows (the last axis is one record, as in NonMaxSuppression's [batch, class, box]) found in
+    both arrays, and in either: the intersection and the union of the two row sets."""
+    def rows(array: np.ndarray) -> set[tuple]:
+        return {tuple(row) for row in np.asarray(array).reshape(-1, array.shape[-1] if array.ndim else 1).tolist()}
+
+    mine, theirs = rows(got), rows(want)
+    return len(mine & theirs), len(mine | theirs)

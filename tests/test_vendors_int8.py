@@ -236,3 +236,21 @@ def test_global_pooling_that_reads_the_region_input_is_nhwc():
     compiled = byoc.build(partition_for_ethos_u(byoc.from_onnx(model), calibration=samples), strict=True)
     assert any(r.nodes[0] == "GlobalAveragePool" for r in compiled.report().regions)
     assert measure_accuracy(compiled, model, samples).relative_l2 < 0.10
+
+
+def test_integer_outputs_of_an_int8_build_are_compared_as_selections():
+    from byoc.backend.tolerance import FP32, INT8
+
+    want = np.array([[0, 0, 3], [0, 1, 7], [0, 2, 5]], dtype=np.int64)
+    reordered = np.array([[0, 0, 3], [0, 2, 5], [0, 1, 9]], dtype=np.int64)  # a near tie went the other way
+    assert FP32.elementwise_violation(reordered, want) == "4 of 9 values differ"
+    assert INT8.elementwise_violation(reordered, want) is None
+    assert INT8.elementwise_violation(want[0], want) == "rank 1, expected 2"
+
+    class Runs:
+        def run(self, **_):
+            return [np.ones(4, np.float32), reordered]
+
+    accuracy = measure_accuracy(Runs(), lambda _: [np.ones(4, np.float32), want], [{}])
+    assert accuracy.selection_agreement == pytest.approx(2 / 4)  # two rows shared of four distinct
+    assert "selections agree 50%" in accuracy.to_table()

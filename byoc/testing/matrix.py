@@ -47,6 +47,7 @@ class MatrixRow:
     relative_l2: float | None = None
     sqnr_db: float | None = None
     top1: float | None = None
+    selections: float | None = None  # integer outputs (NMS) selected by both runs, as sets
     byoc_ms: float | None = None
     onnxruntime_ms: float | None = None
     estimated_ms: float | None = None  # the vendor's own estimate, where the device is simulated
@@ -73,6 +74,7 @@ def _row(evaluation: Evaluation, precision: str) -> MatrixRow:
         ranges = [float(w.max() - w.min()) for run in evaluation.reference for w in run if w.size and w.dtype.kind == "f"]
         row.max_error = accuracy.max_abs_error / max(max(ranges, default=1.0), 1e-12)
         row.relative_l2, row.top1 = accuracy.relative_l2, accuracy.top1_agreement
+        row.selections = accuracy.selection_agreement
         row.sqnr_db = accuracy.sqnr_db
     return row
 
@@ -147,7 +149,8 @@ def _error(row: MatrixRow) -> str:
     if row.precision == "fp32":
         return f"{row.max_error:.1e}"
     top1 = f", top-1 {row.top1:.0%}" if row.top1 is not None else ""
-    return f"rel L2 {row.relative_l2:.1%}, SQNR {row.sqnr_db:.1f} dB{top1}"
+    selections = f", selections {row.selections:.0%}" if row.selections is not None else ""
+    return f"rel L2 {row.relative_l2:.1%}, SQNR {row.sqnr_db:.1f} dB{top1}{selections}"
 
 
 def _latency(row: MatrixRow) -> str:
@@ -164,7 +167,9 @@ def to_markdown(rows: Sequence[MatrixRow], rates: Sequence[conformance.PassRate]
              "real-network graphs at their published size with seeded weights (`byoc.testing.light_model`). "
              "Error: for fp32 vendors the largest absolute error over the output's range; for int8 vendors the "
              "relative L2 error, SQNR and top-1 agreement against float32 onnxruntime over "
-             f"{meta['int8_samples']} seeded inputs (calibrated on {meta['calibration_samples']} others). "
+             f"{meta['int8_samples']} seeded inputs (calibrated on {meta['calibration_samples']} others), and for "
+             "detectors the share of NonMaxSuppression selections both runs make (compared as sets, reported, "
+             "not bounded: see `byoc.backend.tolerance`). "
              "Latency: byoc against onnxruntime on the whole model in the same run, or the vendor's own estimate "
              "where the device is simulated.", ""]
     for vendor in dict.fromkeys(r.vendor for r in rows):
