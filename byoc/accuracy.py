@@ -75,9 +75,12 @@ def measure_accuracy(compiled: CompiledModel, reference: onnx.ModelProto | Refer
             squared_error += float(np.sum(difference**2))
             squared_norm += float(np.sum(w.astype(np.float64) ** 2))
         first = want[0]
-        classifier = classifier and first.ndim == 2 and first.shape[1] > 1 and np.issubdtype(first.dtype, np.floating)
+        # class scores: (batch, classes), or (batch, classes, 1, 1) as a convolutional head leaves them
+        classifier = (classifier and first.ndim >= 2 and np.issubdtype(first.dtype, np.floating)
+                      and first.shape[1] > 1 and all(d == 1 for d in first.shape[2:]))
         if classifier:
-            agreements.append(float(np.mean(got[0].argmax(axis=1) == first.argmax(axis=1))))
+            scores = got[0].reshape(first.shape[0], -1).argmax(axis=1)
+            agreements.append(float(np.mean(scores == first.reshape(first.shape[0], -1).argmax(axis=1))))
     relative = (squared_error / squared_norm) ** 0.5 if squared_norm else 0.0
     selection = shared_rows / all_rows if all_rows else None
     return AccuracyReport(len(samples), max_error, relative, float(np.mean(agreements)) if classifier else None, selection)

@@ -254,3 +254,17 @@ def test_integer_outputs_of_an_int8_build_are_compared_as_selections():
     accuracy = measure_accuracy(Runs(), lambda _: [np.ones(4, np.float32), want], [{}])
     assert accuracy.selection_agreement == pytest.approx(2 / 4)  # two rows shared of four distinct
     assert "selections agree 50%" in accuracy.to_table()
+
+
+def test_top1_reads_class_scores_left_as_batch_classes_1_1():
+    scores = np.zeros((1, 5, 1, 1), np.float32)
+    scores[0, 3] = 1.0
+    swapped = np.zeros_like(scores)
+    swapped[0, 1] = 1.0
+
+    class Runs:
+        def run(self, **_):
+            return [swapped]
+
+    assert measure_accuracy(Runs(), lambda _: [scores], [{}]).top1_agreement == 0.0
+    assert measure_accuracy(Runs(), lambda _: [swapped], [{}]).top1_agreement == 1.0
