@@ -6,6 +6,10 @@ Zoo models are the reduced ("small") ones; light graphs carry seeded random weig
 unit activation variance (`byoc.testing.onnx_models`). Each is calibrated on N seeded random
 inputs and evaluated on N others of the same distribution against float32 onnxruntime.
 Estimated cycles are the vendors' own (the DPU throughput model, Vela's performance model).
+"Gain" is the float32 model's own sensitivity, measured with onnxruntime: the relative change of
+its output per unit of relative Gaussian noise added to its input (1e-3). Quantization is noise
+on every layer's input, so a network that amplifies noise cannot keep int8 error small, however
+the scales are chosen; trained networks, and the zoo's, have gains under 1.
 
     python benchmarks/int8_accuracy.py                        # zoo, both vendors, every method
     python benchmarks/int8_accuracy.py --light squeezenet resnet50 --methods entropy
@@ -17,9 +21,12 @@ import argparse
 import sys
 import time
 
+import numpy as np
+
 import byoc
 from byoc.accuracy import measure_accuracy
 from byoc.processing.ranges import METHODS
+from byoc.testing.kit import onnxruntime_session
 from byoc.testing.onnx_models import light_model, light_model_names
 
 TARGETS = [
@@ -35,6 +42,19 @@ def _models(args: argparse.Namespace):
         yield f"light {name}", light_model(name)
 
 
+def noise_gain(model, samples, level: float = 1e-3) -> float:
+    """Median over `samples` of ||f(x + n) - f(x)|| / ||f(x)|| / level, n Gaussian with
+    ||n|| = level * ||x|| on the first input, f the float32 model under onnxruntime."""
+    session, rng, gains = onnxruntime_session(model), np.random.default_rng(0), []
+    for sample in samples:
+        name = next(iter(sample))
+        x = sample[name]
+        noise = (rng.standard_normal(x.shape) * level * np.linalg.norm(x) / np.sqrt(x.size)).astype(x.dtype)
+        clean, noisy = session.run(None, sample)[0], session.run(None, {**sample, name: x + noise})[0]
+        gains.append(float(np.linalg.norm(noisy - clean) / np.linalg.norm(clean)) / level)
+    return float(np.median(gains))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=["resnet18", "mobilenet_v2", "vgg19"], help="zoo models")
@@ -45,13 +65,14 @@ def main() -> None:
     parser.add_argument("--full-size", action="store_true", help="published input sizes for the zoo (slow calibration)")
     args = parser.parse_args()
     header = (f"{'model':<20}{'vendor':<10}{'method':<12}{'MACs':>7}{'regions':>8}{'est. cycles':>13}"
-              f"{'rel L2':>8}{'SQNR dB':>9}{'top-1':>7}")
+              f"{'rel L2':>8}{'SQNR dB':>9}{'top-1':>7}{'gain':>7}")
     print(header)
     print("-" * len(header), flush=True)
     for name, model in _models(args):
         mod = byoc.from_onnx(model)
         calibration = [byoc.models.sample_inputs(model, seed=s) for s in range(args.samples)]
         evaluation = [byoc.models.sample_inputs(model, seed=1000 + s) for s in range(args.samples)]
+        gain = noise_gain(model, evaluation)
         for vendor, options in TARGETS:
             if vendor not in args.vendors:
                 continue
@@ -64,7 +85,7 @@ def main() -> None:
                 cycles = sum(e["cycles"] for e in report.estimates.values())
                 top1 = f"{accuracy.top1_agreement:.0%}" if accuracy.top1_agreement is not None else "n/a"
                 print(f"{name:<20}{vendor:<10}{method:<12}{report.offload_ratio_macs:>7.1%}{len(report.regions):>8}"
-                      f"{cycles:>13,}{accuracy.relative_l2:>8.2%}{accuracy.sqnr_db:>9.1f}{top1:>7}", flush=True)
+                      f"{cycles:>13,}{accuracy.relative_l2:>8.2%}{accuracy.sqnr_db:>9.1f}{top1:>7}{gain:>7.1f}", flush=True)
                 print(f"{name} {vendor} {method}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
 

@@ -95,3 +95,38 @@ def test_batch_norm_folding_keeps_numerics():
     assert not any(n.op_type == "BatchNormalization" for n in folded.graph.node)
     assert_fp32_close(onnxruntime_outputs(folded, inputs), onnxruntime_outputs(model, inputs))
     assert np.isfinite(onnxruntime_outputs(folded, inputs)[0]).all()
+
+
+def _affine_model():
+    """Unnamed nodes, as Caffe2 exports them: Conv, BatchNormalization, then a per-channel Mul
+    and Add (Inception v2's scale and shift), a Sub by a scalar, then a Mul by a constant that
+    varies over space (not per channel) and a Conv read twice."""
+    rng = np.random.default_rng(0)
+
+    def init(name, shape, low=None):
+        values = rng.uniform(0.5, 1.5, shape) if low else rng.standard_normal(shape)
+        return onnx.numpy_helper.from_array(values.astype(np.float32), name)
+
+    initializers = [init("w", (8, 4, 3, 3)), init("gamma", (8,)), init("beta", (8,)), init("mean", (8,)), init("var", (8,), low=True),
+                    init("scale", (8, 1, 1)), init("shift", (1, 8, 1, 1)), init("one", ()), init("spatial", (1, 1, 6, 6)),
+                    init("w2", (8, 8, 1, 1))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["b"]),
+             helper.make_node("Mul", ["scale", "b"], ["m"]), helper.make_node("Add", ["m", "shift"], ["a"]),
+             helper.make_node("Sub", ["a", "one"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["c2"]), helper.make_node("Mul", ["c2", "spatial"], ["p"]),
+             helper.make_node("Conv", ["p", "w2"], ["c3"]), helper.make_node("Add", ["c3", "c3"], ["y"])]
+    graph = helper.make_graph(nodes, "affine", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_per_channel_affine_ops_fold_into_the_conv_before_them():
+    model = _affine_model()
+    folded = byoc.frontend.onnx_fold.fold_batch_norms(model)
+    # BN, Mul, Add and Sub are absorbed by the first Conv; the spatial Mul and the Add reading c3 twice stay
+    assert [n.op_type for n in folded.graph.node] == ["Conv", "Relu", "Conv", "Mul", "Conv", "Add"]
+    inputs = {"x": np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    assert_fp32_close(onnxruntime_outputs(folded, inputs), onnxruntime_outputs(model, inputs))
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "reference"))
+    assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))

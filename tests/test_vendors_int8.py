@@ -225,8 +225,9 @@ def test_global_pooling_that_reads_the_region_input_is_nhwc():
     rng = np.random.default_rng(0)
     weights = {"s": rng.standard_normal((1, 16, 1, 1)), "w0": rng.standard_normal((16, 16, 3, 3)) * 0.2,
                "w": rng.standard_normal((10, 16, 1, 1)) * 0.2, "b": rng.standard_normal(10)}
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Mul", ["c0", "s"], ["m"]),
-             helper.make_node("Relu", ["m"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+    # the Mul reads a ReLU, not a Conv, so it is not folded into the weights and stays on the host
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c0"], ["r"]),
+             helper.make_node("Mul", ["r", "s"], ["m"]), helper.make_node("GlobalAveragePool", ["m"], ["g"]),
              helper.make_node("Conv", ["g", "w", "b"], ["y"])]
     graph = helper.make_graph(nodes, "gap", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 7, 7])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10, 1, 1])],

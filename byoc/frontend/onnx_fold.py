@@ -84,30 +84,35 @@ def fold_batch_norms(model: onnx.ModelProto) -> onnx.ModelProto:
     folded = onnx.ModelProto()
     folded.CopyFrom(model)
     graph = folded.graph
+    # Nodes by position: protobuf hands out a new wrapper object for a message whose last wrapper
+    # was collected, so id() of a node is not a stable key.
+    nodes = list(graph.node)
     constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-    producers = {out: node for node in graph.node for out in node.output}
-    consumers = Counter(name for node in graph.node for name in node.input)
+    producers = {out: index for index, node in enumerate(nodes) for out in node.output}
+    consumers = Counter(name for node in nodes for name in node.input)
     graph_outputs = {out.name for out in graph.output}
 
     convs: dict[int, _Conv] = {}
     removed: set[int] = set()
-    for node in graph.node:
+    for index, node in enumerate(nodes):
         if not node.input or len(node.output) != 1:
             continue
-        conv_node = producers.get(node.input[0]) or (producers.get(node.input[1]) if len(node.input) > 1 else None)
-        if conv_node is None or conv_node.op_type != "Conv" or id(conv_node) in removed:
+        reads = [producers[name] for name in node.input[:2] if name in producers]
+        source = next((i for i in reads if nodes[i].op_type == "Conv"), None)
+        if source is None or source in removed:
             continue
+        conv_node = nodes[source]
         result = conv_node.output[0]
         if consumers[result] != 1 or result in graph_outputs or not all(n in constants for n in conv_node.input[1:]):
             continue
-        conv = convs.get(id(conv_node))
+        conv = convs.get(source)
         if conv is None:
             bias = constants[conv_node.input[2]] if len(conv_node.input) > 2 else None
-            conv = convs[id(conv_node)] = _Conv(conv_node, constants[conv_node.input[1]], bias)
+            conv = convs[source] = _Conv(conv_node, constants[conv_node.input[1]], bias)
         if _absorb(conv, node, constants):
             conv_node.output[0] = node.output[0]
-            producers[node.output[0]] = conv_node
-            removed.add(id(node))
+            producers[node.output[0]] = source
+            removed.add(index)
 
     for conv in convs.values():
         if not conv.changed:
@@ -120,7 +125,9 @@ def fold_batch_norms(model: onnx.ModelProto) -> onnx.ModelProto:
         del conv.node.input[1:]
         conv.node.input.extend([weight_name, bias_name])
 
-    kept = [node for node in graph.node if id(node) not in removed]
+    kept = [onnx.NodeProto() for index in range(len(nodes)) if index not in removed]
+    for copy, node in zip(kept, (n for i, n in enumerate(nodes) if i not in removed)):
+        copy.CopyFrom(node)
     del graph.node[:]
     graph.node.extend(kept)
     used = {name for node in graph.node for name in node.input} | graph_outputs
