@@ -15,6 +15,7 @@ from byoc.vendors.dnnl import partition_for_dnnl
 from byoc.vendors.ethos_u import partition_for_ethos_u
 from byoc.vendors.onnxruntime import partition_for_onnxruntime
 from byoc.vendors.reference import partition_for_reference
+from byoc.vendors.tensorrt import partition_for_tensorrt
 from byoc.vendors.vitis_ai import partition_for_vitis_ai
 
 __version__ = "0.1.0"
@@ -42,6 +43,7 @@ __all__ = [
     "partition_for_ethos_u",
     "partition_for_onnxruntime",
     "partition_for_reference",
+    "partition_for_tensorrt",
     "partition_for_vitis_ai",
     "register_backend",
     "report",

@@ -269,3 +269,19 @@ def test_top1_reads_class_scores_left_as_batch_classes_1_1():
 
     assert measure_accuracy(Runs(), lambda _: [scores], [{}]).top1_agreement == 0.0
     assert measure_accuracy(Runs(), lambda _: [swapped], [{}]).top1_agreement == 1.0
+
+
+@pytest.mark.parametrize("vendor", sorted(PARTITIONERS))
+def test_dense_layers_over_a_sequence_compute_every_row(vendor):
+    """A transformer's dense layers read (batch, tokens, features): each token's row is multiplied
+    by the weights (the Ethos-U executor had flattened all rows into one and failed on BERT)."""
+    builder = OnnxGraphBuilder("sequence_dense", seed=3)
+    x = builder.input("x", [1, 8, 16])
+    builder.output(builder.matmul(builder.relu(builder.matmul(x, 16, 24)), 24, 12))
+    model = builder.build()
+    samples = [zoo.sample_inputs(model, seed=s) for s in range(4)]
+    mod = PARTITIONERS[vendor](byoc.from_onnx(model), calibration=samples)
+    compiled = byoc.build(mod, strict=True)
+    assert compiled.report().offload_ratio_macs == 1.0
+    accuracy = measure_accuracy(compiled, model, samples)
+    assert accuracy.relative_l2 < 0.10, accuracy

@@ -71,6 +71,9 @@ class Backend:
     target: str = ""
     # How close its results are to float32 onnxruntime's (see byoc.backend.tolerance).
     tolerance: Tolerance = FP32
+    # Why the vendor's library or device is missing on this machine, or None when it is here.
+    # Partitioning and reports work without it; building a region for it is refused with the reason.
+    unavailable: Callable[[], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

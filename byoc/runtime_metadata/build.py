@@ -16,7 +16,7 @@ from tvm import relax
 from byoc.backend.registry import backend_origin, get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
-from byoc.errors import BuildError, ByocError
+from byoc.errors import BuildError, ByocError, UnknownBackendError
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
@@ -89,6 +89,9 @@ def _generate(mod, strict, backend_options, store, backends, regions: dict[str, 
     artifacts: list[RegionArtifact] = []
     failed: dict[str, str] = {}
     for symbol, backend_name, func in region_functions(mod):
+        missing = _missing_part(backends.get(backend_name) or _registered(backend_name))
+        if missing:  # not a code generation failure to fall back from: the machine lacks the vendor's part
+            raise BuildError(f"region {symbol} ({backend_name}) cannot be built on this machine: {missing}")
         try:
             backend = backends.get(backend_name) or get_backend(backend_name)
             artifacts.append(generate_region(func, symbol, backend, store, backend_options.get(backend_name, {})))
@@ -100,6 +103,17 @@ def _generate(mod, strict, backend_options, store, backends, regions: dict[str, 
                           "(build with strict=True to make this an error)", stacklevel=3)
             failed[symbol] = f"code generation failed: {type(error).__name__}: {error}"
     return artifacts, failed
+
+
+def _registered(name: str) -> Backend | None:
+    try:
+        return get_backend(name)
+    except UnknownBackendError:
+        return None  # reported as the region's code generation failure below
+
+
+def _missing_part(backend: Backend | None) -> str | None:
+    return backend.unavailable() if backend is not None and backend.unavailable is not None else None
 
 
 def _signature_only(func: relax.Function) -> relax.Function:

@@ -17,6 +17,7 @@ from byoc.backend.spec import Backend
 from byoc.codegen_json.graph import value_spec
 from byoc.codegen_json.serialize import region_to_json
 from byoc.custom_formats.container import wrap
+from byoc.partition.outline import TARGET_ATTR
 from byoc.processing.passes import RegionContext, apply_passes
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
@@ -44,6 +45,8 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
     artifact.constant_specs = [TensorSpec(name, tuple(graph["constants"][name]["shape"]), graph["constants"][name]["dtype"])
                                for name in constants] if backend.codegen != "custom" else []
     if backend.codegen == "json":
+        if attrs.get(TARGET_ATTR):  # the configuration the engine is built for (TensorRT's version, precision)
+            graph = {**graph, "target": attrs[TARGET_ATTR]}
         store.add_all(constants)
         artifact.payload = json.dumps(graph, sort_keys=True, separators=(",", ":")).encode()
         artifact.constants = list(constants)

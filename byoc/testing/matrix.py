@@ -172,6 +172,8 @@ def to_markdown(rows: Sequence[MatrixRow], rates: Sequence[conformance.PassRate]
              "not bounded: see `byoc.backend.tolerance`). "
              "Latency: byoc against onnxruntime on the whole model in the same run, or the vendor's own estimate "
              "where the device is simulated.", ""]
+    for vendor, reason in meta.get("not_run", {}).items():
+        lines += [f"Not run here: {vendor} ({reason}).", ""]
     for vendor in dict.fromkeys(r.vendor for r in rows):
         tolerance = get_backend(vendor).tolerance.describe()
         vendor_rows = [r for r in rows if r.vendor == vendor]
@@ -241,14 +243,20 @@ def main(argv: list[str] | None = None) -> int:
 
     pin_threads(args.threads, "byoc.testing.matrix", argv)
     vendors = args.vendors or list_backends()
+    missing = {}  # vendors whose library or device this machine lacks: listed with the reason, not run
     for vendor in vendors:
-        get_backend(vendor)
+        backend = get_backend(vendor)
+        reason = backend.unavailable() if backend.unavailable is not None else None
+        if reason:
+            missing[vendor] = reason
+            print(f"byoc matrix: {vendor} does not build on this machine, left out: {reason}", file=sys.stderr)
+    vendors = [v for v in vendors if v not in missing]
     models = args.models or all_model_names()
     for name in models:
         model_case(name)
     rows = run_matrix(vendors, models, args.samples, args.int8_samples, args.calibration, args.rounds, args.threads, not args.no_timing)
     rates, results = node_case_rates(vendors, args.node_cases or None) if args.node_cases is not None else ([], [])
-    meta = _meta(args)
+    meta = {**_meta(args), "not_run": missing}
     text = to_markdown(rows, rates, results, meta)
     print(text)
     if args.markdown:

@@ -61,7 +61,9 @@ class EthosUExecutor:
         w = op.weights.astype(np.float64)
         centred = (x.astype(np.int64) - x_zero).astype(np.float64)
         if op.kind == "fully_connected":
-            acc = centred.reshape(centred.shape[0], -1) @ w.reshape(w.shape[0], -1).T
+            # TFLite's fully connected: every row of the last axis, whatever the leading axes.
+            rows = centred.reshape(-1, w.shape[-1]) @ w.reshape(w.shape[0], -1).T
+            acc = rows.reshape(*centred.shape[:-1], w.shape[0])
         else:
             windows = _windows(centred, w.shape[1:3], p["strides"], p["padding"], p["dilation"], 0)
             if op.kind == "depthwise":

@@ -44,10 +44,14 @@ class Lowered:
 
 
 def _shape3d(tensor: ETensor) -> vela.NpuShape3D:
-    shape = tensor.shape
+    # Row-major NHWC with a batch of one: the last axis is depth, the one before it width, so a
+    # fully connected layer over (rows, K) or (A, B, K) is a 1x1 convolution over every row.
+    shape = [int(d) for d in tensor.shape]
     if len(shape) == 4:
         return vela.NpuShape3D(shape[1], shape[2], shape[3])
-    return vela.NpuShape3D(1, 1, int(np.prod(shape[1:])))
+    if len(shape) == 3:
+        return vela.NpuShape3D(*shape)
+    return vela.NpuShape3D(1, int(np.prod(shape[:-1], dtype=np.int64)), shape[-1] if shape else 1)
 
 
 def _align(value: int) -> int:

@@ -3,7 +3,7 @@
 Data sheet: float32 tensors (int64 and bool where ONNX takes them: indices, masks); NCHW
 convolutions and pooling, matrix products, element-wise and comparison ops, reductions,
 softmax, layer normalisation, gather, concatenation, split, reshape and transpose: the ops of
-the translation table in `to_onnx`. Each region becomes an ONNX model and one inference
+the translation table in `byoc.codegen_json.to_onnx`. Each region becomes an ONNX model and one inference
 session, built once. Session options: `intra_op_num_threads`, `graph_optimization_level`
 ("disable", "basic", "extended", "all") and `allow_spinning` (off by default), passed per build
 with `backend_options={"onnxruntime": {...}}`.
@@ -21,8 +21,8 @@ import tvm
 
 from byoc.backend import Backend, CostRules, Limits, register_backend
 from byoc.codegen_json import JsonRuntime
+from byoc.codegen_json.to_onnx import EMITTERS, ONNX_CHECKS, graph_to_onnx
 from byoc.flow import partition_for
-from byoc.vendors.onnxruntime.to_onnx import EMITTERS, graph_to_onnx
 
 _LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -75,25 +75,8 @@ onnxruntime = Backend(
 )
 
 
-@onnxruntime.op("relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d")
-def nchw(call) -> str | None:
-    attrs = call.attrs
-    layout = getattr(attrs, "data_layout", None) or attrs.layout
-    kernel = getattr(attrs, "kernel_layout", "OIHW")
-    return None if (layout, kernel) == ("NCHW", "OIHW") else f"layout {layout}/{kernel}; ONNX takes NCHW/OIHW"
-
-
-@onnxruntime.op("relax.nn.layer_norm")
-def last_axis(call) -> str | None:
-    rank = call.args[0].ty.ndim
-    return None if [int(a) % rank for a in call.attrs.axes] == [rank - 1] else "ONNX LayerNormalization normalises trailing axes"
-
-
-@onnxruntime.op("relax.take")
-def gather(call) -> str | None:
-    return None if call.attrs.mode in ("fast", "clip", "wrap") else f"take mode {call.attrs.mode}"
-
-
+for op_name, check in ONNX_CHECKS.items():
+    onnxruntime.supports(op_name, check=check)
 onnxruntime.supports(*(op for op in EMITTERS if op not in onnxruntime.op_rules))
 
 register_backend(onnxruntime, origin="byoc (built-in)")

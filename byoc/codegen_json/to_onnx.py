@@ -1,4 +1,6 @@
-"""JSON graph -> ONNX model: the table of Relax ops onnxruntime runs, and their ONNX spelling."""
+"""JSON graph -> ONNX model: the Relax ops a region may hold when a vendor takes ONNX, and their
+ONNX spelling. Shared by the vendors whose libraries import ONNX: ONNX Runtime (one inference
+session per region) and TensorRT (its ONNX parser builds the engine's network)."""
 
 from __future__ import annotations
 
@@ -145,6 +147,52 @@ EMITTERS: dict[str, Callable] = {
     "relax.take": _take,
     "relax.astype": _cast,
     **{op: _same_op(onnx_op) for op, onnx_op in _ELEMENTWISE.items()},
+}
+
+
+# When a Relax op has an ONNX spelling at all: what the emitters above cannot express. Vendors
+# that take ONNX use these as their op rules' checks (each returns why not, or None).
+def _nchw(call) -> str | None:
+    attrs = call.attrs
+    layout = getattr(attrs, "data_layout", None) or attrs.layout
+    kernel = getattr(attrs, "kernel_layout", "OIHW")
+    return None if (layout, kernel) == ("NCHW", "OIHW") else f"layout {layout}/{kernel}; ONNX takes NCHW/OIHW"
+
+
+def _last_axis(call) -> str | None:
+    rank = call.args[0].ty.ndim
+    return None if [int(a) % rank for a in call.attrs.axes] == [rank - 1] else "ONNX LayerNormalization normalises trailing axes"
+
+
+def _gather(call) -> str | None:
+    return None if call.attrs.mode in ("fast", "clip", "wrap") else f"take mode {call.attrs.mode}"
+
+
+ONNX_CHECKS: dict[str, Callable] = {
+    "relax.nn.conv2d": _nchw,
+    "relax.nn.max_pool2d": _nchw,
+    "relax.nn.avg_pool2d": _nchw,
+    "relax.nn.layer_norm": _last_axis,
+    "relax.take": _gather,
+}
+
+
+# The ONNX op each Relax op becomes, for vendors whose ONNX importer gates ops by version.
+ONNX_OPS: dict[str, str] = {
+    "relax.nn.conv2d": "Conv",
+    "relax.nn.max_pool2d": "MaxPool",
+    "relax.nn.avg_pool2d": "AveragePool",
+    "relax.clip": "Clip",
+    "relax.mean": "ReduceMean",
+    "relax.reshape": "Reshape",
+    "relax.permute_dims": "Transpose",
+    "relax.concat": "Concat",
+    "relax.split": "Split",
+    "relax.nn.softmax": "Softmax",
+    "relax.nn.layer_norm": "LayerNormalization",
+    "relax.take": "Gather",
+    "relax.astype": "Cast",
+    **_ELEMENTWISE,
 }
 
 

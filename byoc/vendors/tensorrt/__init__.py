@@ -1,0 +1,111 @@
+"""The `tensorrt` backend: NVIDIA TensorRT on GPUs and Jetson, regions handed over as ONNX.
+
+Data sheet (onnx-tensorrt's operator table, TensorRT 8.5 to 11): float32 and float16 tensors,
+int64 indices (cast to int32 by the parser) and bool masks; NCHW convolutions with constant
+weights, max and average pooling, matrix products, element-wise and comparison ops, clip, mean
+reductions, softmax, layer normalisation (TensorRT 8.6 and later), gather, concatenation,
+split, reshape and transpose: the ops of byoc's ONNX translation (`byoc.codegen_json.to_onnx`),
+all of which TensorRT's ONNX parser imports. Regions without MACs stay on the host
+(`remove_no_mac_subgraphs`), and regions of fewer than `min_block_size` ops too: an engine
+launch and two copies cost more than a few element-wise ops save.
+
+Options: `fp16` (regions computed in float16, cast at their boundary; TensorRT 11 networks are
+strongly typed, so precision is in the graph), `workspace_bytes` (the builder's scratch memory),
+`min_block_size`, `remove_no_mac_subgraphs`, and `tensorrt_version`, the TensorRT the
+predicates describe (else the installed one, else 11.4). Partitioning and reports work without
+TensorRT; building needs TensorRT, cuda-python and a CUDA device, and says so.
+"""
+
+from __future__ import annotations
+
+import tvm
+
+from byoc.backend import Backend, CostRules, Limits, Option, register_backend
+from byoc.backend.options import parse_bool
+from byoc.backend.tolerance import FP16, FP32
+from byoc.codegen_json import JsonRuntime
+from byoc.codegen_json.to_onnx import EMITTERS, ONNX_CHECKS, ONNX_OPS
+from byoc.flow import partition_for
+from byoc.ir.types import is_tensor_constant
+from byoc.partition.outline import TARGET_ATTR
+from byoc.processing import Float16Pass
+from byoc.vendors.tensorrt import engine
+from byoc.vendors.tensorrt.engine import Settings
+from byoc.vendors.tensorrt.versions import ONNX_OP_SINCE, format_version, resolve_version
+
+OPTIONS = [
+    Option("fp16", "compute regions in float16 (inputs and outputs stay float32)", default=False, parse=parse_bool),
+    Option("workspace_bytes", "scratch memory TensorRT's builder may use per engine", default=1 << 30, parse=int),
+    Option("min_block_size", "fewest ops a region may have; smaller ones stay on the host", default=3, parse=int),
+    Option("remove_no_mac_subgraphs", "keep regions without MACs on the host", default=True, parse=parse_bool),
+    Option("tensorrt_version", "TensorRT version the op checks describe (default: installed, else 11.4)", default=None,
+           target=True),
+]
+
+
+def _since(op_name: str, version: tuple[int, int]):
+    """The ONNX translation's own check, then the parser's version gate for the op it emits."""
+    onnx_op = ONNX_OPS.get(op_name)
+    first = ONNX_OP_SINCE.get(onnx_op)
+    spelled = ONNX_CHECKS.get(op_name)
+
+    def check(call) -> str | None:
+        if first is not None and version < first:
+            return f"{onnx_op} needs TensorRT {format_version(first)}; the parser of {format_version(version)} does not import it"
+        return spelled(call) if spelled is not None else None
+
+    return check
+
+
+def _constant_conv_weights(call) -> str | None:
+    return None if is_tensor_constant(call.args[1]) else "convolution weights must be an initializer (onnx-tensorrt)"
+
+
+class _Precision(Float16Pass):
+    """Float16 for the regions partitioned with fp16=True, as their target records: code
+    generation gets the registered backend, whatever options a region was partitioned with."""
+
+    name = "float16 (regions partitioned with fp16=True)"
+
+    def __call__(self, graph, constants, context):
+        if Settings.from_target(context.attrs.get(TARGET_ATTR, "")).fp16:
+            return super().__call__(graph, constants, context)
+        return graph, constants
+
+
+def tensorrt_backend(fp16: bool = False, workspace_bytes: int = 1 << 30, min_block_size: int = 3,
+                     remove_no_mac_subgraphs: bool = True, tensorrt_version: str | None = None) -> Backend:
+    """The backend for one TensorRT version and precision (its op checks depend on the version)."""
+    version, origin = resolve_version(tensorrt_version)
+    settings = Settings(version, fp16, workspace_bytes)
+    backend = Backend(
+        name="tensorrt",
+        codegen="json",
+        priority=9,
+        description=f"NVIDIA TensorRT {format_version(version)} ({origin}), {'fp16' if fp16 else 'fp32'}",
+        limits=Limits(dtypes=("float32", "float16", "int64", "bool")),
+        cost=CostRules(min_ops_per_region=min_block_size, fallback_without_macs=remove_no_mac_subgraphs),
+        json_runtime=JsonRuntime(build_engine=engine.build_engine, version=f"tensorrt-{format_version(version)}",
+                                 save_engine=engine.save_engine, load_engine=engine.load_engine),
+        processing=[_Precision()],
+        options=OPTIONS,
+        configure=tensorrt_backend,
+        target=settings.target(),
+        tolerance=FP16 if fp16 else FP32,
+        unavailable=engine.unavailable,
+    )
+    for op_name in EMITTERS:
+        backend.supports(op_name, check=_since(op_name, version))
+    conv = backend.op_rules["relax.nn.conv2d"].check
+    backend.supports("relax.nn.conv2d", check=lambda call: conv(call) or _constant_conv_weights(call))
+    return backend
+
+
+register_backend(tensorrt_backend(), origin="byoc (built-in)")
+
+
+def partition_for_tensorrt(mod: tvm.IRModule, fp16: bool = False, workspace_bytes: int = 1 << 30, min_block_size: int = 3,
+                           remove_no_mac_subgraphs: bool = True, tensorrt_version: str | None = None, **options) -> tvm.IRModule:
+    """Partition for TensorRT; `byoc.partition_for(mod, "tensorrt", **options)`."""
+    return partition_for(mod, "tensorrt", fp16=fp16, workspace_bytes=workspace_bytes, min_block_size=min_block_size,
+                         remove_no_mac_subgraphs=remove_no_mac_subgraphs, tensorrt_version=tensorrt_version, **options)

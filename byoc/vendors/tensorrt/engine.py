@@ -1,0 +1,205 @@
+"""TensorRT engines for regions: the region's ONNX through `trt.OnnxParser`, a serialized plan
+from `build_serialized_network`, and runs with `execute_async_v3` on a CUDA stream. Device
+memory and streams go through NVIDIA's `cuda-python` (`cuda.bindings.runtime`), what NVIDIA's
+own samples use; buffers are allocated once per engine and inputs and outputs are copied once
+per call.
+
+Nothing here runs without TensorRT and a CUDA device; `unavailable()` says what is missing.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from byoc.codegen_json.to_onnx import graph_to_onnx
+from byoc.errors import EngineError
+from byoc.vendors.tensorrt.versions import format_version, parse_version
+
+INSTALL = ("pip install 'byoc[tensorrt]' --extra-index-url https://pypi.nvidia.com "
+           "(TensorRT's wheels are on NVIDIA's index, not the public one), or JetPack on Jetson: see the README")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a TensorRT region is built for, carried from partitioning to the engine build as the
+    region's target ("tensorrt-10.13-fp16-ws1073741824")."""
+
+    version: tuple[int, int]
+    fp16: bool = False
+    workspace_bytes: int = 1 << 30
+
+    def target(self) -> str:
+        return f"tensorrt-{format_version(self.version)}-{'fp16' if self.fp16 else 'fp32'}-ws{self.workspace_bytes}"
+
+    @classmethod
+    def from_target(cls, text: str) -> Settings:
+        match = re.fullmatch(r"tensorrt-(\d+\.\d+)-(fp16|fp32)-ws(\d+)", text or "")
+        if match is None:
+            raise EngineError(f"TensorRT region target {text!r} is not of the form tensorrt-<version>-<fp16|fp32>-ws<bytes>")
+        return cls(parse_version(match.group(1)), match.group(2) == "fp16", int(match.group(3)))
+
+
+def _cuda():
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        from cuda import cudart as runtime  # cuda-python before 12.6 spelled it this way
+    return runtime
+
+
+def unavailable() -> str | None:
+    """Why TensorRT engines cannot be built on this machine, or None when they can."""
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        return f"TensorRT is not installed: {INSTALL}"
+    try:
+        cuda = _cuda()
+    except ImportError:
+        return f"cuda-python is not installed (TensorRT engines need it for device memory): {INSTALL}"
+    error, count = cuda.cudaGetDeviceCount()
+    if error != cuda.cudaError_t.cudaSuccess or count == 0:
+        return f"no CUDA device is visible ({error}, {count} device(s))"
+    return None
+
+
+def _checked(result, what: str):
+    cuda = _cuda()
+    error, *values = result if isinstance(result, tuple) else (result,)
+    if error != cuda.cudaError_t.cudaSuccess:
+        raise EngineError(f"CUDA {what} failed: {error}")
+    return values[0] if len(values) == 1 else values
+
+
+def build_plan(onnx_bytes: bytes, settings: Settings, where: str) -> bytes:
+    """A serialized TensorRT plan for one region's ONNX model."""
+    import tensorrt as trt
+
+    installed = parse_version(trt.__version__)
+    if installed[0] != settings.version[0]:
+        raise EngineError(f"{where} was partitioned for TensorRT {format_version(settings.version)}, "
+                          f"and TensorRT {trt.__version__} is installed: partition again with tensorrt_version={trt.__version__!r}")
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    flags = 0
+    if installed < (10, 0):
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    strongly_typed = settings.fp16 and hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
+    if strongly_typed:  # float16 is in the graph (cast at the region's boundary); TensorRT 11 knows no other way
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    # The parser holds the weights by reference: onnx_bytes and the parser live until the build ends.
+    if not parser.parse(onnx_bytes):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise EngineError(f"{where}: TensorRT's ONNX parser refused the region: {errors}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_bytes)
+    if hasattr(trt.BuilderFlag, "TF32"):
+        config.clear_flag(trt.BuilderFlag.TF32)  # float32 means float32, as onnxruntime computes it
+    if settings.fp16 and not strongly_typed:  # TensorRT 8.x: half-typed tensors need the builder flag too
+        config.set_flag(trt.BuilderFlag.FP16)
+    start = time.perf_counter()
+    print(f"byoc: building the TensorRT engine of {where} ...", file=sys.stderr, flush=True)
+    plan = builder.build_serialized_network(network, config)
+    if plan is None:
+        raise EngineError(f"{where}: TensorRT could not build an engine (see TensorRT's log above)")
+    print(f"byoc: TensorRT engine of {where} built in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return bytes(plan)
+
+
+class TensorRTEngine:
+    """One deserialized engine, its execution context, a stream and one device buffer per tensor."""
+
+    def __init__(self, plan: bytes, where: str) -> None:
+        import tensorrt as trt
+
+        cuda = _cuda()
+        self.plan, self.where = plan, where
+        self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        self.engine = self.runtime.deserialize_cuda_engine(plan)
+        if self.engine is None:
+            raise EngineError(f"{where}: TensorRT could not load the plan (built by another TensorRT version or for another GPU)")
+        self.context = self.engine.create_execution_context()
+        self.stream = _checked(cuda.cudaStreamCreate(), "stream creation")
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        by_mode = {mode: sorted((n for n in names if self.engine.get_tensor_mode(n) == mode), key=_position)
+                   for mode in (trt.TensorIOMode.INPUT, trt.TensorIOMode.OUTPUT)}
+        self.inputs, self.outputs = by_mode[trt.TensorIOMode.INPUT], by_mode[trt.TensorIOMode.OUTPUT]
+        self.dtypes: dict[str, np.dtype] = {}
+        self.buffers: dict[str, tuple[int, int]] = {}
+        for name in names:
+            dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
+            size = int(np.prod(tuple(self.engine.get_tensor_shape(name)))) * dtype.itemsize
+            pointer = _checked(cuda.cudaMalloc(max(size, 1)), f"allocation of {size} bytes for {name}")
+            self.dtypes[name], self.buffers[name] = dtype, (int(pointer), size)
+            self.context.set_tensor_address(name, int(pointer))
+
+    def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        cuda = _cuda()
+        to_device, to_host = cuda.cudaMemcpyKind.cudaMemcpyHostToDevice, cuda.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        staged = []  # host copies in the engine's dtype (TensorRT takes int64 indices as int32)
+        for name, array in zip(self.inputs, inputs):
+            host = np.ascontiguousarray(array, dtype=self.dtypes[name])
+            staged.append(host)
+            pointer, size = self.buffers[name]
+            _checked(cuda.cudaMemcpyAsync(pointer, host.ctypes.data, size, to_device, self.stream), f"copy of {name} to the device")
+        if not self.context.execute_async_v3(int(self.stream)):
+            raise EngineError(f"{self.where}: TensorRT's execute_async_v3 failed")
+        results = []
+        for name, array in zip(self.outputs, outputs):
+            host = array if array.dtype == self.dtypes[name] and array.flags.c_contiguous else np.empty(array.shape, self.dtypes[name])
+            results.append((host, array))
+            pointer, size = self.buffers[name]
+            _checked(cuda.cudaMemcpyAsync(host.ctypes.data, pointer, size, to_host, self.stream), f"copy of {name} to the host")
+        _checked(cuda.cudaStreamSynchronize(self.stream), "stream synchronisation")
+        for host, array in results:
+            if host is not array:
+                array[...] = host
+
+    def __del__(self) -> None:
+        try:
+            cuda = _cuda()
+            for pointer, _ in getattr(self, "buffers", {}).values():
+                cuda.cudaFree(pointer)
+            if getattr(self, "stream", None) is not None:
+                cuda.cudaStreamDestroy(self.stream)
+        except Exception:  # at interpreter shutdown CUDA may be gone already
+            pass
+
+
+def _position(name: str) -> int:
+    """input3 -> 3: the ONNX the region is handed as names its tensors by position."""
+    digits = re.search(r"(\d+)$", name)
+    return int(digits.group(1)) if digits else 0
+
+
+def _where(graph: Mapping[str, Any]) -> str:
+    return f"region {graph['symbol']} (tensorrt)"
+
+
+def region_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> bytes:
+    """The ONNX model TensorRT's parser is given for a region (after its processing: float16
+    casts included)."""
+    return graph_to_onnx(graph, constants).SerializeToString()
+
+
+def build_engine(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> TensorRTEngine:
+    settings = Settings.from_target(graph.get("target", ""))
+    plan = build_plan(region_onnx(graph, constants), settings, _where(graph))
+    return TensorRTEngine(plan, _where(graph))
+
+
+def save_engine(engine: TensorRTEngine) -> bytes:
+    return engine.plan
+
+
+def load_engine(plan: bytes, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> TensorRTEngine:
+    return TensorRTEngine(plan, _where(graph))

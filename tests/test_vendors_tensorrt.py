@@ -1,0 +1,120 @@
+"""The TensorRT vendor: what runs on every machine (op checks and version gates, the ONNX each region
+hands to TensorRT's parser, run through onnxruntime and compared with the unpartitioned model, and
+the error without TensorRT), and what needs TensorRT and a GPU (skipped elsewhere, with the reason).
+
+Tolerances: fp32 regions are held to the fp32 bound (rtol and atol 1e-4 of the output's scale);
+fp16 regions to relative L2 <= 1% and top-1 agreement >= 95% (`byoc.backend.tolerance.FP16`).
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import byoc
+from byoc.accuracy import measure_accuracy
+from byoc.backend.tolerance import FP16, FP32
+from byoc.codegen_json import JsonRuntime
+from byoc.errors import BuildError, EngineError, PartitionError
+from byoc.vendors.onnxruntime import SessionEngine
+from byoc.vendors.tensorrt import engine as trt_engine
+from byoc.vendors.tensorrt import partition_for_tensorrt
+
+from conftest import onnxruntime_outputs, small_model, small_module
+
+CLASSIFIERS = ["resnet50", "mobilenet_v2", "vgg19"]
+MISSING = trt_engine.unavailable()
+
+
+def _parser_input_through_onnxruntime():
+    """The registered tensorrt backend, except that each region's engine is an onnxruntime
+    session over exactly the ONNX bytes TensorRT's parser would be given."""
+    backend = byoc.backend.registry.get_backend("tensorrt")
+
+    def build_engine(graph, constants, options):
+        return SessionEngine(trt_engine.region_onnx(graph, constants), {"graph_optimization_level": "disable"})
+
+    return dataclasses.replace(backend, json_runtime=JsonRuntime(build_engine=build_engine, version="onnx-check"), unavailable=None)
+
+
+@pytest.mark.parametrize("name", [*CLASSIFIERS, "ssd_detector"])
+def test_every_mac_goes_to_one_region_and_the_detector_keeps_only_nms(name):
+    report = byoc.report(partition_for_tensorrt(small_module(name)))
+    assert report.offload_ratio_macs == 1.0 and len(report.regions) == 1, report
+    expected = {"relax.vision.all_class_non_max_suppression"} if name == "ssd_detector" else set()
+    assert {op for host in report.host_ops for op in host.ops} == expected
+
+
+def test_version_gates_and_their_reasons():
+    mod = small_module("bert_encoder")
+    assert not byoc.report(partition_for_tensorrt(mod, tensorrt_version="10.13")).host_ops
+    older = byoc.report(partition_for_tensorrt(mod, tensorrt_version="8.5"))
+    reasons = {reason for host in older.host_ops if host.ops == ["relax.nn.layer_norm"] for reason in host.reasons}
+    assert any("LayerNormalization needs TensorRT 8.6" in r for r in reasons), older.host_ops
+    with pytest.raises(PartitionError, match="too old"):
+        partition_for_tensorrt(mod, tensorrt_version="8.4")
+    with pytest.raises(PartitionError, match="not a version"):
+        partition_for_tensorrt(mod, tensorrt_version="ten")
+
+
+def test_small_regions_and_regions_without_macs_stay_on_the_host():
+    mod = small_module("ssd_detector")
+    assert len(byoc.report(partition_for_tensorrt(mod, min_block_size=10_000)).regions) == 0
+    kept = byoc.report(partition_for_tensorrt(mod, remove_no_mac_subgraphs=False))
+    assert kept.offload_ratio_macs == 1.0
+
+
+@pytest.mark.parametrize("name", [*CLASSIFIERS, "ssd_detector", "bert_encoder"])
+def test_onnx_given_to_the_parser_matches_the_model_in_fp32(name):
+    model = small_model(name)
+    compiled = byoc.build(partition_for_tensorrt(small_module(name)), backends={"tensorrt": _parser_input_through_onnxruntime()}, strict=True)
+    assert compiled.report().backends == ["tensorrt"]
+    for seed in range(2):
+        inputs = byoc.models.sample_inputs(model, seed=seed)
+        for got, want in zip(compiled.run(**inputs), onnxruntime_outputs(model, inputs)):
+            assert FP32.elementwise_violation(got, want) is None, (name, FP32.elementwise_violation(got, want))
+
+
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2"])
+def test_onnx_given_to_the_parser_in_fp16_is_within_the_fp16_bound(name):
+    model = small_model(name)
+    partitioned = partition_for_tensorrt(small_module(name), fp16=True)
+    compiled = byoc.build(partitioned, backends={"tensorrt": _parser_input_through_onnxruntime()}, strict=True)
+    region = compiled.parts.artifacts[0]
+    assert {spec.dtype for spec in region.inputs} == {"float32"}  # float16 lives inside the region only
+    samples = [byoc.models.sample_inputs(model, seed=s) for s in range(4)]
+    accuracy = measure_accuracy(compiled, model, samples)
+    assert 0 < accuracy.relative_l2 <= FP16.relative_l2 and accuracy.top1_agreement >= FP16.top1, accuracy
+
+
+def test_target_records_what_the_engine_is_built_for():
+    settings = trt_engine.Settings((10, 13), fp16=True, workspace_bytes=1 << 28)
+    assert settings.target() == "tensorrt-10.13-fp16-ws268435456"
+    assert trt_engine.Settings.from_target(settings.target()) == settings
+    with pytest.raises(EngineError, match="not of the form"):
+        trt_engine.Settings.from_target("tensorrt-ten")
+    partitioned = partition_for_tensorrt(small_module("mlp"), fp16=True, tensorrt_version="10.13")
+    region = next(f for g, f in partitioned.functions.items() if g.name_hint.startswith("tensorrt"))
+    assert str(region.attrs["byoc.target"]) == "tensorrt-10.13-fp16-ws1073741824"
+
+
+@pytest.mark.skipif(MISSING is None, reason="TensorRT and a CUDA device are here: the build runs")
+def test_building_without_tensorrt_says_what_to_install():
+    with pytest.raises(BuildError, match="tensorrt_0 \\(tensorrt\\) cannot be built on this machine") as error:
+        byoc.build(partition_for_tensorrt(small_module("mlp")))
+    assert "pip install" in str(error.value) or "CUDA device" in str(error.value)
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"needs TensorRT and a CUDA device: {MISSING}")
+@pytest.mark.parametrize("fp16", [False, True])
+def test_engine_on_the_gpu_matches_onnxruntime(fp16, tmp_path):
+    model = small_model("resnet50")
+    compiled = byoc.build(partition_for_tensorrt(small_module("resnet50"), fp16=fp16), cache_dir=tmp_path, engines="eager")
+    samples = [byoc.models.sample_inputs(model, seed=s) for s in range(4)]
+    accuracy = measure_accuracy(compiled, model, samples)
+    if fp16:
+        assert accuracy.relative_l2 <= FP16.relative_l2, accuracy
+    else:
+        for sample in samples:
+            for got, want in zip(compiled.run(**sample), onnxruntime_outputs(model, sample)):
+                assert np.allclose(got, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max())))
