@@ -59,7 +59,7 @@ class _Kernel:
 
     # ------------------------------------------------------ memory descriptors
     def md(self, shape: tuple[int, ...], tag: str = "any") -> str:
-        """A local memory descriptor of `shape`: any layout, or plain."""
+        """A local memory descriptor of `shape`: any layout, plain, or a oneDNN format tag ("acdb")."""
         name = self._name("md")
         self.local_mds.append(name)
         self.setup.append(f"dnnl_memory_desc_t {name};")
@@ -68,7 +68,8 @@ class _Kernel:
         if tag == "plain":
             self.setup.append("  " + self.check(f"byoc_plain_md(&{name}, {rank(shape)}, shape, dnnl_f32)", f"descriptor {shape}"))
         else:
-            create = f"dnnl_memory_desc_create_with_tag(&{name}, {rank(shape)}, shape, dnnl_f32, dnnl_format_tag_{tag})"
+            format_tag = "dnnl_format_tag_any" if tag == "any" else f"dnnl_{tag}"
+            create = f"dnnl_memory_desc_create_with_tag(&{name}, {rank(shape)}, shape, dnnl_f32, {format_tag})"
             self.setup.append("  " + self.check(create, f"descriptor {shape}"))
         self.setup.append("}")
         return name
@@ -87,11 +88,11 @@ class _Kernel:
         return name
 
     # ------------------------------------------------------------- arguments
-    def source(self, arg: str, buffer: CBuffer, query: str) -> None:
+    def source(self, arg: str, buffer: CBuffer, query: str, index: int = 0) -> None:
         """An input in the layout the primitive chose, reordered per call if it differs."""
         name = self._name("src")
         self.state.append(f"static byoc_conversion {name};")
-        wanted = f"dnnl_primitive_desc_query_md(pd, {query}, 0)"
+        wanted = f"dnnl_primitive_desc_query_md(pd, {query}, {index})"
         self.bind.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {wanted})", f"layout of {buffer.name}"))
         self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
         self.exec_args.append((arg, f"{name}.memory"))
@@ -140,10 +141,18 @@ class _Kernel:
         return attr
 
     # ------------------------------------------------------------------ code
-    def code(self, create: str, attrs: tuple[str, ...] = ()) -> KernelCode:
+    def code(self, create: str, attrs: tuple[str, ...] = (), retry: str | None = None) -> KernelCode:
+        """`retry` creates the descriptor again (into `retry_pd`) with other layouts, used when
+        the first one would run in oneDNN's reference implementation."""
         init = ["{", "  dnnl_primitive_desc_t pd = NULL;"]
         init += ["  " + line for line in self.setup]
         init.append("  " + self.check(create, "primitive descriptor (unsupported shape or attributes)"))
+        if retry is not None:
+            init.append("  if (byoc_is_reference(pd)) {")
+            init.append("    dnnl_primitive_desc_t retry_pd = NULL;")
+            init.append(f"    dnnl_status_t retry_status = {retry};")
+            init.append("    byoc_prefer_jit(&pd, retry_status, retry_pd);")
+            init.append("  }")
         init += ["  " + line for line in self.bind]
         init.append("  " + self.check(f"byoc_primitive(&{self.k}_prim, pd)", "primitive creation"))
         init += [f"  dnnl_memory_desc_destroy({md});" for md in self.local_mds]
@@ -223,17 +232,23 @@ def convolution(call: KernelCall) -> KernelCode:
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_dilates = {dims(tuple(d - 1 for d in attrs['dilation']))};")
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_l = {{{top}, {left}}};")
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_r = {{{bottom}, {right}}};")
-    create = (
-        f"dnnl_convolution_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_convolution_direct, "
-        f"{src_md}, {weights_any}, {bias_md}, {dst_md}, {kernel.k}_strides, {kernel.k}_dilates, {kernel.k}_pad_l, "
-        f"{kernel.k}_pad_r, {attr})"
-    )
+
+    def create(pd: str, src: str, dst: str) -> str:
+        return (
+            f"dnnl_convolution_forward_primitive_desc_create(&{pd}, byoc_engine, dnnl_forward_inference, dnnl_convolution_direct, "
+            f"{src}, {weights_any}, {bias_md}, {dst}, {kernel.k}_strides, {kernel.k}_dilates, {kernel.k}_pad_l, "
+            f"{kernel.k}_pad_r, {attr})"
+        )
+
+    # oneDNN's JIT kernels take grouped convolutions with few channels per group in plain NCHW
+    # (gemm), not in the blocked layout a producer chose: ShuffleNet ran 400x slower.
+    retry = create("retry_pd", kernel.md(x.shape, "plain"), kernel.md(out.shape, "plain"))
     kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
     kernel.weights("DNNL_ARG_WEIGHTS", weights_plain, "dnnl_query_weights_md")
     if bias_memory is not None:
         kernel.direct("DNNL_ARG_BIAS", bias_memory)
     kernel.result(out)
-    return kernel.code(create, (attr,))
+    return kernel.code(create("pd", src_md, dst_md), (attr,), retry=retry)
 
 
 def matmul(call: KernelCall) -> KernelCode:
@@ -355,16 +370,28 @@ def binary(call: KernelCall) -> KernelCode:
     a, b, out = call.arg(node, 0), call.arg(node, 1), call.outputs[0]
     if a.shape != out.shape:  # only commutative ops get here this way round (see the predicate)
         a, b = b, a
-    src1_memory = f"{b.name}_mem"
-    src1_md = kernel.md_of(b)
-    if len(b.shape) < len(out.shape):
-        shape = (1,) * (len(out.shape) - len(b.shape)) + b.shape
-        src1_memory, src1_md = kernel.view(b, shape), kernel.md(shape, "plain")
-    kernel.direct("DNNL_ARG_SRC_0", f"{a.name}_mem")
-    kernel.direct("DNNL_ARG_SRC_1", src1_memory)
+    kernel.source("DNNL_ARG_SRC_0", a, "dnnl_query_src_md")
+    if b.shape == a.shape:
+        # oneDNN's JIT kernel wants both operands in one layout (else its reference code runs,
+        # 100x slower): the second is reordered into the first's where their producers differ.
+        src1_md = kernel.md_of(a)
+        kernel.source("DNNL_ARG_SRC_1", b, "dnnl_query_src_md", index=1)
+    else:
+        src1_memory, src1_md = f"{b.name}_mem", kernel.md_of(b)
+        if len(b.shape) < len(out.shape):
+            shape = (1,) * (len(out.shape) - len(b.shape)) + b.shape
+            src1_memory, src1_md = kernel.view(b, shape), kernel.md(shape, "plain")
+        kernel.direct("DNNL_ARG_SRC_1", src1_memory)
     kernel.result(out)
-    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {_BINARY[node['op']]}, {kernel.md_of(a)}, {src1_md}, {kernel.md_of(a)}, NULL)"
-    return kernel.code(create)
+    algorithm = _BINARY[node["op"]]
+    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {kernel.md_of(a)}, {src1_md}, {kernel.md_of(a)}, NULL)"
+    retry = None
+    if len(out.shape) == 4 and b.shape != out.shape:
+        # oneDNN 3.2 broadcasts per channel over nChw8c only in its reference code (DenseNet's
+        # batch norms after a concatenation ran 100x slower); its JIT kernel takes NHWC.
+        nhwc = kernel.md(out.shape, "acdb")
+        retry = f"dnnl_binary_primitive_desc_create(&retry_pd, byoc_engine, {algorithm}, {nhwc}, {src1_md}, {nhwc}, NULL)"
+    return kernel.code(create, retry=retry)
 
 
 def softmax(call: KernelCall) -> KernelCode:

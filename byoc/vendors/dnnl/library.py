@@ -101,6 +101,26 @@ static dnnl_status_t byoc_conversion_init(byoc_conversion* conversion, dnnl_memo
   return status;
 }
 
+/* Whether oneDNN chose its reference implementation ("ref:any"): plain C loops, 10 to 1000
+   times slower than its JIT kernels. oneDNN 3.2 falls back to it for layouts its JIT kernels do
+   not take (per-channel broadcasting over nChw8c, grouped convolutions whose groups are not a
+   multiple of the vector width in a blocked layout). */
+static int byoc_is_reference(const_dnnl_primitive_desc_t pd) {
+  const char* impl = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || impl == NULL) return 0;
+  return strncmp(impl, "ref", 3) == 0;
+}
+
+/* Keep the retry descriptor where the first one is a reference implementation and the retry is not. */
+static void byoc_prefer_jit(dnnl_primitive_desc_t* pd, dnnl_status_t retry_status, dnnl_primitive_desc_t retry) {
+  if (retry_status == dnnl_success && retry != NULL && !byoc_is_reference(retry)) {
+    dnnl_primitive_desc_destroy(*pd);
+    *pd = retry;
+  } else if (retry != NULL) {
+    dnnl_primitive_desc_destroy(retry);
+  }
+}
+
 static dnnl_status_t byoc_reorder(dnnl_primitive_t reorder, dnnl_memory_t from, dnnl_memory_t to) {
   dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
   return reorder == NULL ? dnnl_success : byoc_execute(reorder, 2, args);

@@ -27,6 +27,14 @@ def fused_conv(match) -> str | None:
     residual = match.get("residual")
     if reason is None and residual is not None and _shape(residual) != _shape(match.root):
         return "the residual operand is broadcast; a fused residual add needs the full output shape"
+    # conv2d_bias(_act) also matches an add of a computed tensor: a residual too
+    added = match.get("bias")
+    if residual is None and added is not None and not is_tensor_constant(added):
+        residual = added
+    if reason is None and residual is not None and 1 < match["root"].attrs.groups < _shape(match["root"].args[0])[1]:
+        # oneDNN 3.2 has no JIT kernel for a grouped convolution with a binary post-op: it ran
+        # ShuffleNet's in its reference code, 150 ms each; unfused, the add is its own primitive.
+        return "a grouped convolution does not take a fused residual add"
     return reason
 
 
