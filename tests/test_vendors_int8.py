@@ -26,7 +26,9 @@ from conftest import onnxruntime_outputs, small_model, small_module
 INT8_RELATIVE_L2 = 0.10
 INT8_TOP1 = 0.75
 PARTITIONERS = {"vitis_ai": partition_for_vitis_ai, "ethos_u": partition_for_ethos_u}
-MODELS = ["resnet18", "mobilenet_v2", "vgg19"]
+# VGG-19 and the rest of the zoo go through both int8 vendors in `make matrix`; here two
+# architectures (residual, depthwise-separable) keep the suite within its time.
+MODELS = ["resnet18", "mobilenet_v2"]
 
 
 def _calibration(name, count=8):

@@ -1,4 +1,5 @@
-"""Every zoo model partitions for the reference backend, runs, and matches onnxruntime."""
+"""Zoo models partition for the reference backend, run, and match onnxruntime (VGG-19 and
+Inception v3, the slowest to compile, run through every vendor in `make matrix`)."""
 
 import pytest
 
@@ -8,7 +9,7 @@ from byoc import models as zoo
 from conftest import assert_fp32_close, onnxruntime_outputs, small_model, small_module
 
 
-@pytest.mark.parametrize("name", zoo.names())
+@pytest.mark.parametrize("name", [n for n in zoo.names() if n not in ("vgg19", "inception_v3")])
 def test_zoo_model_runs_through_the_reference_backend(name):
     model = small_model(name)
     partitioned = byoc.partition_for(small_module(name), "reference")
