@@ -1,5 +1,6 @@
 """The three code-generation formats end to end, the artifact, caches, profiling, concurrency."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,7 +14,8 @@ from c_vendor import make_c_backend
 from custom_vendor import make_custom_backend
 
 import byoc
-from byoc.errors import ArtifactError, BuildError, CustomFormatError, InputError, JsonGraphError, MissingVendorError
+from byoc.errors import ArtifactError, BuildError, CustomFormatError, EngineError, InputError, JsonGraphError, MissingVendorError
+from byoc.vendors.reference import tvm_engine
 
 from conftest import REPO, assert_fp32_close, onnxruntime_outputs, small_model, small_module
 from graphs import chain_module, registered
@@ -286,6 +288,55 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path, damage):
     assert byoc.build(partitioned, cache_dir=cache, engines="eager").regions["reference_0"].record.source == "disk cache"
 
 
+def test_embedded_engines_load_without_a_build(tmp_path):
+    partitioned = byoc.partition_for(small_module("mlp"), "reference")
+    compiled = byoc.build(partitioned, cache_dir=tmp_path / "build-cache", engines="embed")
+    path = tmp_path / "mlp.byoc"
+    compiled.export(path)
+    assert compiled.inspect()["regions"][0]["embedded_engine"]["environment"] == tvm_engine.environment()
+    loaded = byoc.load(path, cache_dir=tmp_path / "empty-cache", engines="eager", strict_engines=True)
+    assert loaded.regions["reference_0"].record.source == "embedded"
+    assert not list((tmp_path / "empty-cache").rglob("*.engine"))  # nothing was built, so nothing cached
+    inputs = byoc.models.sample_inputs(small_model("mlp"))
+    assert_fp32_close(loaded.run(**inputs), onnxruntime_outputs(small_model("mlp"), inputs))
+    # Re-exported, the loaded model keeps its engines.
+    loaded.export(tmp_path / "again.byoc")
+    assert byoc.load(tmp_path / "again.byoc", engines="eager").regions["reference_0"].record.source == "embedded"
+
+
+def test_an_engine_embedded_for_another_machine_is_rebuilt_or_refused(tmp_path):
+    partitioned = byoc.partition_for(small_module("mlp"), "reference")
+    compiled = byoc.build(partitioned, cache_dir=tmp_path / "cache", engines="embed")
+    # As if the engine had been built on another architecture (for TensorRT: another GPU model).
+    embedded = compiled.parts.engines["reference_0"]
+    here = embedded.environment["platform"]
+    compiled.parts.engines["reference_0"] = dataclasses.replace(embedded, environment={**embedded.environment,
+                                                                                        "platform": "Linux-riscv64"})
+    path = tmp_path / "mlp.byoc"
+    compiled.export(path)
+    differs = f"built for another machine \\(platform Linux-riscv64 there, {here} here\\)"
+    with pytest.raises(EngineError, match=f"region reference_0 \\(reference\\): the engine embedded in the artifact was {differs}"):
+        byoc.load(path, cache_dir=tmp_path / "other", engines="eager", strict_engines=True)
+    with pytest.warns(UserWarning, match=f"{differs}; rebuilding it"):
+        model = byoc.load(path, cache_dir=tmp_path / "other", engines="eager")
+    assert model.regions["reference_0"].record.source == "built"
+    inputs = byoc.models.sample_inputs(small_model("mlp"))
+    assert_fp32_close(model.run(**inputs), onnxruntime_outputs(small_model("mlp"), inputs))
+
+
+def test_an_embedded_engine_that_does_not_load_is_rebuilt_or_refused(tmp_path, monkeypatch):
+    partitioned = byoc.partition_for(small_module("mlp"), "reference")
+    compiled = byoc.build(partitioned, cache_dir=tmp_path / "cache", engines="embed")
+    # A plan its vendor cannot read back (an engine the vendor refuses, with a consistent checksum).
+    compiled.parts.engines["reference_0"] = dataclasses.replace(compiled.parts.engines["reference_0"], plan=b"not a library")
+    path = tmp_path / "mlp.byoc"
+    compiled.export(path)
+    with pytest.raises(EngineError, match="region reference_0 \\(reference\\): the engine embedded in the artifact could not be loaded"):
+        byoc.load(path, cache_dir=tmp_path / "other", engines="eager", strict_engines=True)
+    with pytest.warns(UserWarning, match="could not be loaded .*; rebuilding it"):
+        assert byoc.load(path, cache_dir=tmp_path / "other", engines="eager").regions["reference_0"].record.source == "built"
+
+
 def test_several_threads_run_one_model():
     model = small_model("resnet18")
     compiled = byoc.build(byoc.partition_for(small_module("resnet18"), "reference", max_ops_per_region=25))
@@ -344,14 +395,14 @@ def test_cli_compile_run_inspect(tmp_path, capsys):
     from byoc.cli import main
 
     artifact = tmp_path / "mlp.byoc"
-    assert main(["compile", "mlp", "--small", "--vendor", "reference", "-o", str(artifact)]) == 0
+    assert main(["compile", "mlp", "--small", "--vendor", "reference", "-o", str(artifact), "--embed-engines"]) == 0
     assert "1 region(s)" in capsys.readouterr().out
     assert main(["inspect", str(artifact)]) == 0
-    assert "reference_0" in capsys.readouterr().out
+    assert f"reference_0: engine embedded, built for tvm {tvm_engine.environment()['tvm']}" in capsys.readouterr().out
     inputs = byoc.models.sample_inputs(small_model("mlp"))
     np.save(tmp_path / "x.npy", inputs["input"])
     argv = ["run", str(artifact), "--input", f"input={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / "out")]
-    argv += ["--profile", "--repeat", "2"]
+    argv += ["--profile", "--repeat", "2", "--strict-engines"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "output 0: shape (1, 10) float32" in out and "reference_0" in out

@@ -9,6 +9,8 @@ fp16 regions to relative L2 <= 1% and top-1 agreement >= 95% (`byoc.backend.tole
 import dataclasses
 
 import numpy as np
+import onnx
+import onnx.numpy_helper
 import pytest
 
 import byoc
@@ -16,6 +18,7 @@ from byoc.accuracy import measure_accuracy
 from byoc.backend.tolerance import FP16, FP32
 from byoc.codegen_json import JsonRuntime
 from byoc.errors import BuildError, EngineError, PartitionError
+from byoc.runtime_metadata.engine_cache import engine_cache_key
 from byoc.vendors.onnxruntime import SessionEngine
 from byoc.vendors.tensorrt import engine as trt_engine
 from byoc.vendors.tensorrt import partition_for_tensorrt
@@ -96,6 +99,44 @@ def test_target_records_what_the_engine_is_built_for():
     partitioned = partition_for_tensorrt(small_module("mlp"), fp16=True, tensorrt_version="10.13")
     region = next(f for g, f in partitioned.functions.items() if g.name_hint.startswith("tensorrt"))
     assert str(region.attrs["byoc.target"]) == "tensorrt-10.13-fp16-ws1073741824"
+
+
+def _region(model, **options):
+    """The TensorRT region of an MLP as the artifact holds it, and the constants (engines are
+    built on first use, so no TensorRT is needed)."""
+    compiled = byoc.build(partition_for_tensorrt(byoc.from_onnx(model), **options),
+                          backends={"tensorrt": _parser_input_through_onnxruntime()})
+    (artifact,) = compiled.artifacts
+    return artifact, compiled.store
+
+
+def test_engine_cache_key_covers_weights_shapes_options_versions_and_the_gpu():
+    a100 = {"tensorrt": "10.13.0", "gpu": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0", "cuda": "12.6",
+            "platform": "Linux-x86_64"}
+
+    def key(model=None, environment=a100, build_options=None, **options):
+        artifact, store = _region(model if model is not None else small_model("mlp"), **options)
+        return engine_cache_key(artifact, store, build_options or {}, environment)
+
+    base = key()
+    assert key() == base  # the same region on the same machine always hits
+    heavier = onnx.ModelProto()
+    heavier.CopyFrom(small_model("mlp"))
+    weights = heavier.graph.initializer[0]
+    weights.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(weights) * 1.5, weights.name))
+    others = {
+        "other weights": key(heavier),
+        "another batch size": key(byoc.models.get("mlp", small=True, batch=2)),
+        "fp16": key(fp16=True),
+        "another workspace": key(workspace_bytes=1 << 28),
+        "TensorRT 10.13's op table": key(tensorrt_version="10.13"),
+        "another build option": key(build_options={"profile": True}),
+        "another TensorRT release": key(environment={**a100, "tensorrt": "10.13.2"}),
+        "another GPU": key(environment={**a100, "gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}),
+        "another CUDA": key(environment={**a100, "cuda": "12.8"}),
+    }
+    assert base not in others.values(), [what for what, other in others.items() if other == base]
+    assert len(set(others.values())) == len(others), sorted((v[:8], k) for k, v in others.items())
 
 
 @pytest.mark.skipif(MISSING is None, reason="TensorRT and a CUDA device are here: the build runs")

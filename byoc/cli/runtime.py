@@ -25,6 +25,9 @@ def add_parser(commands) -> None:
     add_partition_options(compile_parser)
     compile_parser.add_argument("-o", "--output", required=True, help="artifact file to write (e.g. model.byoc)")
     compile_parser.add_argument("--strict", action="store_true", help="fail when a region's code generation fails")
+    compile_parser.add_argument("--embed-engines", action="store_true",
+                                help="build the regions' engines now and put them in the artifact (used where the "
+                                     "loading machine is like this one: TensorRT release, GPU, platform)")
     compile_parser.add_argument("--accuracy-samples", type=int, default=0, metavar="N",
                                 help="compare with onnxruntime on N seeded random inputs and print the error")
     compile_parser.set_defaults(run=run_compile)
@@ -35,6 +38,8 @@ def add_parser(commands) -> None:
     run_parser.add_argument("--output-dir", help="write each output as output<i>.npy here")
     run_parser.add_argument("--profile", action="store_true", help="print time per region and for the host")
     run_parser.add_argument("--repeat", type=int, default=10, help="runs to profile")
+    run_parser.add_argument("--strict-engines", action="store_true",
+                            help="fail, instead of rebuilding, when an embedded engine was built for another machine")
     run_parser.set_defaults(run=run_artifact)
 
     inspect_parser = commands.add_parser("inspect", help="show an artifact's regions, formats and sizes")
@@ -46,12 +51,13 @@ def add_parser(commands) -> None:
 def run_compile(args: argparse.Namespace) -> int:
     model, mod, label = load_model(args.model, args.small)
     partitioned = partition(args, mod, model)
-    compiled = build(partitioned, strict=args.strict)
+    compiled = build(partitioned, strict=args.strict, engines="embed" if args.embed_engines else "lazy")
     compiled.export(args.output)
     result = report(partitioned)
     print(
         f"{label}: {len(compiled.artifacts)} region(s), offload {result.offload_ratio_nodes:.1%} of ops and "
-        f"{result.offload_ratio_macs:.1%} of MACs; wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB)"
+        f"{result.offload_ratio_macs:.1%} of MACs; wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB"
+        f"{f', {len(compiled.parts.engines)} engine(s) embedded' if args.embed_engines else ''})"
     )
     if any(a.info for a in compiled.artifacts):
         print(compiled.report().to_table(max_host_ops=10))
@@ -79,7 +85,7 @@ def _inputs(specs, given: list[str]) -> dict[str, np.ndarray]:
 
 
 def run_artifact(args: argparse.Namespace) -> int:
-    model = load(args.artifact)
+    model = load(args.artifact, strict_engines=args.strict_engines)
     inputs = _inputs(model.inputs, args.input)
     outputs = model.run(**inputs)
     for index, value in enumerate(outputs):
@@ -108,6 +114,10 @@ def run_inspect(args: argparse.Namespace) -> int:
             f"{region['symbol']:<16}{region['backend']:<14}{region['format_name']:<24}{region['payload_bytes']:>12,}"
             f"{len(region['constants']):>11}{f'{cycles:,}' if cycles is not None else '-':>13}  {manifest['vendors'].get(region['backend'], '?')}"
         )
+    for region in manifest["regions"]:
+        if "engine" in region:
+            built_for = ", ".join(f"{key} {value}" for key, value in region["engine"]["environment"].items())
+            print(f"{region['symbol']}: engine embedded, built for {built_for or 'any machine'}")
     for symbol, reason in manifest.get("build_fallbacks", {}).items():
         print(f"{symbol} runs on the host: {reason}")
     return 0

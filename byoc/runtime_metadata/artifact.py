@@ -1,8 +1,9 @@
 """The artifact: one file that holds a compiled model, and the checks that make loading it safe.
 
 A zip archive (stored, not compressed) with a manifest, the host library (host code and C
-regions), each accelerator sub-module (JSON graph or custom blob) and each distinct constant
-once. The manifest follows a versioned JSON Schema (`manifest.schema.json`), checked on write
+regions), each accelerator sub-module (JSON graph or custom blob), each distinct constant
+once, and the engines built ahead for it (`build(..., engines="embed")`) with the machine each
+was built for. The manifest follows a versioned JSON Schema (`manifest.schema.json`), checked on write
 and on load, and records every file's SHA-256, every constant's dtype and shape, and for each
 region what its code expects. Loading checks, before anything reaches the process:
 
@@ -38,7 +39,7 @@ import tvm
 
 from byoc.custom_formats.container import read_header
 from byoc.errors import ArtifactError, ByocError
-from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact, TensorSpec
+from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, RegionArtifact, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore, content_key
 from byoc.runtime_metadata.elf import check_shared_library
 from byoc.runtime_metadata.signing import SIGNATURE_FILE, PrivateKey, PublicKey, sign, verify
@@ -75,6 +76,10 @@ def validate_manifest(manifest: Any, where: str) -> None:
         raise ArtifactError(f"{where}: the manifest fails its schema at {path}: {error.message}")
 
 
+def _engine_file(symbol: str) -> str:
+    return f"engines/{symbol}.engine"
+
+
 def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
     return {
         "format": FORMAT,
@@ -93,7 +98,9 @@ def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
         "regions": [
             {**a.describe(), "file": f"regions/{a.symbol}.{_EXTENSIONS[a.codegen]}",
              "inputs": [_spec(s) for s in a.inputs], "outputs": [_spec(s) for s in a.outputs],
-             "constant_specs": [_spec(s) for s in a.constant_specs]}
+             "constant_specs": [_spec(s) for s in a.constant_specs],
+             **({"engine": {"file": _engine_file(a.symbol), "environment": parts.engines[a.symbol].environment}}
+                if a.symbol in parts.engines else {})}
             for a in parts.artifacts
         ],
         "partition": parts.partition,
@@ -112,6 +119,11 @@ def write_artifact(parts: ModelParts, path: str | os.PathLike, sign_key: Private
         files[f"constants/{key}.npy"] = buffer.getvalue()
     for artifact in parts.artifacts:
         files[f"regions/{artifact.symbol}.{_EXTENSIONS[artifact.codegen]}"] = artifact.payload
+    symbols = {artifact.symbol for artifact in parts.artifacts}
+    for symbol, embedded in parts.engines.items():
+        if symbol not in symbols:
+            raise ArtifactError(f"an engine is embedded for region {symbol}, which the model does not have")
+        files[_engine_file(symbol)] = embedded.plan
     manifest = manifest_of(parts, files)
     validate_manifest(manifest, "the artifact being written")
     text = json.dumps(manifest, indent=1, default=list).encode()
@@ -242,6 +254,18 @@ class _Reader:
             artifacts.append(artifact)
         return artifacts
 
+    def engines(self) -> dict[str, EmbeddedEngine]:
+        embedded = {}
+        for entry in self.manifest["regions"]:
+            engine = entry.get("engine")
+            if engine is not None:
+                if engine["file"] != _engine_file(entry["symbol"]):
+                    raise ArtifactError(f"{self.label}: region {entry['symbol']} ({entry['backend']}) names the engine "
+                                        f"{engine['file']}, which is not its own")
+                what = f"the embedded engine of region {entry['symbol']} ({entry['backend']})"
+                embedded[entry["symbol"]] = EmbeddedEngine(self.read(engine["file"], what), dict(engine["environment"]))
+        return embedded
+
 
 def check_region(artifact: RegionArtifact, store: ConstantStore, where: str) -> None:
     """Raise ArtifactError, naming `where`, unless the region's constants, inputs and outputs
@@ -308,6 +332,7 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         host_library = reader.host_library()
         store = reader.constants()
         artifacts = reader.regions(store)
+        engines = reader.engines()
     parts = ModelParts(
         host_library=host_library,
         artifacts=artifacts,
@@ -319,5 +344,6 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         backend_options=manifest["backend_options"],
         partition=manifest["partition"],
         build_fallbacks=manifest["build_fallbacks"],
+        engines=engines,
     )
     return parts, manifest

@@ -50,6 +50,15 @@ class RegionArtifact:
         return data
 
 
+@dataclass(frozen=True)
+class EmbeddedEngine:
+    """A region's engine built at compile time (`build(..., engines="embed")`), and what it is
+    bound to on the machine that built it (the vendor's `JsonRuntime.environment`)."""
+
+    plan: bytes
+    environment: dict[str, str]
+
+
 @dataclass
 class ModelParts:
     """Everything a compiled model is made of, and all that its artifact holds: the host
@@ -67,3 +76,4 @@ class ModelParts:
     backend_options: dict[str, dict] = field(default_factory=dict)
     partition: dict | None = None  # the partition record, when the module came from partition_for
     build_fallbacks: dict[str, str] = field(default_factory=dict)  # region symbol -> why it runs on the host
+    engines: dict[str, EmbeddedEngine] = field(default_factory=dict)  # region symbol -> its engine, built ahead

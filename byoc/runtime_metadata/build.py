@@ -166,13 +166,15 @@ def build(
 
     Each region goes through its backend's code generator. A generator that raises makes its
     region fall back to the host with a warning naming it, or fails the build when `strict`.
-    `backend_options` are per backend name. Engines are built on first use (`engines="lazy"`)
-    or now (`"eager"`); JSON engines that can be saved are cached under `cache_dir` (default:
-    $BYOC_CACHE_DIR or ~/.cache/byoc/engines). `backends` maps codegen names to backends used
+    `backend_options` are per backend name. Engines are built on first use (`engines="lazy"`),
+    now (`"eager"`), or now and kept for the artifact (`"embed"`: `export` writes the engines
+    their vendors can save, and a load on a like machine skips building them); JSON engines
+    that can be saved are cached under `cache_dir` (default: $BYOC_CACHE_DIR or
+    ~/.cache/byoc/engines). `backends` maps codegen names to backends used
     instead of the registered ones (calibration probes, tests).
     """
-    if engines not in ("lazy", "eager"):
-        raise ByocError(f"engines must be 'lazy' or 'eager', not {engines!r}")
+    if engines not in ("lazy", "eager", "embed"):
+        raise ByocError(f"engines must be 'lazy', 'eager' or 'embed', not {engines!r}")
     backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
     store = ConstantStore()
     overrides = dict(backends or {})
@@ -222,4 +224,6 @@ def build(
     model = CompiledModel(parts, backends, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()))
     if engines == "eager":
         model.create_engines()
+    elif engines == "embed":
+        model.embed_engines()
     return model

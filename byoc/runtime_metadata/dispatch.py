@@ -20,7 +20,7 @@ from tvm import relax
 
 from byoc.backend.spec import Backend
 from byoc.errors import ArtifactError, ByocError, EngineError
-from byoc.runtime_metadata.artifact_types import RegionArtifact
+from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.engine_cache import EngineCache
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
@@ -48,8 +48,12 @@ class RegionRuntime:
         store: ConstantStore,
         options: dict,
         cache: EngineCache | None,
+        embedded: EmbeddedEngine | None = None,
+        strict_engines: bool = False,
     ) -> None:
         self.artifact = artifact
+        self.embedded = embedded
+        self.strict_engines = strict_engines
         self.backend = backend
         self.store = store
         self.options = options
@@ -69,7 +73,8 @@ class RegionRuntime:
         if self.record is None:
             with self._lock:
                 if self.record is None:
-                    self.record = create_engine(self.artifact, self.backend, self.store, self.options, self.cache)
+                    self.record = create_engine(self.artifact, self.backend, self.store, self.options, self.cache,
+                                                self.embedded, self.strict_engines)
         return self.record
 
     def _check(self, arrays: list[np.ndarray]) -> None:

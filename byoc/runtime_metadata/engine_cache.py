@@ -1,8 +1,9 @@
 """The on-disk engine cache, for vendors whose engine build is expensive.
 
 An entry's key covers the region's content (its payload), its constants, its input shapes (they
-are part of the payload), the build options and the vendor library's version: never only the
-region's symbol name, which two different models share. Entries carry a checksum; a corrupt or
+are part of the payload), the build options, the vendor library's version and what the vendor
+says a saved engine is bound to on this machine (GPU model, CUDA and TensorRT release): never
+only the region's symbol name, which two different models share. Entries carry a checksum; a corrupt or
 truncated entry is reported and rebuilt, never handed to a vendor loader.
 """
 
@@ -13,6 +14,7 @@ import json
 import os
 import struct
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from byoc.errors import CacheError
@@ -34,11 +36,13 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "byoc" / "engines"
 
 
-def engine_cache_key(artifact: RegionArtifact, store: ConstantStore, options: dict) -> str:
+def engine_cache_key(artifact: RegionArtifact, store: ConstantStore, options: dict,
+                     environment: Mapping[str, str] | None = None) -> str:
     digest = hashlib.sha256()
     description = {
         "backend": artifact.backend,
         "vendor_version": artifact.vendor_version,
+        "environment": dict(environment or {}),
         "options": options,
         "constants": [store.key(name) for name in artifact.constants],
         "inputs": [[list(spec.shape), spec.dtype] for spec in artifact.inputs],

@@ -1,7 +1,10 @@
 """Engine creation for regions the host calls through Python: JSON graphs and custom blobs.
 
 Engines are created once per region (on first use, or at load when asked) and kept in memory;
-engines of JSON backends that can save themselves are also kept in the disk cache.
+engines of JSON backends that can save themselves are also kept in the disk cache, or come
+embedded in the artifact. An embedded engine is used only on a machine like the one that built
+it (the vendor's `JsonRuntime.environment`); elsewhere it is rebuilt with a warning, or refused
+with an error when the model is loaded with `strict_engines`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from byoc.backend.spec import Backend
 from byoc.codegen_json.schema import load_graph
 from byoc.custom_formats.container import unwrap
 from byoc.errors import ByocError, CacheError, EngineError
-from byoc.runtime_metadata.artifact_types import RegionArtifact
+from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.engine import Engine
 from byoc.runtime_metadata.engine_cache import EngineCache, engine_cache_key
@@ -24,7 +27,7 @@ from byoc.runtime_metadata.engine_cache import EngineCache, engine_cache_key
 class EngineRecord:
     engine: Engine
     seconds: float
-    source: str  # "built", "disk cache", "deserialized"
+    source: str  # "built", "disk cache", "embedded", "deserialized"
 
 
 def create_engine(
@@ -33,12 +36,14 @@ def create_engine(
     store: ConstantStore,
     options: dict,
     cache: EngineCache | None,
+    embedded: EmbeddedEngine | None = None,
+    strict: bool = False,
 ) -> EngineRecord:
     where = f"region {artifact.symbol} ({artifact.backend})"
     start = time.perf_counter()
     try:
         if artifact.codegen == "json":
-            engine, source = _json_engine(artifact, backend, store, options, cache, where)
+            engine, source = _json_engine(artifact, backend, store, options, cache, where, embedded, strict)
         else:
             fmt = backend.custom_format
             _, payload = unwrap(artifact.payload, fmt.name, fmt.versions(), where, config=fmt.config(options))
@@ -50,12 +55,59 @@ def create_engine(
     return EngineRecord(engine, time.perf_counter() - start, source)
 
 
-def _json_engine(artifact, backend, store, options, cache, where):
+def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: Backend) -> EmbeddedEngine | None:
+    """The region's built engine as the artifact carries it, or None when its vendor cannot save
+    engines (C regions, custom blobs and engines without `save_engine` are rebuilt at load)."""
+    runtime = backend.json_runtime
+    if artifact.codegen != "json" or runtime is None or not runtime.saves_engines:
+        return None
+    where = f"region {artifact.symbol} ({artifact.backend})"
+    try:
+        plan = runtime.save_engine(record.engine)
+    except Exception as error:
+        raise EngineError(f"{where}: saving the engine to embed it failed: {type(error).__name__}: {error}") from error
+    return EmbeddedEngine(bytes(plan), machine(runtime, where))
+
+
+def machine(runtime, where: str) -> dict[str, str]:
+    """What the vendor says a saved engine is bound to on this machine."""
+    try:
+        return runtime.machine()
+    except Exception as error:
+        raise EngineError(f"{where}: the vendor could not describe this machine: {type(error).__name__}: {error}") from error
+
+
+def _embedded_engine(runtime, embedded: EmbeddedEngine, here: dict[str, str], graph, constants, options, where, strict):
+    """The engine the artifact carries, or None (with a warning) when it must be rebuilt."""
+    there = embedded.environment
+    differences = [f"{key} {there.get(key, '(none)')} there, {here.get(key, '(none)')} here"
+                   for key in sorted(set(there) | set(here)) if there.get(key) != here.get(key)]
+    if not runtime.saves_engines:
+        problem = "the vendor installed here cannot load saved engines, so the one embedded in the artifact is not used"
+    elif differences:
+        problem = f"the engine embedded in the artifact was built for another machine ({'; '.join(differences)})"
+    else:
+        try:
+            return runtime.load_engine(embedded.plan, graph, constants, options)
+        except Exception as error:
+            problem = f"the engine embedded in the artifact could not be loaded ({type(error).__name__}: {error})"
+    if strict:
+        raise EngineError(f"{where}: {problem}; load without strict_engines to rebuild it on this machine")
+    warnings.warn(f"byoc: {where}: {problem}; rebuilding it", stacklevel=5)
+    return None
+
+
+def _json_engine(artifact, backend, store, options, cache, where, embedded=None, strict=False):
     runtime = backend.json_runtime
     graph = load_graph(artifact.payload, where)
     constants = store.subset(artifact.constants)
-    cacheable = cache is not None and runtime.save_engine is not None and runtime.load_engine is not None
-    key = engine_cache_key(artifact, store, options) if cacheable else ""
+    here = machine(runtime, where) if runtime.saves_engines else {}
+    if embedded is not None:
+        engine = _embedded_engine(runtime, embedded, here, graph, constants, options, where, strict)
+        if engine is not None:
+            return engine, "embedded"
+    cacheable = cache is not None and runtime.saves_engines
+    key = engine_cache_key(artifact, store, options, here) if cacheable else ""
     if cacheable:
         try:
             blob = cache.get(artifact.backend, key)

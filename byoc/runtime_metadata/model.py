@@ -21,10 +21,11 @@ from byoc.errors import ArtifactError, ByocError, InputError, MissingVendorError
 from byoc.partition.record import PartitionRecord
 from byoc.partition.report import PartitionReport
 from byoc.runtime_metadata.artifact import read_artifact, write_artifact
-from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact, TensorSpec
+from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, RegionArtifact, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm
 from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
+from byoc.runtime_metadata.engines import save_for_embedding
 from byoc.runtime_metadata.host_library import load_host_library
 from byoc.runtime_metadata.profile import ProfileReport, profile_model
 from byoc.runtime_metadata.signing import PrivateKey, PublicKey
@@ -35,10 +36,11 @@ class CompiledModel:
     the engines, host library and virtual machines made from them."""
 
     def __init__(self, parts: ModelParts, backends: Mapping[str, Backend], cache: EngineCache | None = None,
-                 source: str = "this build") -> None:
+                 source: str = "this build", strict_engines: bool = False) -> None:
         self.parts = parts
         self.regions = {
-            a.symbol: RegionRuntime(a, backends[a.backend], parts.store, parts.backend_options.get(a.backend, {}), cache)
+            a.symbol: RegionRuntime(a, backends[a.backend], parts.store, parts.backend_options.get(a.backend, {}), cache,
+                                    parts.engines.get(a.symbol), strict_engines)
             for a in parts.artifacts
             if a.codegen != "c"
         }
@@ -82,6 +84,17 @@ class CompiledModel:
         """Build every engine now rather than on first use."""
         for region in self.regions.values():
             region.ensure_engine()
+
+    def embed_engines(self) -> list[str]:
+        """Build every engine now and keep those their vendors can save, so that `export` writes
+        them into the artifact and a load on a like machine skips the build (TensorRT: tens of
+        seconds per engine). Returns the symbols of the regions whose engines are embedded."""
+        self.create_engines()
+        for symbol, region in self.regions.items():
+            embedded = save_for_embedding(region.record, region.artifact, region.backend)
+            if embedded is not None:
+                self.parts.engines[symbol] = embedded
+        return sorted(self.parts.engines)
 
     def _arrange_inputs(self, args: Sequence, named: Mapping[str, object]) -> list[np.ndarray]:
         expected = self.inputs
@@ -159,6 +172,7 @@ class CompiledModel:
                     **a.describe(),
                     "constant_bytes": sum(self.store.get(n).nbytes for n in a.constants),
                     "engine": _engine_state(self.regions.get(a.symbol)),
+                    "embedded_engine": _embedded_state(self.parts.engines.get(a.symbol)),
                 }
                 for a in self.artifacts
             ],
@@ -172,6 +186,12 @@ def _engine_state(region: RegionRuntime | None) -> str:
     if region.record is None:
         return "not built yet"
     return f"{region.record.source} in {region.record.seconds:.3f} s"
+
+
+def _embedded_state(embedded: EmbeddedEngine | None) -> dict | None:
+    if embedded is None:
+        return None
+    return {"bytes": len(embedded.plan), "environment": embedded.environment}
 
 
 def _as_arrays(result) -> list[np.ndarray]:
@@ -192,11 +212,15 @@ def load(
     engines: str = "lazy",
     backend_options: Mapping[str, dict] | None = None,
     trusted_keys: Iterable[PublicKey] | None = None,
+    strict_engines: bool = False,
 ) -> CompiledModel:
     """Load an artifact written by `CompiledModel.export`, in this or any other process, after
     checking it (see `byoc.runtime_metadata.artifact`). `backend_options` override the build's
     per-backend options (e.g. the accelerator configuration this runtime drives). With
-    `trusted_keys` (Ed25519 public keys), only an artifact one of them signed is loaded."""
+    `trusted_keys` (Ed25519 public keys), only an artifact one of them signed is loaded.
+    Engines embedded in the artifact (`build(..., engines="embed")`) are used where this machine
+    is like the one that built them; elsewhere they are rebuilt with a warning, or, with
+    `strict_engines`, creating them raises an EngineError that says what differs."""
     if engines not in ("lazy", "eager"):
         raise ByocError(f"engines must be 'lazy' or 'eager', not {engines!r}")
     parts, manifest = read_artifact(path, trusted_keys)
@@ -220,7 +244,8 @@ def load(
         except (KeyError, TypeError, ValueError) as error:
             raise ArtifactError(f"{label}: the partition record is malformed ({type(error).__name__}: {error})") from error
     parts.backend_options = {**parts.backend_options, **(backend_options or {})}
-    model = CompiledModel(parts, backends, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()), label)
+    model = CompiledModel(parts, backends, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()), label,
+                          strict_engines)
     if engines == "eager":
         model.create_engines()
     return model

@@ -26,6 +26,7 @@ reference = Backend(
         version=f"tvm-{tvm.__version__}-{tvm_engine.TARGET}",
         save_engine=tvm_engine.save_engine,
         load_engine=tvm_engine.load_engine,
+        environment=tvm_engine.environment,
     ),
 )
 

@@ -7,6 +7,7 @@ tests compare partitioned and unpartitioned results with.
 from __future__ import annotations
 
 import os
+import platform
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,11 @@ def build_engine(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], 
     func = graph_to_relax(graph, constants)
     executable = relax.build(tvm.IRModule({"main": func}), target=options.get("target", TARGET))
     return TvmEngine(executable)
+
+
+def environment() -> dict[str, str]:
+    """A saved engine is a shared library of machine code for this TVM, CPU architecture and OS."""
+    return {"tvm": tvm.__version__, "platform": f"{platform.system()}-{platform.machine()}"}
 
 
 def save_engine(engine: TvmEngine) -> bytes:

@@ -9,6 +9,7 @@ Nothing here runs without TensorRT and a CUDA device; `unavailable()` says what 
 
 from __future__ import annotations
 
+import platform
 import re
 import sys
 import time
@@ -76,6 +77,26 @@ def _checked(result, what: str):
     if error != cuda.cudaError_t.cudaSuccess:
         raise EngineError(f"CUDA {what} failed: {error}")
     return values[0] if len(values) == 1 else values
+
+
+def environment() -> dict[str, str]:
+    """What a plan is bound to: TensorRT's release, the GPU (model and compute capability), the
+    CUDA runtime and the platform. Part of the engine cache key, and compared with what an
+    artifact's embedded plan was built for before it is deserialized."""
+    import tensorrt as trt
+
+    cuda = _cuda()
+    device = _checked(cuda.cudaGetDevice(), "device query")
+    properties = _checked(cuda.cudaGetDeviceProperties(device), "device properties query")
+    name = properties.name.decode(errors="replace") if isinstance(properties.name, bytes) else str(properties.name)
+    runtime = int(_checked(cuda.cudaRuntimeGetVersion(), "runtime version query"))
+    return {
+        "tensorrt": trt.__version__,
+        "gpu": name.rstrip("\x00").strip(),
+        "compute_capability": f"{properties.major}.{properties.minor}",
+        "cuda": f"{runtime // 1000}.{runtime % 1000 // 10}",
+        "platform": f"{platform.system()}-{platform.machine()}",
+    }
 
 
 def build_plan(onnx_bytes: bytes, settings: Settings, where: str) -> bytes:
