@@ -15,6 +15,7 @@ from custom_vendor import make_custom_backend
 
 import byoc
 from byoc.errors import ArtifactError, BuildError, CustomFormatError, EngineError, InputError, JsonGraphError, MissingVendorError
+from byoc.runtime_metadata.engine_cache import engine_cache_key, pack_entry
 from byoc.vendors.reference import tvm_engine
 
 from conftest import REPO, assert_fp32_close, onnxruntime_outputs, small_model, small_module
@@ -324,17 +325,30 @@ def test_an_engine_embedded_for_another_machine_is_rebuilt_or_refused(tmp_path):
     assert_fp32_close(model.run(**inputs), onnxruntime_outputs(small_model("mlp"), inputs))
 
 
-def test_an_embedded_engine_that_does_not_load_is_rebuilt_or_refused(tmp_path, monkeypatch):
+def test_an_embedded_engine_that_is_not_the_regions_or_does_not_load_is_rebuilt_or_refused(tmp_path):
     partitioned = byoc.partition_for(small_module("mlp"), "reference")
     compiled = byoc.build(partitioned, cache_dir=tmp_path / "cache", engines="embed")
-    # A plan its vendor cannot read back (an engine the vendor refuses, with a consistent checksum).
-    compiled.parts.engines["reference_0"] = dataclasses.replace(compiled.parts.engines["reference_0"], plan=b"not a library")
-    path = tmp_path / "mlp.byoc"
-    compiled.export(path)
-    with pytest.raises(EngineError, match="region reference_0 \\(reference\\): the engine embedded in the artifact could not be loaded"):
-        byoc.load(path, cache_dir=tmp_path / "other", engines="eager", strict_engines=True)
-    with pytest.warns(UserWarning, match="could not be loaded .*; rebuilding it"):
-        assert byoc.load(path, cache_dir=tmp_path / "other", engines="eager").regions["reference_0"].record.source == "built"
+    embedded = compiled.parts.engines["reference_0"]
+    key = engine_cache_key(compiled.artifacts[0], compiled.store, {}, embedded.environment)
+    batch2 = byoc.from_onnx(byoc.models.get("mlp", small=True, batch=2))
+    donor = byoc.build(byoc.partition_for(batch2, "reference"), cache_dir=tmp_path / "cache", engines="embed")
+    cases = [
+        # Another model's engine for the same symbol, written by a buggy tool with valid checksums.
+        (donor.parts.engines["reference_0"], "belongs to another region or other build options"),
+        # An engine of the right region that its vendor cannot read back.
+        (dataclasses.replace(embedded, plan=pack_entry(key, b"not a library")), "could not be loaded"),
+    ]
+    for engine, problem in cases:
+        compiled.parts.engines["reference_0"] = engine
+        path = tmp_path / "mlp.byoc"
+        compiled.export(path)
+        with pytest.raises(EngineError, match=f"region reference_0 \\(reference\\): .*{problem}"):
+            byoc.load(path, cache_dir=tmp_path / "other", engines="eager", strict_engines=True)
+        with pytest.warns(UserWarning, match=f"{problem}.*; rebuilding it"):
+            model = byoc.load(path, cache_dir=tmp_path / "other", engines="eager")
+        assert model.regions["reference_0"].record.source in ("built", "disk cache")
+        inputs = byoc.models.sample_inputs(small_model("mlp"))
+        assert_fp32_close(model.run(**inputs), onnxruntime_outputs(small_model("mlp"), inputs))
 
 
 def test_several_threads_run_one_model():

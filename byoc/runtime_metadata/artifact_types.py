@@ -53,7 +53,8 @@ class RegionArtifact:
 @dataclass(frozen=True)
 class EmbeddedEngine:
     """A region's engine built at compile time (`build(..., engines="embed")`), and what it is
-    bound to on the machine that built it (the vendor's `JsonRuntime.environment`)."""
+    bound to on the machine that built it (the vendor's `JsonRuntime.environment`). `plan` is
+    the vendor's saved engine behind a header with its checksum and the region's cache key."""
 
     plan: bytes
     environment: dict[str, str]

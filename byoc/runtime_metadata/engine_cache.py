@@ -52,6 +52,28 @@ def engine_cache_key(artifact: RegionArtifact, store: ConstantStore, options: di
     return digest.hexdigest()
 
 
+def pack_entry(key: str, content: bytes) -> bytes:
+    """A saved engine with its checksum and the key of the region it belongs to (cache entries
+    and engines embedded in artifacts alike)."""
+    return _MAGIC + _LAYOUT.pack(hashlib.sha256(content).digest(), len(content), key.encode("ascii")) + content
+
+
+def unpack_entry(data: bytes, key: str, what: str) -> bytes:
+    """The engine saved in `data`; CacheError when it is damaged or belongs to another key."""
+    header = len(_MAGIC) + _LAYOUT.size
+    if len(data) < header or not data.startswith(_MAGIC):
+        raise CacheError(f"{what} is not a byoc engine entry")
+    checksum, length, owner = _LAYOUT.unpack_from(data, len(_MAGIC))
+    if owner.decode("ascii", "replace") != key:
+        raise CacheError(f"{what} belongs to another region or other build options (key {owner[:16].decode('ascii', 'replace')}...)")
+    content = data[header:]
+    if len(content) != length:
+        raise CacheError(f"{what} is truncated ({len(content)} of {length} bytes)")
+    if hashlib.sha256(content).digest() != checksum:
+        raise CacheError(f"{what} is corrupt (checksum mismatch)")
+    return content
+
+
 class EngineCache:
     def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = Path(directory)
@@ -66,26 +88,14 @@ class EngineCache:
             data = path.read_bytes()
         except FileNotFoundError:
             return None
-        header = len(_MAGIC) + _LAYOUT.size
-        if len(data) < header or not data.startswith(_MAGIC):
-            raise CacheError(f"engine cache entry {path} is not a byoc cache entry")
-        checksum, length, owner = _LAYOUT.unpack_from(data, len(_MAGIC))
-        if owner.decode("ascii", "replace") != key:
-            raise CacheError(f"engine cache entry {path} belongs to another region (key {owner[:16].decode('ascii', 'replace')}...)")
-        content = data[header:]
-        if len(content) != length:
-            raise CacheError(f"engine cache entry {path} is truncated ({len(content)} of {length} bytes)")
-        if hashlib.sha256(content).digest() != checksum:
-            raise CacheError(f"engine cache entry {path} is corrupt (checksum mismatch)")
-        return content
+        return unpack_entry(data, key, f"engine cache entry {path}")
 
     def put(self, backend: str, key: str, content: bytes) -> Path:
         path = self._path(backend, key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = _MAGIC + _LAYOUT.pack(hashlib.sha256(content).digest(), len(content), key.encode("ascii")) + content
         # Write then rename, so that a reader never sees half an entry.
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
-            tmp.write(data)
+            tmp.write(pack_entry(key, content))
             tmp.flush()
             os.fsync(tmp.fileno())
         os.replace(tmp.name, path)

@@ -20,7 +20,7 @@ from byoc.errors import ByocError, CacheError, EngineError
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.engine import Engine
-from byoc.runtime_metadata.engine_cache import EngineCache, engine_cache_key
+from byoc.runtime_metadata.engine_cache import EngineCache, engine_cache_key, pack_entry, unpack_entry
 
 
 @dataclass
@@ -55,18 +55,22 @@ def create_engine(
     return EngineRecord(engine, time.perf_counter() - start, source)
 
 
-def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: Backend) -> EmbeddedEngine | None:
+def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: Backend, store: ConstantStore,
+                       options: dict) -> EmbeddedEngine | None:
     """The region's built engine as the artifact carries it, or None when its vendor cannot save
-    engines (C regions, custom blobs and engines without `save_engine` are rebuilt at load)."""
+    engines (C regions, custom blobs and engines without `save_engine` are rebuilt at load).
+    The saved bytes carry the region's cache key, so an engine moved to another region, or
+    loaded with other options, is refused rather than run."""
     runtime = backend.json_runtime
     if artifact.codegen != "json" or runtime is None or not runtime.saves_engines:
         return None
     where = f"region {artifact.symbol} ({artifact.backend})"
+    environment = machine(runtime, where)
     try:
         plan = runtime.save_engine(record.engine)
     except Exception as error:
         raise EngineError(f"{where}: saving the engine to embed it failed: {type(error).__name__}: {error}") from error
-    return EmbeddedEngine(bytes(plan), machine(runtime, where))
+    return EmbeddedEngine(pack_entry(engine_cache_key(artifact, store, options, environment), bytes(plan)), environment)
 
 
 def machine(runtime, where: str) -> dict[str, str]:
@@ -77,18 +81,22 @@ def machine(runtime, where: str) -> dict[str, str]:
         raise EngineError(f"{where}: the vendor could not describe this machine: {type(error).__name__}: {error}") from error
 
 
-def _embedded_engine(runtime, embedded: EmbeddedEngine, here: dict[str, str], graph, constants, options, where, strict):
+def _embedded_engine(runtime, embedded: EmbeddedEngine, key: str, here: dict[str, str], graph, constants, options,
+                     where: str, strict: bool):
     """The engine the artifact carries, or None (with a warning) when it must be rebuilt."""
     there = embedded.environment
-    differences = [f"{key} {there.get(key, '(none)')} there, {here.get(key, '(none)')} here"
-                   for key in sorted(set(there) | set(here)) if there.get(key) != here.get(key)]
+    differences = [f"{name} {there.get(name, '(none)')} there, {here.get(name, '(none)')} here"
+                   for name in sorted(set(there) | set(here)) if there.get(name) != here.get(name)]
     if not runtime.saves_engines:
         problem = "the vendor installed here cannot load saved engines, so the one embedded in the artifact is not used"
     elif differences:
         problem = f"the engine embedded in the artifact was built for another machine ({'; '.join(differences)})"
     else:
         try:
-            return runtime.load_engine(embedded.plan, graph, constants, options)
+            return runtime.load_engine(unpack_entry(embedded.plan, key, "the engine embedded in the artifact"),
+                                       graph, constants, options)
+        except CacheError as error:
+            problem = str(error)
         except Exception as error:
             problem = f"the engine embedded in the artifact could not be loaded ({type(error).__name__}: {error})"
     if strict:
@@ -102,12 +110,12 @@ def _json_engine(artifact, backend, store, options, cache, where, embedded=None,
     graph = load_graph(artifact.payload, where)
     constants = store.subset(artifact.constants)
     here = machine(runtime, where) if runtime.saves_engines else {}
+    key = engine_cache_key(artifact, store, options, here)
     if embedded is not None:
-        engine = _embedded_engine(runtime, embedded, here, graph, constants, options, where, strict)
+        engine = _embedded_engine(runtime, embedded, key, here, graph, constants, options, where, strict)
         if engine is not None:
             return engine, "embedded"
     cacheable = cache is not None and runtime.saves_engines
-    key = engine_cache_key(artifact, store, options, here) if cacheable else ""
     if cacheable:
         try:
             blob = cache.get(artifact.backend, key)

@@ -91,7 +91,7 @@ class CompiledModel:
         seconds per engine). Returns the symbols of the regions whose engines are embedded."""
         self.create_engines()
         for symbol, region in self.regions.items():
-            embedded = save_for_embedding(region.record, region.artifact, region.backend)
+            embedded = save_for_embedding(region.record, region.artifact, region.backend, region.store, region.options)
             if embedded is not None:
                 self.parts.engines[symbol] = embedded
         return sorted(self.parts.engines)
