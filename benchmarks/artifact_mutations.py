@@ -39,7 +39,9 @@ def main() -> None:
                 if byoc.get_backend(vendor).tolerance.precision == "int8":
                     options["calibration"] = [zoo.sample_inputs(model, seed=s) for s in range(2)]
                 path = directory / f"{vendor}-{name}.byoc"
-                byoc.build(byoc.partition_for(byoc.from_onnx(model), vendor, max_ops_per_region=12, **options)).export(path)
+                # Engines embedded where the vendor saves them (reference), so their mutants are tried too.
+                byoc.build(byoc.partition_for(byoc.from_onnx(model), vendor, max_ops_per_region=12, **options),
+                           engines="embed").export(path)
                 results = run_mutants(path, zoo.sample_inputs(model, seed=7), directory / f"{vendor}-{name}", other_library)
                 counts = Counter(r.outcome for r in results)
                 rows.append((vendor, name, len(results), counts[REFUSED], counts[HARMLESS], counts[WRONG], counts[CRASHED], counts[UNCLEAR]))

@@ -48,7 +48,9 @@ def test_mutants_are_refused_or_harmless(vendor, tmp_path, other_host_library):
     a payload of another region, the host library truncated or another model's, ...) with
     recomputed checksums is refused with an ArtifactError or runs to the original's outputs."""
     original = tmp_path / "model.byoc"
-    byoc.build(byoc.partition_for(small_module("mlp"), vendor, max_ops_per_region=3, **_options(vendor))).export(original)
+    # Engines embedded where the vendor can save them (reference): their mutants too.
+    byoc.build(byoc.partition_for(small_module("mlp"), vendor, max_ops_per_region=3, **_options(vendor)),
+               engines="embed").export(original)
     results = run_mutants(original, zoo.sample_inputs(small_model("mlp"), seed=7), tmp_path / "mutants", other_host_library)
     outcomes = Counter(r.outcome for r in results)
     findings = [f"{r.mutant}: {r.outcome}: {r.detail}" for r in results if r.outcome in (WRONG, CRASHED, UNCLEAR)]

@@ -146,6 +146,43 @@ def _swap_payloads(files: ArtifactFiles, first: dict, second: dict) -> None:
     files.files[first["file"]], files.files[second["file"]] = files.files[second["file"]], files.files[first["file"]]
 
 
+def _engine_mutants(files: ArtifactFiles) -> list[Mutant]:
+    """Mutants of engines embedded at build time: each must be refused, or rebuilt (with a
+    warning) to the original's outputs, never run as another region's engine."""
+    embedding = [r for r in files.regions() if "engine" in r]
+    if not embedding:
+        return []
+    symbol = embedding[0]["symbol"]
+
+    def pick(f: ArtifactFiles) -> dict:
+        return next(r for r in f.regions() if r["symbol"] == symbol)
+
+    def truncate(f: ArtifactFiles) -> None:
+        name = pick(f)["engine"]["file"]
+        f.files[name] = f.files[name][: len(f.files[name]) // 2]
+
+    def rename(f: ArtifactFiles) -> None:
+        engine = pick(f)["engine"]
+        f.files["engines/elsewhere.engine"] = f.files.pop(engine["file"])
+        engine["file"] = "engines/elsewhere.engine"
+
+    found = [
+        Mutant(f"region {symbol}: embedded engine truncated", truncate),
+        Mutant(f"region {symbol}: embedded engine built for another machine",
+               lambda f: pick(f)["engine"]["environment"].update(platform="Plan9-mips")),
+        Mutant(f"region {symbol}: embedded engine under another region's file name", rename),
+    ]
+    if len(embedding) >= 2:
+        other = embedding[1]["symbol"]
+
+        def swap(f: ArtifactFiles) -> None:
+            first, second = pick(f)["engine"]["file"], next(r for r in f.regions() if r["symbol"] == other)["engine"]["file"]
+            f.files[first], f.files[second] = f.files[second], f.files[first]
+
+        found.append(Mutant(f"regions {symbol} and {other}: embedded engines swapped", swap))
+    return found
+
+
 def mutants(files: ArtifactFiles, other_host_library: bytes | None = None) -> list[Mutant]:
     """The mutants this artifact allows (a constant-less artifact has no constant mutants)."""
     found = [
@@ -202,7 +239,7 @@ def mutants(files: ArtifactFiles, other_host_library: bytes | None = None) -> li
         first, second = same_kind[0]["symbol"], same_kind[1]["symbol"]
         found.append(Mutant(f"regions {first} and {second}: payloads swapped",
                             lambda f: _swap_payloads(f, *(next(r for r in f.regions() if r["symbol"] == s) for s in (first, second)))))
-    return found
+    return found + _engine_mutants(files)
 
 
 @dataclass
