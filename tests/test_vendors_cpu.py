@@ -140,15 +140,22 @@ assert compiled.report().offload_ratio_nodes == 1.0
 got = compiled.run(x=x)[0]
 want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+# MobileNetV2: depthwise convolutions, then 1x1 convolutions with residual adds; with AVX-512 a
+# followed NCHW input and a residual in another layout sent them to the reference code.
+mobilenet = byoc.models.get("mobilenet_v2", small=True)
+inputs = byoc.models.sample_inputs(mobilenet, seed=0)
+got = byoc.build(byoc.partition_for(byoc.from_onnx(mobilenet), "dnnl"), strict=True).run(**inputs)[0]
+want = ort.InferenceSession(mobilenet.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 print("RAN")
 """
 
 
 def test_dnnl_never_runs_onednn_reference_kernels():
     """Per-channel broadcasts over a blocked layout, a grouped convolution with a residual add,
-    and an add of two differently laid out operands all have JIT kernels in oneDNN only in
-    some layouts; byoc picks those (oneDNN's reference code ran DenseNet 15x and ShuffleNet
-    300x slower). DNNL_VERBOSE names the implementation of every primitive that runs."""
+    an add of two differently laid out operands, and MobileNetV2's 1x1 convolutions with a
+    residual add all have JIT kernels in oneDNN only in some layouts; byoc picks those (oneDNN's
+    reference code ran DenseNet 15x, ShuffleNet 300x and MobileNetV2 35x slower). DNNL_VERBOSE names the implementation of every primitive that runs."""
     import os
     import subprocess
     import sys

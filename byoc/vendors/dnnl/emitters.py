@@ -141,16 +141,16 @@ class _Kernel:
         return attr
 
     # ------------------------------------------------------------------ code
-    def code(self, create: str, attrs: tuple[str, ...] = (), retry: str | None = None) -> KernelCode:
-        """`retry` creates the descriptor again (into `retry_pd`) with other layouts, used when
-        the first one would run in oneDNN's reference implementation."""
+    def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = ()) -> KernelCode:
+        """`retry` creates the descriptor again (into `retry_pd`) with other layouts, in order,
+        for as long as the one in hand would run in oneDNN's reference implementation."""
         init = ["{", "  dnnl_primitive_desc_t pd = NULL;"]
         init += ["  " + line for line in self.setup]
         init.append("  " + self.check(create, "primitive descriptor (unsupported shape or attributes)"))
-        if retry is not None:
+        for again in retry:
             init.append("  if (byoc_is_reference(pd)) {")
             init.append("    dnnl_primitive_desc_t retry_pd = NULL;")
-            init.append(f"    dnnl_status_t retry_status = {retry};")
+            init.append(f"    dnnl_status_t retry_status = {again};")
             init.append("    byoc_prefer_jit(&pd, retry_status, retry_pd);")
             init.append("  }")
         init += ["  " + line for line in self.bind]
@@ -240,9 +240,12 @@ def convolution(call: KernelCall) -> KernelCode:
             f"{kernel.k}_pad_r, {attr})"
         )
 
-    # oneDNN's JIT kernels take grouped convolutions with few channels per group in plain NCHW
-    # (gemm), not in the blocked layout a producer chose: ShuffleNet ran 400x slower.
-    retry = create("retry_pd", kernel.md(x.shape, "plain"), kernel.md(out.shape, "plain"))
+    # Where the layouts in hand send a convolution to oneDNN's reference code, first let oneDNN
+    # choose them (with AVX-512, a followed NCHW input and a residual add in another layout:
+    # MobileNetV2 ran 35x slower), then take plain NCHW, where its JIT kernels take grouped
+    # convolutions with few channels per group (gemm; ShuffleNet ran 400x slower).
+    retry = (create("retry_pd", kernel.md(x.shape), kernel.md(out.shape)),
+             create("retry_pd", kernel.md(x.shape, "plain"), kernel.md(out.shape, "plain")))
     kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
     kernel.weights("DNNL_ARG_WEIGHTS", weights_plain, "dnnl_query_weights_md")
     if bias_memory is not None:
@@ -385,12 +388,12 @@ def binary(call: KernelCall) -> KernelCode:
     kernel.result(out)
     algorithm = _BINARY[node["op"]]
     create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {kernel.md_of(a)}, {src1_md}, {kernel.md_of(a)}, NULL)"
-    retry = None
+    retry: tuple[str, ...] = ()
     if len(out.shape) == 4 and b.shape != out.shape:
         # oneDNN 3.2 broadcasts per channel over nChw8c only in its reference code (DenseNet's
         # batch norms after a concatenation ran 100x slower); its JIT kernel takes NHWC.
         nhwc = kernel.md(out.shape, "acdb")
-        retry = f"dnnl_binary_primitive_desc_create(&retry_pd, byoc_engine, {algorithm}, {nhwc}, {src1_md}, {nhwc}, NULL)"
+        retry = (f"dnnl_binary_primitive_desc_create(&retry_pd, byoc_engine, {algorithm}, {nhwc}, {src1_md}, {nhwc}, NULL)",)
     return kernel.code(create, retry=retry)
 
 
