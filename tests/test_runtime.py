@@ -291,7 +291,10 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path, damage):
 
 def test_embedded_engines_load_without_a_build(tmp_path):
     partitioned = byoc.partition_for(small_module("mlp"), "reference")
+    byoc.build(partitioned, cache_dir=tmp_path / "build-cache", engines="eager")
+    # From a warm cache: the engine is a loaded library, which TVM cannot save again.
     compiled = byoc.build(partitioned, cache_dir=tmp_path / "build-cache", engines="embed")
+    assert compiled.regions["reference_0"].record.source == "disk cache"
     path = tmp_path / "mlp.byoc"
     compiled.export(path)
     assert compiled.inspect()["regions"][0]["embedded_engine"]["environment"] == tvm_engine.environment()

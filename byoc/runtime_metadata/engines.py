@@ -28,6 +28,9 @@ class EngineRecord:
     engine: Engine
     seconds: float
     source: str  # "built", "disk cache", "embedded", "deserialized"
+    # The engine as its vendor saved it, where that was done or read anyway (cache, artifact):
+    # an engine loaded from bytes cannot always save itself again (TVM's loaded libraries).
+    saved: bytes | None = None
 
 
 def create_engine(
@@ -43,16 +46,16 @@ def create_engine(
     start = time.perf_counter()
     try:
         if artifact.codegen == "json":
-            engine, source = _json_engine(artifact, backend, store, options, cache, where, embedded, strict)
+            engine, source, saved = _json_engine(artifact, backend, store, options, cache, where, embedded, strict)
         else:
             fmt = backend.custom_format
             _, payload = unwrap(artifact.payload, fmt.name, fmt.versions(), where, config=fmt.config(options))
-            engine, source = fmt.deserialize(payload, options), "deserialized"
+            engine, source, saved = fmt.deserialize(payload, options), "deserialized", None
     except ByocError:
         raise
     except Exception as error:
         raise EngineError(f"{where}: building the engine failed: {type(error).__name__}: {error}") from error
-    return EngineRecord(engine, time.perf_counter() - start, source)
+    return EngineRecord(engine, time.perf_counter() - start, source, saved)
 
 
 def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: Backend, store: ConstantStore,
@@ -67,7 +70,7 @@ def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: 
     where = f"region {artifact.symbol} ({artifact.backend})"
     environment = machine(runtime, where)
     try:
-        plan = runtime.save_engine(record.engine)
+        plan = record.saved if record.saved is not None else runtime.save_engine(record.engine)
     except Exception as error:
         raise EngineError(f"{where}: saving the engine to embed it failed: {type(error).__name__}: {error}") from error
     return EmbeddedEngine(pack_entry(engine_cache_key(artifact, store, options, environment), bytes(plan)), environment)
@@ -83,7 +86,8 @@ def machine(runtime, where: str) -> dict[str, str]:
 
 def _embedded_engine(runtime, embedded: EmbeddedEngine, key: str, here: dict[str, str], graph, constants, options,
                      where: str, strict: bool):
-    """The engine the artifact carries, or None (with a warning) when it must be rebuilt."""
+    """The engine the artifact carries and its saved bytes, or None (with a warning) when it
+    must be rebuilt."""
     there = embedded.environment
     differences = [f"{name} {there.get(name, '(none)')} there, {here.get(name, '(none)')} here"
                    for name in sorted(set(there) | set(here)) if there.get(name) != here.get(name)]
@@ -93,8 +97,8 @@ def _embedded_engine(runtime, embedded: EmbeddedEngine, key: str, here: dict[str
         problem = f"the engine embedded in the artifact was built for another machine ({'; '.join(differences)})"
     else:
         try:
-            return runtime.load_engine(unpack_entry(embedded.plan, key, "the engine embedded in the artifact"),
-                                       graph, constants, options)
+            plan = unpack_entry(embedded.plan, key, "the engine embedded in the artifact")
+            return runtime.load_engine(plan, graph, constants, options), plan
         except CacheError as error:
             problem = str(error)
         except Exception as error:
@@ -112,15 +116,15 @@ def _json_engine(artifact, backend, store, options, cache, where, embedded=None,
     here = machine(runtime, where) if runtime.saves_engines else {}
     key = engine_cache_key(artifact, store, options, here)
     if embedded is not None:
-        engine = _embedded_engine(runtime, embedded, key, here, graph, constants, options, where, strict)
-        if engine is not None:
-            return engine, "embedded"
+        loaded = _embedded_engine(runtime, embedded, key, here, graph, constants, options, where, strict)
+        if loaded is not None:
+            return loaded[0], "embedded", loaded[1]
     cacheable = cache is not None and runtime.saves_engines
     if cacheable:
         try:
             blob = cache.get(artifact.backend, key)
             if blob is not None:
-                return runtime.load_engine(blob, graph, constants, options), "disk cache"
+                return runtime.load_engine(blob, graph, constants, options), "disk cache", blob
         except CacheError as error:
             warnings.warn(f"byoc: {where}: {error}; rebuilding the engine", stacklevel=4)
             cache.discard(artifact.backend, key)
@@ -129,5 +133,7 @@ def _json_engine(artifact, backend, store, options, cache, where, embedded=None,
             cache.discard(artifact.backend, key)
     engine = runtime.build_engine(graph, constants, options)
     if cacheable:
-        cache.put(artifact.backend, key, runtime.save_engine(engine))
-    return engine, "built"
+        saved = runtime.save_engine(engine)
+        cache.put(artifact.backend, key, saved)
+        return engine, "built", saved
+    return engine, "built", None
