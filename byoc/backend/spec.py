@@ -88,6 +88,10 @@ class Backend:
         if len(set(names)) != len(names):
             raise BackendRegistrationError(f"backend {self.name!r} declares an option twice: {names}")
 
+    def missing_part(self) -> str | None:
+        """Why this vendor cannot build regions on this machine, or None when it can."""
+        return self.unavailable() if self.unavailable is not None else None
+
     def option(self, name: str) -> Option | None:
         return next((option for option in self.options if option.name == name), None)
 

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: {backend.description or '(no description)'}")
         print(f"  codegen {backend.codegen}, priority {backend.priority}, tolerance {backend.tolerance.describe()}, "
               f"from {backend_origin(name)}")
-        missing = backend.unavailable() if backend.unavailable is not None else None
+        missing = backend.missing_part()
         if missing:
             print(f"  partitions here, does not build here: {missing}")
         for option in declared_options(backend):

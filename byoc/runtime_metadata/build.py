@@ -89,7 +89,8 @@ def _generate(mod, strict, backend_options, store, backends, regions: dict[str, 
     artifacts: list[RegionArtifact] = []
     failed: dict[str, str] = {}
     for symbol, backend_name, func in region_functions(mod):
-        missing = _missing_part(backends.get(backend_name) or _registered(backend_name))
+        backend = backends.get(backend_name) or _registered(backend_name)
+        missing = backend.missing_part() if backend is not None else None
         if missing:  # not a code generation failure to fall back from: the machine lacks the vendor's part
             raise BuildError(f"region {symbol} ({backend_name}) cannot be built on this machine: {missing}")
         try:
@@ -110,10 +111,6 @@ def _registered(name: str) -> Backend | None:
         return get_backend(name)
     except UnknownBackendError:
         return None  # reported as the region's code generation failure below
-
-
-def _missing_part(backend: Backend | None) -> str | None:
-    return backend.unavailable() if backend is not None and backend.unavailable is not None else None
 
 
 def _signature_only(func: relax.Function) -> relax.Function:

@@ -113,13 +113,14 @@ def _json_engine(artifact, backend, store, options, cache, where, embedded=None,
     runtime = backend.json_runtime
     graph = load_graph(artifact.payload, where)
     constants = store.subset(artifact.constants)
-    here = machine(runtime, where) if runtime.saves_engines else {}
-    key = engine_cache_key(artifact, store, options, here)
+    cacheable = cache is not None and runtime.saves_engines
+    if embedded is not None or cacheable:  # the key names the saved engine this region may use
+        here = machine(runtime, where) if runtime.saves_engines else {}
+        key = engine_cache_key(artifact, store, options, here)
     if embedded is not None:
         loaded = _embedded_engine(runtime, embedded, key, here, graph, constants, options, where, strict)
         if loaded is not None:
             return loaded[0], "embedded", loaded[1]
-    cacheable = cache is not None and runtime.saves_engines
     if cacheable:
         try:
             blob = cache.get(artifact.backend, key)

@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = {}  # vendors whose library or device this machine lacks: listed with the reason, not run
     for vendor in vendors:
         backend = get_backend(vendor)
-        reason = backend.unavailable() if backend.unavailable is not None else None
+        reason = backend.missing_part()
         if reason:
             missing[vendor] = reason
             print(f"byoc matrix: {vendor} does not build on this machine, left out: {reason}", file=sys.stderr)

@@ -87,6 +87,9 @@ class ArtifactFiles:
     def regions(self, codegen: str | None = None) -> list[dict]:
         return [r for r in self.manifest["regions"] if codegen is None or r["codegen"] == codegen]
 
+    def region(self, symbol: str) -> dict:
+        return next(r for r in self.manifest["regions"] if r["symbol"] == symbol)
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -155,7 +158,7 @@ def _engine_mutants(files: ArtifactFiles) -> list[Mutant]:
     symbol = embedding[0]["symbol"]
 
     def pick(f: ArtifactFiles) -> dict:
-        return next(r for r in f.regions() if r["symbol"] == symbol)
+        return f.region(symbol)
 
     def truncate(f: ArtifactFiles) -> None:
         name = pick(f)["engine"]["file"]
@@ -176,7 +179,7 @@ def _engine_mutants(files: ArtifactFiles) -> list[Mutant]:
         other = embedding[1]["symbol"]
 
         def swap(f: ArtifactFiles) -> None:
-            first, second = pick(f)["engine"]["file"], next(r for r in f.regions() if r["symbol"] == other)["engine"]["file"]
+            first, second = pick(f)["engine"]["file"], f.region(other)["engine"]["file"]
             f.files[first], f.files[second] = f.files[second], f.files[first]
 
         found.append(Mutant(f"regions {symbol} and {other}: embedded engines swapped", swap))
@@ -219,7 +222,7 @@ def mutants(files: ArtifactFiles, other_host_library: bytes | None = None) -> li
         symbol = region["symbol"]
 
         def pick(f: ArtifactFiles, symbol: str = symbol) -> dict:
-            return next(r for r in f.regions() if r["symbol"] == symbol)
+            return f.region(symbol)
 
         found += [
             Mutant(f"region {symbol}: dropped from the manifest", lambda f, pick=pick: _drop_region(f, pick(f))),
@@ -238,7 +241,7 @@ def mutants(files: ArtifactFiles, other_host_library: bytes | None = None) -> li
     if len(same_kind) >= 2:
         first, second = same_kind[0]["symbol"], same_kind[1]["symbol"]
         found.append(Mutant(f"regions {first} and {second}: payloads swapped",
-                            lambda f: _swap_payloads(f, *(next(r for r in f.regions() if r["symbol"] == s) for s in (first, second)))))
+                            lambda f: _swap_payloads(f, f.region(first), f.region(second))))
     return found + _engine_mutants(files)
 
 

@@ -220,7 +220,8 @@ def convolution(call: KernelCall) -> KernelCode:
     oc, icg, kh, kw = w.shape
     weight_shape = (groups, oc // groups, icg, kh, kw) if groups > 1 else w.shape
     bias, post, residuals = _fused_tail(call, conv)
-    src_md = kernel.md_of(x) if x.kind == "intermediate" and _follow_layouts(call) else kernel.md(x.shape)
+    followed = x.kind == "intermediate" and _follow_layouts(call)
+    src_md = kernel.md_of(x) if followed else kernel.md(x.shape)
     weights_any = kernel.md(weight_shape)
     weights_plain = kernel.view(w, weight_shape)
     bias_memory = kernel.view(bias, (oc,)) if bias is not None else None
@@ -241,11 +242,11 @@ def convolution(call: KernelCall) -> KernelCode:
         )
 
     # Where the layouts in hand send a convolution to oneDNN's reference code, first let oneDNN
-    # choose them (with AVX-512, a followed NCHW input and a residual add in another layout:
-    # MobileNetV2 ran 35x slower), then take plain NCHW, where its JIT kernels take grouped
+    # choose them if it did not (with AVX-512, a followed NCHW input and a residual add in another
+    # layout: MobileNetV2 ran 35x slower), then take plain NCHW, where its JIT kernels take grouped
     # convolutions with few channels per group (gemm; ShuffleNet ran 400x slower).
-    retry = (create("retry_pd", kernel.md(x.shape), kernel.md(out.shape)),
-             create("retry_pd", kernel.md(x.shape, "plain"), kernel.md(out.shape, "plain")))
+    chosen = (create("retry_pd", kernel.md(x.shape), kernel.md(out.shape)),) if followed else ()
+    retry = (*chosen, create("retry_pd", kernel.md(x.shape, "plain"), kernel.md(out.shape, "plain")))
     kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
     kernel.weights("DNNL_ARG_WEIGHTS", weights_plain, "dnnl_query_weights_md")
     if bias_memory is not None:
