@@ -134,19 +134,21 @@ graph = helper.make_graph(nodes, "layouts", [helper.make_tensor_value_info("x", 
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 28, 28])],
                           [numpy_helper.from_array(v.astype(np.float32), k) for k, v in w.items()])
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-x = rng.standard_normal((1, 3, 28, 28)).astype(np.float32)
-compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"), strict=True)
-assert compiled.report().offload_ratio_nodes == 1.0
-got = compiled.run(x=x)[0]
-want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def check(model, inputs):
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"), strict=True)
+    assert compiled.report().offload_ratio_nodes == 1.0
+    got = compiled.run(**inputs)[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+check(model, {"x": rng.standard_normal((1, 3, 28, 28)).astype(np.float32)})
 # MobileNetV2: depthwise convolutions, then 1x1 convolutions with residual adds; with AVX-512 a
 # followed NCHW input and a residual in another layout sent them to the reference code.
 mobilenet = byoc.models.get("mobilenet_v2", small=True)
-inputs = byoc.models.sample_inputs(mobilenet, seed=0)
-got = byoc.build(byoc.partition_for(byoc.from_onnx(mobilenet), "dnnl"), strict=True).run(**inputs)[0]
-want = ort.InferenceSession(mobilenet.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
-np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+check(mobilenet, byoc.models.sample_inputs(mobilenet, seed=0))
 print("RAN")
 """
 
@@ -155,7 +157,8 @@ def test_dnnl_never_runs_onednn_reference_kernels():
     """Per-channel broadcasts over a blocked layout, a grouped convolution with a residual add,
     an add of two differently laid out operands, and MobileNetV2's 1x1 convolutions with a
     residual add all have JIT kernels in oneDNN only in some layouts; byoc picks those (oneDNN's
-    reference code ran DenseNet 15x, ShuffleNet 300x and MobileNetV2 35x slower). DNNL_VERBOSE names the implementation of every primitive that runs."""
+    reference code ran DenseNet 15x, ShuffleNet 300x and MobileNetV2 35x slower). DNNL_VERBOSE
+    names the implementation of every primitive that runs."""
     import os
     import subprocess
     import sys
