@@ -20,6 +20,9 @@ from tvm import relax
 from byoc.codegen_json.to_relax import graph_to_relax
 
 TARGET = "llvm"
+# TVM's VirtualMachine constructor is not thread-safe: threads creating VMs at once aborted the
+# process (SIGABRT in _setup_device). Creation is once per thread, so one lock costs nothing.
+_VM_CREATION = threading.Lock()
 
 
 class TvmEngine:
@@ -31,7 +34,8 @@ class TvmEngine:
         # A VirtualMachine keeps per-call registers: one per thread.
         vm = getattr(self._local, "vm", None)
         if vm is None:
-            vm = self._local.vm = relax.VirtualMachine(self.executable, tvm.cpu())
+            with _VM_CREATION:
+                vm = self._local.vm = relax.VirtualMachine(self.executable, tvm.cpu())
         return vm
 
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
