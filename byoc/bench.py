@@ -1,5 +1,10 @@
-"""End-to-end benchmark: onnxruntime on the whole model, TVM host only, byoc with dnnl, byoc
-with onnxruntime; batch 1, equal thread counts, all in one run.
+"""End-to-end benchmark: onnxruntime and OpenVINO on the whole model, TVM host only, byoc with
+dnnl, byoc with onnxruntime; batch 1, equal thread counts, all in one run.
+
+OpenVINO is optional (`pip install 'byoc[bench]'`); it runs in fp32, as the others do (on CPUs
+with bf16 it would otherwise choose bf16). For every model where a byoc system is slower than
+the fastest reference, the table is followed by that system's profile: time per region and on
+the host, and the host's slowest kernels.
 
 Each system is timed in blocks of consecutive runs (the thread pools of onnxruntime, OpenMP and
 TVM spin after a run, and interleaving single runs of different systems makes them fight for the
@@ -39,13 +44,45 @@ class SystemResult:
 class ModelResult:
     model: str
     systems: list[SystemResult] = field(default_factory=list)
+    breakdowns: dict[str, str] = field(default_factory=dict)  # byoc system slower than the best reference -> its profile
+
+
+REFERENCES = ("onnxruntime", "openvino")
 
 
 def _max_error(got, want) -> float:
+    """The largest absolute difference; infinite where an output's shape differs."""
     import numpy as np
 
-    errors = [float(np.max(np.abs(g.astype(np.float64) - w))) if g.size else 0.0 for g, w in zip(got, want)]
+    errors = [float("inf") if g.shape != w.shape else float(np.max(np.abs(g.astype(np.float64) - w))) if g.size else 0.0
+              for g, w in zip(got, want)]
     return max(errors, default=0.0)
+
+
+def openvino_runner(model, threads: int, inputs: dict) -> Callable[[], list] | None:
+    """A function running `model` on OpenVINO's CPU plugin in fp32 with `threads` threads, or
+    None when OpenVINO is not installed."""
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    import tempfile
+
+    core = ov.Core()
+    with tempfile.TemporaryDirectory() as tmp:  # OpenVINO reads ONNX from a file
+        path = os.path.join(tmp, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(model.SerializeToString())
+        compiled = core.compile_model(core.read_model(path), "CPU", {
+            "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
+        })
+    request = compiled.create_infer_request()
+
+    def run() -> list:
+        request.infer(inputs)
+        return [request.get_output_tensor(i).data.copy() for i in range(len(compiled.outputs))]
+
+    return run
 
 
 PASSES = 4
@@ -107,6 +144,13 @@ def benchmark_model(name: str, threads: int, rounds: int, with_tvm: bool) -> Mod
 
     runners: dict[str, Callable[[], object]] = {"onnxruntime": lambda: session.run(None, inputs)}
     results = {"onnxruntime": SystemResult("onnxruntime", 0.0)}
+    openvino = openvino_runner(model, threads, inputs)
+    if openvino is not None:
+        start = time.perf_counter()
+        got = openvino()
+        results["openvino"] = SystemResult("openvino", 0.0, build_s=time.perf_counter() - start, max_abs_error=_max_error(got, expected))
+        runners["openvino"] = openvino
+    compiled_models = {}
     if with_tvm:
         start = time.perf_counter()
         vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
@@ -133,11 +177,15 @@ def benchmark_model(name: str, threads: int, rounds: int, with_tvm: bool) -> Mod
             regions=len(report.regions),
         )
         runners[system] = lambda compiled=compiled: compiled.run(**inputs)
+        compiled_models[system] = compiled
     medians = block_medians(runners, rounds, slow={"tvm host only"})
     for system, median in medians.items():
         results[system].median_ms = median
         results[system].ratio_to_onnxruntime = median / medians["onnxruntime"]
-    return ModelResult(name, list(results.values()))
+    best = min(medians[r] for r in REFERENCES if r in medians)
+    breakdowns = {system: compiled.profile(**inputs, repeat=max(10, rounds // 2)).to_table()
+                  for system, compiled in compiled_models.items() if medians[system] > best}
+    return ModelResult(name, list(results.values()), breakdowns)
 
 
 def format_table(results: list[ModelResult], threads: int) -> str:
@@ -150,6 +198,11 @@ def format_table(results: list[ModelResult], threads: int) -> str:
                 + (f"{r.offload_nodes:>12.1%}{r.offload_macs:>13.1%}{r.regions:>8}" if r.regions is not None else f"{'':>12}{'':>13}{'':>8}")
                 + f"{r.build_s:>9.1f}{r.max_abs_error:>10.1e}"
             )
+    if not any(r.system == "openvino" for result in results for r in result.systems):
+        lines.append("(OpenVINO not installed: pip install 'byoc[bench]' to compare with it too)")
+    for result in results:
+        for system, table in result.breakdowns.items():
+            lines += ["", f"{result.model}, {system}: slower than the fastest reference; where its time goes:", table]
     return "\n".join(lines)
 
 
@@ -162,6 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args(argv)
     pin_threads(args.threads, "byoc.bench", argv)
+    import byoc.models
+    from byoc.errors import ByocError
+
+    try:
+        for name in args.models:
+            byoc.models.describe(name)
+    except ByocError as error:
+        parser.error(str(error))
     results = []
     for name in args.models:
         print(f"benchmarking {name} ...", file=sys.stderr, flush=True)

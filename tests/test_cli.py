@@ -69,3 +69,26 @@ def test_matrix_writes_the_vendor_table(tmp_path):
     assert rows[0]["onnxruntime_ms"] > 0 and rows[1]["estimated_ms"] is not None and rows[1]["sqnr_db"] > 20
     text = markdown.read_text()
     assert "## vitis_ai" in text and "| mlp | 88.9% | 100.0% | 1 | nn.softmax |" in text
+
+
+def test_bench_compares_with_the_references_and_breaks_slower_systems_down(tmp_path):
+    data = tmp_path / "bench.json"
+    result = subprocess.run([sys.executable, "-m", "byoc.bench", "--models", "mlp", "--skip-tvm", "--rounds", "4", "--threads", "1",
+                             "--json", str(data)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (model,) = json.loads(data.read_text())["results"]
+    systems = {s["system"]: s for s in model["systems"]}
+    assert {"onnxruntime", "byoc + dnnl", "byoc + onnxruntime"} <= set(systems)
+    assert all(s["median_ms"] > 0 and s["max_abs_error"] < 1e-3 for s in systems.values())
+    best = min(systems[r]["median_ms"] for r in ("onnxruntime", "openvino") if r in systems)
+    slower = {name for name, s in systems.items() if name.startswith("byoc") and s["median_ms"] > best}
+    assert set(model["breakdowns"]) == slower
+    for name in slower:
+        assert f"mlp, {name}: slower than the fastest reference" in result.stdout
+    if "openvino" not in systems:
+        assert "pip install 'byoc[bench]'" in result.stdout
+
+
+def test_bench_refuses_an_unknown_model():
+    result = subprocess.run([sys.executable, "-m", "byoc.bench", "--models", "alexnet", "--threads", "1"], capture_output=True, text=True)
+    assert result.returncode == 2 and "unknown zoo model 'alexnet'" in result.stderr

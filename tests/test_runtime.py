@@ -406,6 +406,10 @@ def test_profile_reports_every_region_and_the_host():
         assert row.calls_per_run == 1 and row.execution_ms > 0 and row.init_ms > 0
     assert abs(sum(r.total_ms for r in profile.rows) - profile.median_run_ms) < 0.5 * profile.median_run_ms
     assert "transfer" in profile.to_table() and json.loads(profile.to_json())["runs"] == 3
+    # The host's own kernels, one by one: the embedding gather stays on the host.
+    kernels = {k.name: k for k in profile.host_kernels}
+    assert kernels["take"].calls_per_run == 1 and not set(kernels) & set(parts)
+    assert [k.ms for k in profile.host_kernels] == sorted((k.ms for k in profile.host_kernels), reverse=True)
 
 
 def test_cli_compile_run_inspect(tmp_path, capsys):

@@ -30,6 +30,7 @@ static-shape compiler. Each returns None to leave the op to TVM's converter.
 - Sum, Max, Min, Mean of several inputs: a chain of broadcasting adds (maximums, minimums);
   TVM broadcasts, stacks and reduces, which no backend recognises as the residual add that
   Caffe2's ResNet-50 writes as Sum.
+- NonMaxSuppression without its optional inputs: ONNX's defaults (TVM assumes other ones).
 - LayerNormalization: Y stays one `relax.nn.layer_norm` (backends fuse it); the optional Mean
   and InvStdDev outputs, which TVM returns as 0-d placeholders, are computed.
 """
@@ -299,6 +300,17 @@ def upsample(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
                                    rounding_method="floor")
 
 
+def non_max_suppression(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
+    # ONNX's defaults: no box kept, IoU threshold 0, no score threshold (TVM assumes IoU 0.5
+    # and a score threshold of 0, which drops every negative score).
+    defaults = {2: np.array([0], np.int64), 3: np.array([0.0], np.float32), 4: np.array([-np.inf], np.float32)}
+    absent = [i for i in defaults if len(inputs) <= i or inputs[i] is None]
+    if not absent:
+        return None
+    filled = [*inputs[:2], *(relax.const(defaults[i]) if i in absent else inputs[i] for i in defaults)]
+    return tvm("NonMaxSuppression", filled, attrs)
+
+
 def _text(value: Any, default: str) -> str:
     if value is None:
         return default
@@ -387,6 +399,7 @@ CONVERTERS: dict[str, Converter] = {
     "EyeLike": eye_like,
     "SpaceToDepth": space_to_depth,
     "Upsample": upsample,
+    "NonMaxSuppression": non_max_suppression,
     "ConvTranspose": conv_transpose,
     "OneHot": one_hot,
     "RMSNormalization": rms_normalization,

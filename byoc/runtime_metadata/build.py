@@ -17,6 +17,7 @@ from byoc.backend.registry import backend_origin, get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError, UnknownBackendError
+from byoc.host import legalize_host
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
@@ -192,7 +193,7 @@ def build(
             if gvar.name_hint in by_symbol:
                 stubbed[gvar] = _signature_only(func)
         lowered = relax.transform.RunCodegen()(stubbed)
-    lowered = _empty_constants_made_at_run_time(lowered)
+    lowered = legalize_host(_empty_constants_made_at_run_time(lowered))
     try:
         executable = relax.build(lowered, target=target)
     except Exception as error:  # TVM raises InternalError, ValueError, ... with no common base

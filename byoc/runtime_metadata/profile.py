@@ -15,7 +15,7 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import tvm
@@ -40,14 +40,27 @@ class ProfileRow:
         return self.transfer_ms + self.invocation_ms + self.execution_ms
 
 
+HOST_KERNELS_SHOWN = 8
+HOST_KERNEL_SHOWN_MS = 0.01
+
+
+@dataclass
+class HostKernel:
+    name: str  # the host function the VM called: a fused TVM kernel or a VM builtin
+    calls_per_run: float
+    ms: float  # median per run
+
+
 @dataclass
 class ProfileReport:
     rows: list[ProfileRow]
     runs: int
     median_run_ms: float
+    host_kernels: list[HostKernel] = field(default_factory=list)  # slowest first
 
     def to_dict(self) -> dict:
-        return {"runs": self.runs, "median_run_ms": self.median_run_ms, "rows": [{**asdict(r), "total_ms": r.total_ms} for r in self.rows]}
+        return {"runs": self.runs, "median_run_ms": self.median_run_ms, "rows": [{**asdict(r), "total_ms": r.total_ms} for r in self.rows],
+                "host_kernels": [asdict(k) for k in self.host_kernels]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -60,6 +73,10 @@ class ProfileReport:
                 f"{r.part:<16}{r.backend:<14}{r.calls_per_run:>6.0f}{r.transfer_ms:>11.3f}{r.invocation_ms:>10.3f}"
                 f"{r.execution_ms:>11.3f}{r.total_ms:>10.3f}{r.init_ms:>11.1f}"
             )
+        shown = [k for k in self.host_kernels if k.ms >= HOST_KERNEL_SHOWN_MS][:HOST_KERNELS_SHOWN]
+        if shown:
+            lines.append("slowest host kernels (ms per run):")
+            lines.extend(f"  {k.name:<44}{k.calls_per_run:>6.0f}{k.ms:>10.3f}" for k in shown)
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -87,9 +104,8 @@ def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact],
             stack.append((symbol, now))
         else:
             name, start = stack.pop()
-            if name in symbols:
-                seen[name] += now - start
-                calls[name] += 1
+            seen[name] += now - start
+            calls[name] += 1
         return 0
 
     vm["main"](*inputs)  # warm up
@@ -133,4 +149,6 @@ def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact],
     total = median_ms(run_times)
     regions_ms = sum(r.total_ms for r in rows)
     rows.append(ProfileRow("host", "(host)", 1, 0.0, 0.0, max(0.0, total - regions_ms), 0.0))
-    return ProfileReport(rows, repeat, total)
+    kernels = [HostKernel(name, calls[name] / repeat, median_ms([run.get(name, 0.0) for run in per_run]))
+               for name in calls if name not in symbols]
+    return ProfileReport(rows, repeat, total, sorted(kernels, key=lambda k: -k.ms))

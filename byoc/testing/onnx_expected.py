@@ -11,7 +11,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_affine_grid_3d_expanded": "AffineGrid's function body: shape inference leaves a tensor of the expanded body without a static shape",
     "test_maxunpool_export_with_output_shape": "MaxUnpool with an output_shape input: TVM's converter cannot read it",
     "test_mod_float_edge_cases_fmod_0_float32": "Mod with fmod=1 at its edges (infinite or zero operands): TVM's result differs from ONNX's (C's fmod)",
-    "test_nonmaxsuppression_iou_threshold_boundary": "NonMaxSuppression with an IoU exactly at the threshold: TVM and ONNX disagree on keeping the box",
     "test_resize_downsample_scales_cubic": "Resize by scales giving fractional sizes (TVM maps by the size ratio, ONNX by the scale)",
     "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside": "Resize by scales giving fractional sizes (TVM maps by the size ratio, ONNX by the scale)",
     "test_resize_downsample_scales_cubic_align_corners": "Resize by scales giving fractional sizes (TVM maps by the size ratio, ONNX by the scale)",

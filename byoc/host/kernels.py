@@ -1,0 +1,53 @@
+"""Legalizations for the host that replace TVM's default where its CPU kernel is measured slow.
+
+Each entry maps a Relax op to a function with `LegalizeOps`' signature; it handles the cases it
+was measured on and hands every other case to TVM's own legalization, so that the host's meaning
+never changes, only its speed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tvm
+from tvm import relax, te, tirx
+from tvm.relax.block_builder import BlockBuilder
+
+from byoc.host.nms import all_class_nms_onnx
+from byoc.ir.types import constant_array, is_tensor_constant
+
+Legalization = Callable[[BlockBuilder, relax.Call], relax.Expr]
+
+
+def _tvm_default(op_name: str) -> Legalization:
+    return tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+
+def _all_class_non_max_suppression(bb: BlockBuilder, call: relax.Call) -> relax.Expr:
+    boxes, scores, max_boxes, iou_threshold, score_threshold = call.args
+    constant_max = is_tensor_constant(max_boxes) and constant_array(max_boxes).size == 1 and constant_array(max_boxes).item() > 0
+    thresholds_given = all(isinstance(t.ty, relax.TensorType) for t in (iou_threshold, score_threshold))
+    if call.attrs.output_format != "onnx" or not constant_max or not thresholds_given or scores.ty.dtype != "float32":
+        return _tvm_default("relax.vision.all_class_non_max_suppression")(bb, call)
+    per_class = int(constant_array(max_boxes).reshape(()))
+    result = bb.call_te(all_class_nms_onnx, boxes, scores, per_class, iou_threshold, score_threshold)
+    rows = bb.emit(relax.TupleGetItem(result, 0))
+    count = bb.emit(relax.TupleGetItem(result, 1))
+    # ONNX's output has as many rows as boxes were selected: slice the padded rows to `count`.
+    begin = bb.call_te(lambda: te.compute((2,), lambda i: tirx.const(0, "int64"), name="begin"))
+    strides = bb.call_te(lambda: te.compute((2,), lambda i: tirx.const(1, "int64"), name="strides"))
+    end = bb.call_te(
+        lambda n: te.compute((2,), lambda i: tirx.if_then_else(i == 0, n[0], tirx.const(3, "int64")), name="end"), count
+    )
+    trimmed = bb.emit(relax.op.dynamic_strided_slice(rows, begin, end, strides))
+    return relax.Tuple([trimmed, count])
+
+
+HOST_LEGALIZATIONS: dict[str, Legalization] = {
+    "relax.vision.all_class_non_max_suppression": _all_class_non_max_suppression,
+}
+
+
+def legalize_host(mod: tvm.IRModule) -> tvm.IRModule:
+    """Legalize the host's ops, with byoc's kernels where they replace TVM's."""
+    return relax.transform.LegalizeOps(HOST_LEGALIZATIONS)(mod)

@@ -1,0 +1,83 @@
+"""byoc's host kernels (`byoc.host`) against onnxruntime: NonMaxSuppression, built through the
+public API with everything on the host, on random boxes and scores."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import byoc
+from byoc.host import legalize_host
+
+from conftest import onnxruntime_outputs
+
+BATCH, CLASSES, BOXES = 2, 3, 40
+
+
+def _nms_model(max_boxes: int | None, iou: float | None, score: float | None) -> onnx.ModelProto:
+    """One NonMaxSuppression; a None operand is left out (ONNX's default applies)."""
+    names, constants = ["boxes", "scores"], []
+    for name, value, dtype in (("max_boxes", max_boxes, np.int64), ("iou", iou, np.float32), ("score", score, np.float32)):
+        names.append("" if value is None else name)
+        if value is not None:
+            constants.append(numpy_helper.from_array(np.array([value], dtype), name))
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", names, ["selected"], name="nms")], "nms",
+        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [BATCH, BOXES, 4]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [BATCH, CLASSES, BOXES])],
+        [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])], constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@functools.cache
+def _compiled(max_boxes: int | None, iou: float | None, score: float | None):
+    model = _nms_model(max_boxes, iou, score)
+    return model, byoc.build(byoc.from_onnx(model))
+
+
+def _boxes(rng: np.random.Generator) -> np.ndarray:
+    """Corners in [0, 10), some boxes given with their corners swapped (ONNX allows either)."""
+    corners = rng.uniform(0, 10, (BATCH, BOXES, 4)).astype(np.float32)
+    flipped = rng.random((BATCH, BOXES)) < 0.3
+    corners[flipped] = corners[flipped][:, [2, 3, 0, 1]]
+    return corners
+
+
+CONFIGS = [
+    (5, 0.5, 0.3),  # the usual: a threshold, a few boxes per class
+    (100, 0.3, 0.0),  # more boxes allowed than there are: every survivor comes out
+    (4, 0.0, 0.2),  # any overlap suppresses
+    (6, 0.6, 0.95),  # a threshold few scores pass, some classes keep none
+    (3, None, None),  # ONNX's defaults: IoU 0, no score threshold (negative scores count)
+    (0, 0.5, 0.1),  # no box kept
+]
+
+
+@pytest.mark.parametrize("max_boxes,iou,score", CONFIGS)
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), ties=st.booleans())
+def test_non_max_suppression_matches_onnxruntime(max_boxes, iou, score, seed, ties):
+    model, compiled = _compiled(max_boxes, iou, score)
+    rng = np.random.default_rng(seed)
+    scores = rng.uniform(-0.5, 1.0, (BATCH, CLASSES, BOXES)).astype(np.float32)
+    if ties:  # equal scores: both keep the lower box index first
+        scores = np.round(scores * 4) / 4
+    inputs = {"boxes": _boxes(rng), "scores": scores}
+    np.testing.assert_array_equal(compiled.run(**inputs)[0], onnxruntime_outputs(model, inputs)[0])
+
+
+def test_non_max_suppression_runs_byocs_kernel():
+    """The host takes byoc's kernel for ONNX NonMaxSuppression, TVM's where it was not written
+    for the case (no box kept)."""
+    def prim_funcs(mod: tvm.IRModule) -> str:
+        return "\n".join(str(f) for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc))
+
+    assert "non_max_suppression_select" in prim_funcs(legalize_host(byoc.from_onnx(_nms_model(3, None, None))))
+    assert "non_max_suppression_select" not in prim_funcs(legalize_host(byoc.from_onnx(_nms_model(0, 0.5, 0.1))))
