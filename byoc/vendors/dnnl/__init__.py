@@ -2,7 +2,8 @@
 
 Data sheet: float32, NCHW activations and OIHW weights. Convolutions (grouped and depthwise
 included) with bias, residual add and ReLU/clip fused as post-ops; matrix products (constant or
-activation weights, batched) with bias and ReLU; max and average pooling; mean reductions with
+activation weights, batched) with bias and ReLU, GELU or a residual add fused, or scaled by a
+constant (attention scores); max and average pooling; mean reductions with
 kept dimensions (global pooling); element-wise ops and broadcasting binary ops; softmax, layer
 normalisation, GELU (erf form), concatenation, reshape and transpose. Regions without MACs stay
 on the host: a reorder-only region costs more than it saves.
@@ -23,12 +24,15 @@ from byoc.vendors.dnnl.predicates import (
     concat_same_rank,
     conv2d_nchw,
     dense_constant_weight,
+    dense_gelu,
+    dense_residual,
     fused_conv,
     gelu_constants,
     layer_norm_last_axis,
     matmul_shapes,
     mean_keepdims,
     pool_nchw,
+    scaled_matmul,
 )
 
 dnnl = Backend(
@@ -56,12 +60,28 @@ def _conv_with_residual(activation: str | None, residual_first: bool):
     return out, {"root": conv, "residual": residual}
 
 
-def _gelu():
-    x = wildcard()
+def _gelu(x=None):
+    x = wildcard() if x is None else x
     erf = is_op("relax.erf")(is_op("relax.divide")(x, is_const()))
     one_plus = is_op("relax.add")(erf, is_const())
     half_x = is_op("relax.multiply")(x, is_const())
     return is_op("relax.multiply")(half_x, one_plus), {"root": half_x}
+
+
+def _dense_bias_then(tail: str):
+    """A dense layer with bias, then GELU (a transformer's MLP) or a residual add (the end of a
+    transformer block), each fused as a post-op."""
+    dense, parts = fused_pattern("relax.matmul", bias=True, constant_weight=True)
+    if tail == "gelu":
+        return _gelu(dense)[0], parts
+    residual = wildcard()
+    return is_op("relax.add")(dense, residual), {**parts, "residual": residual}
+
+
+def _scaled_matmul(op: str):
+    """Attention scores: a product of activations scaled by a constant, the scale a post-op."""
+    matmul = is_op("relax.matmul")(wildcard(), wildcard())
+    return is_op(op)(matmul, is_const()), {"root": matmul}
 
 
 dnnl.pattern("conv2d_bias_add_relu", *_conv_with_residual("relax.nn.relu", False), check=fused_conv)
@@ -70,6 +90,10 @@ dnnl.pattern("conv2d_bias_add", *_conv_with_residual(None, False), check=fused_c
 dnnl.pattern("conv2d_bias_add_swapped", *_conv_with_residual(None, True), check=fused_conv)
 dnnl.pattern("conv2d_bias_act", *fused_pattern("relax.nn.conv2d", bias=True, activation=_ACTIVATIONS, constant_weight=True), check=fused_conv)
 dnnl.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True, constant_weight=True), check=fused_conv)
+dnnl.pattern("dense_bias_gelu", *_dense_bias_then("gelu"), check=dense_gelu)
+dnnl.pattern("dense_bias_add", *_dense_bias_then("add"), check=dense_residual)
+dnnl.pattern("matmul_divide", *_scaled_matmul("relax.divide"), check=scaled_matmul)
+dnnl.pattern("matmul_multiply", *_scaled_matmul("relax.multiply"), check=scaled_matmul)
 dnnl.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True), check=dense_constant_weight)
 dnnl.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=dense_constant_weight)
 dnnl.pattern("gelu", *_gelu(), check=gelu_constants)
@@ -87,7 +111,7 @@ dnnl.supports("relax.reshape", "relax.permute_dims")
 
 # ---------------------------------------------------------------------- codegen
 _conv_emitters = dict.fromkeys([*(p.name for p in dnnl.patterns if p.name.startswith("conv2d")), "relax.nn.conv2d"], emitters.convolution)
-_dense_emitters = dict.fromkeys(["dense_bias_relu", "dense_bias", "relax.matmul"], emitters.matmul)
+_dense_emitters = dict.fromkeys([*(p.name for p in dnnl.patterns if p.name.startswith(("dense", "matmul"))), "relax.matmul"], emitters.matmul)
 dnnl.c_library = CLibrary(
     name="onednn",
     version=library.version() if library.installed() else "not installed",

@@ -16,6 +16,8 @@ _ELTWISE = {
     "relax.exp": ("dnnl_eltwise_exp", "0.f", "0.f"),
     "relax.sqrt": ("dnnl_eltwise_sqrt", "0.f", "0.f"),
 }
+# The erf form of GELU, matched as a composite of five ops, fused as one element-wise post-op.
+GELU_ERF = {"op": "gelu_erf"}
 _BINARY = {"relax.add": "dnnl_binary_add", "relax.subtract": "dnnl_binary_sub", "relax.multiply": "dnnl_binary_mul", "relax.divide": "dnnl_binary_div"}
 
 
@@ -27,6 +29,8 @@ def _float(value: float) -> str:
 
 def eltwise_args(node: dict) -> tuple[str, str, str]:
     """(algorithm, alpha, beta) of an element-wise node."""
+    if node is GELU_ERF:
+        return "dnnl_eltwise_gelu_erf", "0.f", "0.f"
     if node["op"] == "relax.clip":
         low, high = (node["args"][i]["prim"] for i in (1, 2))
         return "dnnl_eltwise_clip_v2", _float(low), _float(high)
@@ -118,8 +122,15 @@ class _Kernel:
             self.after.append(self.check(f"byoc_reorder({name}.reorder, {name}.memory, {buffer.name}_mem)", f"reorder into {buffer.name}"))
         self.exec_args.append(("DNNL_ARG_DST", f"{name}.memory"))
 
-    def post_ops(self, nodes: list[dict], residual_arg: list[tuple[CBuffer, int]]) -> str:
-        """An attribute with element-wise and binary (residual add) post-ops; returns its name."""
+    def post_ops(self, nodes: list[dict], residual_arg: list[tuple[CBuffer, int]], rank: int) -> str:
+        """An attribute with element-wise and binary post-ops (a residual add, a constant scale
+        broadcast over the `rank`-dimensional result); returns its name."""
+        operands: dict[int, tuple[str, str]] = {}  # post-op index -> (memory, descriptor), made outside the block below
+        for buffer, index in residual_arg:
+            operands[index] = f"{buffer.name}_mem", self.md_of(buffer)
+            if len(buffer.shape) < rank:
+                shape = (1,) * (rank - len(buffer.shape)) + buffer.shape
+                operands[index] = self.view(buffer, shape), self.md(shape, "plain")
         attr = self._name("attr")
         self.setup.append(f"dnnl_primitive_attr_t {attr};")
         self.setup.append(self.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"))
@@ -129,9 +140,9 @@ class _Kernel:
             self.setup.append("  " + self.check("dnnl_post_ops_create(&ops)", "post-ops"))
             for index, node in enumerate(nodes):
                 if node["op"] in _BINARY:
-                    buffer = next(b for b, i in residual_arg if i == index)
-                    self.setup.append("  " + self.check(f"dnnl_post_ops_append_binary(ops, {_BINARY[node['op']]}, {self.md_of(buffer)})", "binary post-op"))
-                    self.exec_args.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({index}) | DNNL_ARG_SRC_1", f"{buffer.name}_mem"))
+                    memory, md = operands[index]
+                    self.setup.append("  " + self.check(f"dnnl_post_ops_append_binary(ops, {_BINARY[node['op']]}, {md})", "binary post-op"))
+                    self.exec_args.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({index}) | DNNL_ARG_SRC_1", memory))
                 else:
                     algorithm, alpha, beta = eltwise_args(node)
                     self.setup.append("  " + self.check(f"dnnl_post_ops_append_eltwise(ops, {algorithm}, {alpha}, {beta})", "element-wise post-op"))
@@ -177,6 +188,9 @@ def _fused_tail(call: KernelCall, root: dict) -> tuple[CBuffer | None, list[dict
     post: list[dict] = []
     operands: list[tuple[CBuffer, int]] = []
     for node in call.nodes[call.nodes.index(root) + 1 :]:
+        if call.pattern is not None and call.pattern.endswith("_gelu") and bias is not None:
+            post.append(GELU_ERF)  # the rest of the composite is the GELU
+            break
         if node["op"] in _BINARY:
             operand = _outside_operand(call, node)
             if node["op"] == "relax.add" and bias is None and not post and operand.kind == "constant":
@@ -227,7 +241,7 @@ def convolution(call: KernelCall) -> KernelCode:
     bias_memory = kernel.view(bias, (oc,)) if bias is not None else None
     bias_md = kernel.md((oc,), "plain") if bias is not None else "NULL"
     dst_md = kernel.md(out.shape)
-    attr = kernel.post_ops(post, residuals)
+    attr = kernel.post_ops(post, residuals, len(out.shape))
     top, left, bottom, right = attrs["padding"]
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_strides = {dims(tuple(attrs['strides']))};")
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_dilates = {dims(tuple(d - 1 for d in attrs['dilation']))};")
@@ -270,7 +284,7 @@ def matmul(call: KernelCall) -> KernelCode:
         bias_shape = (1,) * (len(out.shape) - len(bias.shape)) + bias.shape
         bias_md, bias_memory = kernel.md(bias_shape, "plain"), kernel.view(bias, bias_shape)
     dst_md = kernel.md(out.shape)
-    attr = kernel.post_ops(post, residuals)
+    attr = kernel.post_ops(post, residuals, len(out.shape))
     if w.kind == "constant":
         weights_md = kernel.md(weight_shape)
         kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")

@@ -94,10 +94,30 @@ _GELU_CONSTANTS = {"relax.divide": math.sqrt(2.0), "relax.add": 1.0, "relax.mult
 
 
 def gelu_constants(match) -> str | None:
+    bias = match.get("bias")
     for call in match.calls:
+        if call.op.name not in _GELU_CONSTANTS:
+            continue
         for arg in call.args:
-            if is_tensor_constant(arg):
+            if is_tensor_constant(arg) and (bias is None or not arg.same_as(bias)):
                 value = constant_array(arg)
                 if value.size != 1 or not math.isclose(float(value.reshape(())), _GELU_CONSTANTS[call.op.name], rel_tol=1e-5):
                     return "not the erf form of GELU: 0.5 * x * (1 + erf(x / sqrt(2)))"
     return None
+
+
+def dense_gelu(match) -> str | None:
+    return dense_constant_weight(match) or gelu_constants(match)
+
+
+def dense_residual(match) -> str | None:
+    if _shape(match["residual"]) != _shape(match["root"]):
+        return "the residual must have the output's shape"
+    return dense_constant_weight(match)
+
+
+def scaled_matmul(match) -> str | None:
+    scale = next(a for c in match.calls if c.op.name in ("relax.divide", "relax.multiply") for a in c.args if is_tensor_constant(a))
+    if constant_array(scale).size != 1:
+        return "the scale must be one number"
+    return matmul_shapes(match["root"])
