@@ -51,3 +51,19 @@ HOST_LEGALIZATIONS: dict[str, Legalization] = {
 def legalize_host(mod: tvm.IRModule) -> tvm.IRModule:
     """Legalize the host's ops, with byoc's kernels where they replace TVM's."""
     return relax.transform.LegalizeOps(HOST_LEGALIZATIONS)(mod)
+
+
+def host_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
+    """TVM's CPU compilation pipeline for `relax.build`, its LegalizeOps taking byoc's kernels."""
+    from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+
+    @tvm.transform.module_pass(opt_level=0)
+    def pipeline(mod: tvm.IRModule, _context) -> tvm.IRModule:
+        legalize = [relax.transform.LegalizeOps(HOST_LEGALIZATIONS) if p.info.name == "LegalizeOps" else p
+                    for p in cpu_generic.legalize_passes(target)]
+        passes = (cpu_generic.library_dispatch_passes(target) + legalize + cpu_generic.dataflow_lower_passes(target)
+                  + cpu_generic.finalize_passes(target))
+        with target:
+            return tvm.transform.Sequential(passes)(mod)
+
+    return pipeline

@@ -17,7 +17,7 @@ from byoc.backend.registry import backend_origin, get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError, UnknownBackendError
-from byoc.host import legalize_host
+from byoc.host import host_pipeline
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
@@ -193,9 +193,9 @@ def build(
             if gvar.name_hint in by_symbol:
                 stubbed[gvar] = _signature_only(func)
         lowered = relax.transform.RunCodegen()(stubbed)
-    lowered = legalize_host(_empty_constants_made_at_run_time(lowered))
+    lowered = _empty_constants_made_at_run_time(lowered)
     try:
-        executable = relax.build(lowered, target=target)
+        executable = relax.build(lowered, target=target, relax_pipeline=host_pipeline(tvm.target.Target(target)))
     except Exception as error:  # TVM raises InternalError, ValueError, ... with no common base
         raise BuildError(f"compiling the host code failed: {type(error).__name__}: {str(error).strip().splitlines()[0]}") from error
     executable.mod.import_module(signature_module(signature(inputs, outputs, artifacts)))

@@ -76,11 +76,16 @@ class ProfileReport:
         shown = [k for k in self.host_kernels if k.ms >= HOST_KERNEL_SHOWN_MS][:HOST_KERNELS_SHOWN]
         if shown:
             lines.append("slowest host kernels (ms per run):")
-            lines.extend(f"  {k.name:<44}{k.calls_per_run:>6.0f}{k.ms:>10.3f}" for k in shown)
+            lines.extend(f"  {_shortened(k.name, 44):<44}{k.calls_per_run:>6.0f}{k.ms:>10.3f}" for k in shown)
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.to_table()
+
+
+def _shortened(name: str, width: int) -> str:
+    """A fused kernel's name lists every op in it: keep its start."""
+    return name if len(name) <= width else name[: width - 3] + "..."
 
 
 def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact], regions: Mapping[str, RegionRuntime],
