@@ -69,12 +69,15 @@ def openvino_runner(model, threads: int, inputs: dict) -> Callable[[], list] | N
     import tempfile
 
     core = ov.Core()
+    # fp32 as every other system (on CPUs with bf16 OpenVINO would choose bf16), and threads
+    # left unpinned as every other system's are.
     with tempfile.TemporaryDirectory() as tmp:  # OpenVINO reads ONNX from a file
         path = os.path.join(tmp, "model.onnx")
         with open(path, "wb") as f:
             f.write(model.SerializeToString())
         compiled = core.compile_model(core.read_model(path), "CPU", {
             "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
+            "ENABLE_CPU_PINNING": False,
         })
     request = compiled.create_infer_request()
 
