@@ -53,17 +53,17 @@ def legalize_host(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.LegalizeOps(HOST_LEGALIZATIONS)(mod)
 
 
-def host_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
-    """TVM's CPU compilation pipeline for `relax.build`, its LegalizeOps taking byoc's kernels."""
-    from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+def host_pipeline() -> tvm.transform.Pass:
+    """TVM's default build pipeline for `relax.build`, with byoc's kernels legalized first.
 
-    @tvm.transform.module_pass(opt_level=0)
-    def pipeline(mod: tvm.IRModule, _context) -> tvm.IRModule:
-        legalize = [relax.transform.LegalizeOps(HOST_LEGALIZATIONS) if p.info.name == "LegalizeOps" else p
-                    for p in cpu_generic.legalize_passes(target)]
-        passes = (cpu_generic.library_dispatch_passes(target) + legalize + cpu_generic.dataflow_lower_passes(target)
-                  + cpu_generic.finalize_passes(target))
-        with target:
-            return tvm.transform.Sequential(passes)(mod)
-
-    return pipeline
+    The dispatch passes that TVM runs before legalizing run first here too; the default
+    pipeline's own LegalizeOps then finds nothing left. (Not TVM's CPU pipeline with fusion:
+    `relax.build` avoids it on CPUs, and its FoldConstant turns the run-time `zeros` that
+    stand in for empty constants back into constants the VM cannot load.)
+    """
+    return tvm.transform.Sequential([
+        relax.backend.DispatchSampling(),
+        relax.backend.DispatchSortScan(),
+        relax.transform.LegalizeOps(HOST_LEGALIZATIONS),
+        relax.get_pipeline("default"),
+    ])

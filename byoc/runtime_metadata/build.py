@@ -195,7 +195,7 @@ def build(
         lowered = relax.transform.RunCodegen()(stubbed)
     lowered = _empty_constants_made_at_run_time(lowered)
     try:
-        executable = relax.build(lowered, target=target, relax_pipeline=host_pipeline(tvm.target.Target(target)))
+        executable = relax.build(lowered, target=target, relax_pipeline=host_pipeline())
     except Exception as error:  # TVM raises InternalError, ValueError, ... with no common base
         raise BuildError(f"compiling the host code failed: {type(error).__name__}: {str(error).strip().splitlines()[0]}") from error
     executable.mod.import_module(signature_module(signature(inputs, outputs, artifacts)))
