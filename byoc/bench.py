@@ -2,8 +2,8 @@
 dnnl, byoc with onnxruntime; batch 1, equal thread counts, all in one run.
 
 OpenVINO is optional (`pip install 'byoc[bench]'`); it runs in fp32, as the others do (on CPUs
-with bf16 it would otherwise choose bf16). For every model where a byoc system is slower than
-the fastest reference, the table is followed by that system's profile: time per region and on
+with bf16 it would otherwise choose bf16). "vs best" is the ratio to the fastest reference. For
+every model where a byoc system is slower than the fastest reference, the table is followed by that system's profile: time per region and on
 the host, and the host's slowest kernels.
 
 Each system is timed in blocks of consecutive runs (the thread pools of onnxruntime, OpenMP and
@@ -192,12 +192,15 @@ def benchmark_model(name: str, threads: int, rounds: int, with_tvm: bool) -> Mod
 
 
 def format_table(results: list[ModelResult], threads: int) -> str:
-    header = f"{'model':<14}{'system':<18}{'median ms':>11}{'vs ORT':>8}{'offload ops':>12}{'offload MACs':>13}{'regions':>8}{'build s':>9}{'max err':>10}"
+    header = (f"{'model':<14}{'system':<18}{'median ms':>11}{'vs ORT':>8}{'vs best':>9}{'offload ops':>12}{'offload MACs':>13}"
+              f"{'regions':>8}{'build s':>9}{'max err':>10}")
     lines = [f"batch 1, {threads} thread(s) for every system", header, "-" * len(header)]
     for result in results:
+        best = min(r.median_ms for r in result.systems if r.system in REFERENCES)  # the fastest reference
         for index, r in enumerate(result.systems):
             lines.append(
                 f"{result.model if index == 0 else '':<14}{r.system:<18}{r.median_ms:>11.2f}{r.ratio_to_onnxruntime:>7.2f}x"
+                f"{r.median_ms / best:>8.2f}x"
                 + (f"{r.offload_nodes:>12.1%}{r.offload_macs:>13.1%}{r.regions:>8}" if r.regions is not None else f"{'':>12}{'':>13}{'':>8}")
                 + f"{r.build_s:>9.1f}{r.max_abs_error:>10.1e}"
             )
