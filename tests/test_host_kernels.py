@@ -21,7 +21,7 @@ from conftest import onnxruntime_outputs
 BATCH, CLASSES, BOXES = 2, 3, 40
 
 
-def _nms_model(max_boxes: int | None, iou: float | None, score: float | None) -> onnx.ModelProto:
+def _nms_model(max_boxes: int | None, iou: float | None, score: float | None, center_point_box: int = 0) -> onnx.ModelProto:
     """One NonMaxSuppression; a None operand is left out (ONNX's default applies)."""
     names, constants = ["boxes", "scores"], []
     for name, value, dtype in (("max_boxes", max_boxes, np.int64), ("iou", iou, np.float32), ("score", score, np.float32)):
@@ -29,7 +29,7 @@ def _nms_model(max_boxes: int | None, iou: float | None, score: float | None) ->
         if value is not None:
             constants.append(numpy_helper.from_array(np.array([value], dtype), name))
     graph = helper.make_graph(
-        [helper.make_node("NonMaxSuppression", names, ["selected"], name="nms")], "nms",
+        [helper.make_node("NonMaxSuppression", names, ["selected"], name="nms", center_point_box=center_point_box)], "nms",
         [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [BATCH, BOXES, 4]),
          helper.make_tensor_value_info("scores", TensorProto.FLOAT, [BATCH, CLASSES, BOXES])],
         [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])], constants)
@@ -37,8 +37,8 @@ def _nms_model(max_boxes: int | None, iou: float | None, score: float | None) ->
 
 
 @functools.cache
-def _compiled(max_boxes: int | None, iou: float | None, score: float | None):
-    model = _nms_model(max_boxes, iou, score)
+def _compiled(max_boxes: int | None, iou: float | None, score: float | None, center_point_box: int = 0):
+    model = _nms_model(max_boxes, iou, score, center_point_box)
     return model, byoc.build(byoc.from_onnx(model))
 
 
@@ -70,6 +70,17 @@ def test_non_max_suppression_matches_onnxruntime(max_boxes, iou, score, seed, ti
     if ties:  # equal scores: both keep the lower box index first
         scores = np.round(scores * 4) / 4
     inputs = {"boxes": _boxes(rng), "scores": scores}
+    np.testing.assert_array_equal(compiled.run(**inputs)[0], onnxruntime_outputs(model, inputs)[0])
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_non_max_suppression_of_boxes_given_by_centre_and_size(seed):
+    model, compiled = _compiled(5, 0.4, 0.2, center_point_box=1)
+    rng = np.random.default_rng(seed)
+    centres, sizes = rng.uniform(0, 10, (BATCH, BOXES, 2)), rng.uniform(0.5, 4, (BATCH, BOXES, 2))
+    inputs = {"boxes": np.concatenate([centres, sizes], axis=2).astype(np.float32),
+              "scores": rng.random((BATCH, CLASSES, BOXES)).astype(np.float32)}
     np.testing.assert_array_equal(compiled.run(**inputs)[0], onnxruntime_outputs(model, inputs)[0])
 
 
