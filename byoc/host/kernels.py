@@ -25,11 +25,12 @@ def _tvm_default(op_name: str) -> Legalization:
 
 def _all_class_non_max_suppression(bb: BlockBuilder, call: relax.Call) -> relax.Expr:
     boxes, scores, max_boxes, iou_threshold, score_threshold = call.args
-    constant_max = is_tensor_constant(max_boxes) and constant_array(max_boxes).size == 1 and constant_array(max_boxes).item() > 0
+    per_class = constant_array(max_boxes).reshape(-1) if is_tensor_constant(max_boxes) else None
     thresholds_given = all(isinstance(t.ty, relax.TensorType) for t in (iou_threshold, score_threshold))
-    if call.attrs.output_format != "onnx" or not constant_max or not thresholds_given or scores.ty.dtype != "float32":
+    if (call.attrs.output_format != "onnx" or per_class is None or per_class.size != 1 or per_class[0] <= 0
+            or not thresholds_given or scores.ty.dtype != "float32"):
         return _tvm_default("relax.vision.all_class_non_max_suppression")(bb, call)
-    per_class = int(constant_array(max_boxes).reshape(()))
+    per_class = int(per_class[0])
     result = bb.call_te(all_class_nms_onnx, boxes, scores, per_class, iou_threshold, score_threshold)
     rows = bb.emit(relax.TupleGetItem(result, 0))
     count = bb.emit(relax.TupleGetItem(result, 1))
@@ -46,11 +47,6 @@ def _all_class_non_max_suppression(bb: BlockBuilder, call: relax.Call) -> relax.
 HOST_LEGALIZATIONS: dict[str, Legalization] = {
     "relax.vision.all_class_non_max_suppression": _all_class_non_max_suppression,
 }
-
-
-def legalize_host(mod: tvm.IRModule) -> tvm.IRModule:
-    """Legalize the host's ops, with byoc's kernels where they replace TVM's."""
-    return relax.transform.LegalizeOps(HOST_LEGALIZATIONS)(mod)
 
 
 def host_pipeline() -> tvm.transform.Pass:

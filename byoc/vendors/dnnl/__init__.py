@@ -80,8 +80,8 @@ def _dense_bias_then(tail: str):
 
 def _scaled_matmul(op: str):
     """Attention scores: a product of activations scaled by a constant, the scale a post-op."""
-    matmul = is_op("relax.matmul")(wildcard(), wildcard())
-    return is_op(op)(matmul, is_const()), {"root": matmul}
+    matmul, scale = is_op("relax.matmul")(wildcard(), wildcard()), is_const()
+    return is_op(op)(matmul, scale), {"root": matmul, "scale": scale}
 
 
 dnnl.pattern("conv2d_bias_add_relu", *_conv_with_residual("relax.nn.relu", False), check=fused_conv)
