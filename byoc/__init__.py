@@ -10,6 +10,7 @@ from byoc.backend.registry import discover_backends
 from byoc.flow import partition_for
 from byoc.frontend import cleanup, from_onnx
 from byoc.partition import PartitionReport, RegionSummary, report
+from byoc.placement.report import PlacementReport, placement_report
 from byoc.runtime_metadata import CompiledModel, Engine, build, load
 from byoc.vendors.dnnl import partition_for_dnnl
 from byoc.vendors.ethos_u import partition_for_ethos_u
@@ -29,6 +30,7 @@ __all__ = [
     "Option",
     "Pattern",
     "PartitionReport",
+    "PlacementReport",
     "RegionSummary",
     "Tolerance",
     "build",
@@ -45,6 +47,7 @@ __all__ = [
     "partition_for_reference",
     "partition_for_tensorrt",
     "partition_for_vitis_ai",
+    "placement_report",
     "register_backend",
     "report",
     "unregister_backend",

@@ -130,10 +130,10 @@ def block_medians(runners: dict[str, Callable[[], object]], rounds: int, slow: s
     return {name: statistics.median(values) * 1e3 for name, values in samples.items()}
 
 
-def benchmark_model(name: str, threads: int, rounds: int, with_tvm: bool) -> ModelResult:
+def zoo_reference(name: str, threads: int):
+    """A zoo model, its seeded inputs, an onnxruntime session on `threads` threads, the
+    session's outputs, and the model imported to Relax."""
     import onnxruntime as ort
-    import tvm
-    from tvm import relax
 
     import byoc
 
@@ -142,8 +142,16 @@ def benchmark_model(name: str, threads: int, rounds: int, with_tvm: bool) -> Mod
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    expected = session.run(None, inputs)
-    mod = byoc.from_onnx(model)
+    return model, inputs, session, session.run(None, inputs), byoc.from_onnx(model)
+
+
+def benchmark_model(name: str, threads: int, rounds: int, with_tvm: bool) -> ModelResult:
+    import tvm
+    from tvm import relax
+
+    import byoc
+
+    model, inputs, session, expected, mod = zoo_reference(name, threads)
 
     runners: dict[str, Callable[[], object]] = {"onnxruntime": lambda: session.run(None, inputs)}
     results = {"onnxruntime": SystemResult("onnxruntime", 0.0)}

@@ -76,3 +76,8 @@ class CacheError(ByocError):
 
 class QuantizationError(ByocError):
     """Quantization that cannot be done as asked (no calibration data, unknown dtype)."""
+
+
+class PlacementError(PartitionError):
+    """Measured placement cannot run as asked: a model it cannot cut, an RPC tracker that does
+    not answer, a key with no device; names the tracker, key or backend."""

@@ -22,6 +22,9 @@ from byoc.backend.spec import Backend
 from byoc.errors import PartitionError, QuantizationError
 from byoc.partition.outline import CODEGEN_ATTR
 from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backends
+from byoc.placement.auto import DEFAULT_BUDGET_S, place
+from byoc.placement.cache import MeasurementCache
+from byoc.placement.remote import measurer_for
 from byoc.processing.calibration import calibrate
 from byoc.processing.passes import needs_calibration
 
@@ -69,9 +72,19 @@ def route_options(backends: Sequence[Backend], options: Mapping[str, Any]) -> tu
     return cost, routed
 
 
+PLACEMENTS = ("priority", "auto")
+
+
 def partition_for(
     mod: tvm.IRModule,
     backends: str | Backend | Sequence[str | Backend],
+    placement: str = "priority",
+    budget_s: float | None = None,
+    rpc_tracker: str | None = None,
+    rpc_key: str | None = None,
+    rpc_fallback_local: bool = False,
+    placement_inputs: Mapping[str, Any] | None = None,
+    placement_cache_dir: str | None = None,
     **options: Any,
 ) -> tvm.IRModule:
     """Partition `mod["main"]` between the host and `backends` (by name or object, in priority
@@ -83,12 +96,30 @@ def partition_for(
     of model inputs), `num_calibration_samples` and `calibration_method`; without calibration
     data they are an error here rather than a silent host fallback at build time. The result
     carries a partition record that `byoc.report` reads.
+
+    With `placement="auto"`, which backend runs each part of the model is chosen by measured
+    cost rather than by priority (see `byoc.placement`): candidates are timed on this machine,
+    or on the devices registered under `rpc_key` at the TVM RPC tracker `rpc_tracker`
+    ("HOST:PORT"; with `rpc_fallback_local`, on this machine when the tracker or key fails),
+    within `budget_s` seconds, on `placement_inputs` (model inputs by name; default seeded
+    random), with timings cached under `placement_cache_dir`. `byoc.placement_report` reads
+    what was measured and chosen.
     """
+    if placement not in PLACEMENTS:
+        raise PartitionError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
+    remote = {"rpc_tracker": rpc_tracker, "rpc_key": rpc_key}
+    if placement != "auto" and (budget_s is not None or placement_inputs is not None or any(remote.values())):
+        raise PartitionError("budget_s, placement_inputs and the rpc_* options apply to placement='auto' only")
     ordered = resolve_backends(backends)
     cost, routed = route_options(ordered, options)
     calibration_names = {o.name for o in CALIBRATION_OPTIONS}
     configured = [b.configured({k: v for k, v in routed[b.name].items() if k not in calibration_names}) for b in ordered]
-    partitioned = partition_graph(mod, configured, **cost)
+    if placement == "auto":
+        measurer = measurer_for(rpc_tracker, rpc_key, rpc_fallback_local)
+        partitioned = place(mod, configured, budget_s if budget_s is not None else DEFAULT_BUDGET_S, measurer,
+                            MeasurementCache(placement_cache_dir), placement_inputs, **cost)
+    else:
+        partitioned = partition_graph(mod, configured, **cost)
     for backend in configured:
         if not needs_calibration(backend.processing) or not _has_regions(partitioned, backend.name):
             continue

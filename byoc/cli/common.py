@@ -50,6 +50,13 @@ def add_partition_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", help="the vendor's hardware configuration option (e.g. DPUCZDX8G-B1024, ethos-u55-128)")
     parser.add_argument("--calibration", "--calibration-samples", type=int, default=8, metavar="N", dest="calibration",
                         help="vendors that quantize at compile time: calibrate on N seeded random inputs (default 8)")
+    parser.add_argument("--placement", choices=("priority", "auto"), default="priority",
+                        help="priority: the first vendor that takes an op runs it; auto: measured cost chooses")
+    parser.add_argument("--budget-s", type=float, metavar="SECONDS", help="--placement auto: time allowed for measuring (default 600)")
+    parser.add_argument("--rpc-tracker", metavar="HOST:PORT", help="--placement auto: time candidates on devices of this TVM RPC tracker")
+    parser.add_argument("--rpc-key", metavar="KEY", help="--placement auto: the device key at the RPC tracker")
+    parser.add_argument("--rpc-fallback-local", action="store_true",
+                        help="--placement auto: measure on this machine if the RPC tracker or key fails")
 
 
 def partition_options(args: argparse.Namespace) -> dict:
@@ -107,4 +114,9 @@ def partition(args: argparse.Namespace, mod: tvm.IRModule, model: onnx.ModelProt
     options = {**partition_options(args), **vendor_options(args, backends)}
     if any(needs_calibration(b.processing) for b in backends) and "calibration" not in options:
         options["calibration"] = [random_inputs(mod, model, seed) for seed in range(args.calibration)]
+    if args.placement == "auto":
+        options.update(placement="auto", budget_s=args.budget_s, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
+                       rpc_fallback_local=args.rpc_fallback_local, placement_inputs=random_inputs(mod, model, 0))
+    elif args.rpc_tracker or args.rpc_key or args.budget_s is not None:
+        raise PartitionError("--budget-s and --rpc-* apply to --placement auto only")
     return partition_for(mod, backends, **options)

@@ -8,7 +8,7 @@ Glue nodes are placed later, with the region of what they read.
 from __future__ import annotations
 
 from byoc.partition.graph import COMPOSITE, OP, OPAQUE, Node
-from byoc.partition.group import PlacementPolicy
+from byoc.partition.group import HOST, PlacementPolicy
 
 
 def annotate_nodes(nodes: list[Node], policy: PlacementPolicy) -> None:
@@ -23,6 +23,10 @@ def annotate_nodes(nodes: list[Node], policy: PlacementPolicy) -> None:
 
 
 def _annotate_op(node: Node, policy: PlacementPolicy) -> None:
+    if policy.placement.get(node.name) == HOST:
+        why = policy.placement_why.get(node.name)
+        node.reasons.append("measured placement keeps it on the host" + (f" ({why})" if why else ""))
+        return
     if policy.forced_to_host(node.name, node.op):
         node.reasons.append("forced to the host by the host_ops option")
         return

@@ -9,7 +9,7 @@ own, and finally against the pattern's own predicate, whose reason is recorded w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import tvm
@@ -23,25 +23,42 @@ from byoc.errors import PredicateError
 from byoc.partition.reasons import HostReasons
 
 COMPOSITE_ATTR = "Composite"
+HOST = "host"  # the placement name of the host
 
 
 @dataclass
 class PlacementPolicy:
-    """What every check consults: backends in priority order, their op rules, forced host ops."""
+    """What every check consults: backends in priority order, their op rules, forced host ops,
+    and a placement chosen by measured cost (node name -> backend name, or HOST), which
+    overrides priority for the nodes it names."""
 
     backends: Sequence[Backend]
     rules: Sequence[dict[str, OpRule]]
     host_ops: frozenset[str]
     reasons: HostReasons
-    accepted_roots: list[tuple[int, str]] = field(default_factory=list)  # (binding position, node name)
+    placement: Mapping[str, str] = field(default_factory=dict)
+    placement_why: Mapping[str, str] = field(default_factory=dict)  # node name -> the measurements behind it
+    # (binding position of the root, node name, binding positions of every matched op)
+    accepted_roots: list[tuple[int, str, tuple[int, ...]]] = field(default_factory=list)
     positions: dict[int, int] = field(default_factory=dict)  # variable id -> binding position
 
     def forced_to_host(self, node: str, op: str) -> bool:
-        return op in self.host_ops or node in self.host_ops
+        return op in self.host_ops or node in self.host_ops or self.placement.get(node) == HOST
+
+    def placed_elsewhere(self, index: int, node: str) -> str | None:
+        """Why backend `index` may not take `node` under the measured placement, or None."""
+        chosen = self.placement.get(node)
+        if chosen is None or chosen == self.backends[index].name:
+            return None
+        why = self.placement_why.get(node)
+        return f"measured placement puts it on {chosen}" + (f" ({why})" if why else "")
 
     def op_rejection(self, index: int, call: relax.Call, node: str) -> str | None:
         """Why backend `index` does not take single op `call`, or None when it does."""
         backend = self.backends[index]
+        elsewhere = self.placed_elsewhere(index, node)
+        if elsewhere is not None:
+            return elsewhere
         rule = self.rules[index].get(call.op.name)
         if rule is None:
             return f"no pattern or op rule for {call.op.name}"
@@ -102,7 +119,8 @@ class _PatternChecker:
         positions = self.policy.positions
         root = ctx.value_to_bound_var[ctx.matched_expr]
         first = min(ctx.matched_bindings.keys(), key=lambda var: positions[var.id_])
-        self.policy.accepted_roots.append((positions[root.id_], first.name))
+        members = tuple(sorted(positions[var.id_] for var in ctx.matched_bindings.keys()))
+        self.policy.accepted_roots.append((positions[root.id_], first.name, members))
         return True
 
     def _rejection(self, ctx: PatternCheckContext, calls: list[tuple[str, relax.Call]]) -> str | None:
@@ -116,6 +134,11 @@ class _PatternChecker:
         for name, call in calls:
             if self.policy.forced_to_host(name, call.op.name):
                 return f"{call.op.name} at {name} is forced to the host"
+            elsewhere = self.policy.placed_elsewhere(self.index, name)
+            if elsewhere is not None:
+                return f"{call.op.name} at {name}: {elsewhere}"
+            if name in self.policy.placement:
+                continue  # placed here by measured cost: priority no longer decides
             limit = self.backend.limits.violation(call)
             if limit is not None:
                 return f"{call.op.name}: {limit}"
@@ -166,13 +189,20 @@ def group_patterns(mod: tvm.IRModule, policy: PlacementPolicy) -> tuple[tvm.IRMo
     return grouped, _composite_names(grouped, policy.accepted_roots)
 
 
-def _composite_names(mod: tvm.IRModule, accepted_roots: list[tuple[int, str]]) -> dict[int, str]:
+def composite_members(mod: tvm.IRModule, policy: PlacementPolicy) -> dict[int, tuple[int, ...]]:
+    """The binding positions (in the ungrouped module) of each composite call's ops, by the
+    call's variable id, for a module `group_patterns` made with `policy`."""
+    calls = _composite_calls(mod)
+    return {var_id: members for var_id, (_, _, members) in zip(calls, sorted(policy.accepted_roots))}
+
+
+def _composite_calls(mod: tvm.IRModule) -> list[int]:
     composite_gvars = {
         gv.name_hint
         for gv, func in mod.functions.items()
         if isinstance(func, relax.Function) and func.attrs is not None and COMPOSITE_ATTR in func.attrs
     }
-    calls = [
+    return [
         binding.var.id_
         for block in mod["main"].body.blocks
         for binding in block.bindings
@@ -180,6 +210,10 @@ def _composite_names(mod: tvm.IRModule, accepted_roots: list[tuple[int, str]]) -
         and isinstance(binding.value.op, relax.GlobalVar)
         and binding.value.op.name_hint in composite_gvars
     ]
+
+
+def _composite_names(mod: tvm.IRModule, accepted_roots: list[tuple[int, str, tuple[int, ...]]]) -> dict[int, str]:
+    calls = _composite_calls(mod)
     if len(calls) != len(accepted_roots):
         raise AssertionError(f"{len(calls)} composite calls for {len(accepted_roots)} accepted pattern matches")
-    return {var_id: name for var_id, (_, name) in zip(calls, sorted(accepted_roots))}
+    return {var_id: name for var_id, (_, name, _) in zip(calls, sorted(accepted_roots))}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import tvm
@@ -46,6 +46,8 @@ def resolve_backends(backends: str | Backend | Sequence[str | Backend]) -> list[
 def partition_graph(
     mod: tvm.IRModule,
     backends: str | Backend | Sequence[str | Backend],
+    placement: Mapping[str, str] | None = None,
+    placement_why: Mapping[str, str] | None = None,
     **options,
 ) -> tvm.IRModule:
     """Partition `mod["main"]` between the host and `backends` (the core of
@@ -56,7 +58,9 @@ def partition_graph(
     `min_ops_per_region`, `min_macs_per_region`, `fallback_without_macs`, `host_ops` (op names
     such as "relax.nn.softmax" or model node names) and `region_filter` (a callable that
     receives a `RegionSummary` and returns None/True to keep the region, or False/a reason to
-    send it back to the host). The result carries a partition record that `byoc.report` reads.
+    send it back to the host). `placement` (node name -> backend name or "host") overrides
+    priority for the nodes it names, `placement_why` says why per node; measured placement
+    (`byoc.placement`) makes both. The result carries a partition record that `byoc.report` reads.
     """
     unknown = sorted(set(options) - COST_OPTIONS)
     if unknown:
@@ -66,7 +70,7 @@ def partition_graph(
     rules = [backend.cost.with_options(**options) for backend in ordered]
     host_ops = frozenset().union(*(r.host_ops for r in rules))
     reasons = HostReasons()
-    policy = PlacementPolicy(ordered, [b.rules() for b in ordered], host_ops, reasons)
+    policy = PlacementPolicy(ordered, [b.rules() for b in ordered], host_ops, reasons, dict(placement or {}), dict(placement_why or {}))
 
     grouped, composite_names = group_patterns(mod, policy)
     composites = composite_infos(grouped)

@@ -1,0 +1,141 @@
+"""Measured placement: segments, the cheapest cover, the measurement cache, the worker, and a
+search over a TVM RPC tracker with two device servers started here on loopback."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import byoc
+from byoc.errors import PlacementError
+from byoc.partition.coverage import backend_coverage
+from byoc.placement.measure import LocalMeasurer
+from byoc.placement.search import cheapest_cover
+from byoc.placement.segments import cut_segments, extract
+
+from conftest import assert_fp32_close, onnxruntime_outputs, small_model, small_module
+
+BACKENDS = ["dnnl", "onnxruntime"]
+
+
+def test_cheapest_cover_pays_for_each_switch():
+    costs = [{"a": 1.0, "b": 2.0}, {"a": 1.5, "b": 1.0}, {"a": 1.0, "b": 2.0}]
+    # Switching is free: each segment takes its cheapest backend.
+    assert cheapest_cover(costs, {}) == (["a", "b", "a"], 3.0)
+    # Going from b back to a costs more than b saves: stay on a.
+    chosen, total = cheapest_cover(costs, {("b", "a"): 1.0})
+    assert chosen == ["a", "a", "a"] and total == pytest.approx(3.5)
+    # Entering a from the host costs enough that b from the start wins.
+    assert cheapest_cover(costs, {("host", "a"): 3.0, ("b", "a"): 3.0}) == (["b", "b", "b"], 5.0)
+    with pytest.raises(PlacementError, match="segment s1"):
+        cheapest_cover([{"a": 1.0}, {}], {}, ["s0", "s1"])
+
+
+def test_segments_cover_the_model_and_extract_to_the_same_results():
+    mod = small_module("resnet18")
+    coverages = [backend_coverage(mod, byoc.get_backend(b)) for b in BACKENDS]
+    segments = cut_segments(mod, coverages, pieces=6)
+    bindings = mod["main"].body.blocks[0].bindings
+    assert segments[0].start == 0 and segments[-1].end == len(bindings)
+    assert all(a.end == b.start for a, b in zip(segments, segments[1:]))
+    assert len(segments) >= 4
+    # Running the segments one after the other on the host gives the model's outputs.
+    inputs = byoc.models.sample_inputs(small_model("resnet18"))
+    values = dict(inputs)
+    for segment in segments:
+        piece = extract(mod, segment)
+        outputs = byoc.build(piece.mod).run(*[values[n] for n in piece.inputs])
+        values.update(zip(piece.outputs, outputs))
+    assert_fp32_close([values[segments[-1].nodes[-1]]], onnxruntime_outputs(small_model("resnet18"), inputs))
+
+
+def test_auto_placement_runs_like_onnxruntime_and_second_search_measures_nothing(tmp_path):
+    mod = small_module("mlp")
+    inputs = byoc.models.sample_inputs(small_model("mlp"))
+    cold = byoc.partition_for(mod, BACKENDS, placement="auto", placement_inputs=inputs, placement_cache_dir=str(tmp_path))
+    report = byoc.placement_report(cold)
+    assert report.measured > 0 and report.measured_ms is not None
+    for row in report.rows:
+        assert row.chosen in row.costs
+    assert_fp32_close(byoc.build(cold).run(**inputs), onnxruntime_outputs(small_model("mlp"), inputs))
+    # Every op left on the host says why.
+    assert all(op.reasons for op in byoc.report(cold).host_ops)
+    warm = byoc.placement_report(
+        byoc.partition_for(mod, BACKENDS, placement="auto", placement_inputs=inputs, placement_cache_dir=str(tmp_path)))
+    assert warm.measured == 0 and warm.cached == report.measured + report.cached
+    assert [r.chosen for r in warm.rows] == [r.chosen for r in report.rows]
+
+
+def test_placement_options_are_checked():
+    mod = small_module("mlp")
+    with pytest.raises(byoc.errors.PartitionError, match="placement must be one of"):
+        byoc.partition_for(mod, "dnnl", placement="fastest")
+    with pytest.raises(byoc.errors.PartitionError, match="placement='auto' only"):
+        byoc.partition_for(mod, "dnnl", budget_s=10)
+    with pytest.raises(byoc.errors.UnknownBackendError, match="no_such_vendor"):
+        byoc.partition_for(mod, ["dnnl", "no_such_vendor"], placement="auto")
+
+
+def test_worker_reports_a_broken_candidate_and_carries_on(tmp_path):
+    broken = tmp_path / "broken.byoc"
+    broken.write_bytes(b"not an artifact")
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, np.zeros(1, np.float32))
+    measurer = LocalMeasurer()
+    try:
+        failed = measurer.measure(str(broken), str(inputs))
+        assert failed.ms is None and "ArtifactError" in failed.error
+        worker = measurer.workers["mixed"]
+        assert worker.alive()  # the same worker serves the next candidate
+        worker.process.kill()  # a crash: the next candidate gets a new worker
+        worker.process.wait()
+        again = measurer.measure(str(broken), str(inputs))
+        assert "ArtifactError" in again.error and measurer.workers["mixed"] is not worker
+    finally:
+        measurer.close()
+
+
+@pytest.fixture(scope="module")
+def farm():
+    """A TVM RPC tracker and two byoc device servers on loopback."""
+    import tvm.rpc.tracker
+
+    from byoc.placement.remote import start_server
+
+    tracker = tvm.rpc.tracker.Tracker("127.0.0.1", port=9190, port_end=9290, silent=True)
+    address = f"127.0.0.1:{tracker.port}"
+    servers = [start_server(address, "byoc-test", port=9300, port_end=9400) for _ in range(2)]
+    session = tvm.rpc.connect_tracker("127.0.0.1", tracker.port)
+    deadline = time.time() + 30
+    while len(session.summary()["server_info"]) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    yield address
+    for server in servers:
+        server.terminate()
+    tracker.terminate()
+
+
+def test_search_over_rpc_tracker(farm, tmp_path):
+    mod = small_module("mlp")
+    inputs = byoc.models.sample_inputs(small_model("mlp"))
+    placed = byoc.partition_for(mod, BACKENDS, placement="auto", placement_inputs=inputs, rpc_tracker=farm,
+                                rpc_key="byoc-test", placement_cache_dir=str(tmp_path))
+    report = byoc.placement_report(placed)
+    assert "RPC key byoc-test" in report.where and report.measured > 0
+    assert_fp32_close(byoc.build(placed).run(**inputs), onnxruntime_outputs(small_model("mlp"), inputs))
+
+
+def test_rpc_errors_name_the_tracker_and_key(farm, tmp_path):
+    mod = small_module("mlp")
+    with pytest.raises(PlacementError, match="127.0.0.1:1 does not answer"):
+        byoc.partition_for(mod, "dnnl", placement="auto", rpc_tracker="127.0.0.1:1", rpc_key="byoc-test")
+    with pytest.raises(PlacementError, match="key 'gpu-farm'.*keys there: byoc-test"):
+        byoc.partition_for(mod, "dnnl", placement="auto", rpc_tracker=farm, rpc_key="gpu-farm")
+    with pytest.raises(PlacementError, match="HOST:PORT"):
+        byoc.partition_for(mod, "dnnl", placement="auto", rpc_tracker="nowhere", rpc_key="byoc-test")
+    with pytest.warns(UserWarning, match="measuring on this machine instead"):
+        placed = byoc.partition_for(mod, "dnnl", placement="auto", rpc_tracker=farm, rpc_key="gpu-farm",
+                                    rpc_fallback_local=True, placement_cache_dir=str(tmp_path))
+    assert byoc.placement_report(placed).where.startswith("this machine")
