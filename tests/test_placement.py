@@ -139,3 +139,14 @@ def test_rpc_errors_name_the_tracker_and_key(farm, tmp_path):
         placed = byoc.partition_for(mod, "dnnl", placement="auto", rpc_tracker=farm, rpc_key="gpu-farm",
                                     rpc_fallback_local=True, placement_cache_dir=str(tmp_path))
     assert byoc.placement_report(placed).where.startswith("this machine")
+
+
+def test_cli_partition_with_measured_placement(tmp_path, monkeypatch, capsys):
+    from byoc.cli import main
+
+    monkeypatch.setenv("BYOC_PLACEMENT_CACHE_DIR", str(tmp_path))
+    assert main(["partition", "mlp", "--small", "--vendor", "dnnl,onnxruntime", "--placement", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "measured placement over dnnl, onnxruntime, host" in out and "end to end:" in out
+    assert main(["partition", "mlp", "--small", "--vendor", "dnnl", "--rpc-key", "k"]) == 2
+    assert "--placement auto only" in capsys.readouterr().err
