@@ -155,12 +155,15 @@ check(mobilenet, byoc.models.sample_inputs(mobilenet, seed=0))
 # A region that starts inside a residual block (as measured placement cuts them): the residual
 # is a region input in plain NCHW, the convolution's result NHWC; oneDNN's reference code took
 # 133 ms for a ResNet-50 block that runs in 2.
+# Also with a depthwise convolution before it, where layouts follow their producer (blocked).
 residual = helper.make_graph(
     [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Add", ["c", "skip"], ["a"]),
-     helper.make_node("Relu", ["a"], ["y"])], "residual_input",
+     helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Conv", ["r", "wd"], ["d"], pads=[1, 1, 1, 1], group=64),
+     helper.make_node("Conv", ["d", "wp"], ["p"]), helper.make_node("Add", ["p", "skip"], ["y"])], "residual_input",
     [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 64, 14, 14]) for n in ("x", "skip")],
     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 14, 14])],
-    [numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "w")])
+    [numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float32), name)
+     for name, shape in (("w", (64, 64, 3, 3)), ("wd", (64, 1, 3, 3)), ("wp", (64, 64, 1, 1)))])
 check(helper.make_model(residual, opset_imports=[helper.make_opsetid("", 13)]),
       {n: rng.standard_normal((1, 64, 14, 14)).astype(np.float32) for n in ("x", "skip")})
 # BERT: GELU, residual adds and the attention scale as post-ops of matrix products.

@@ -125,16 +125,18 @@ class _Kernel:
     def post_ops(self, nodes: list[dict], residual_arg: list[tuple[CBuffer, int]], rank: int, input_tag: str = "") -> str:
         """An attribute with element-wise and binary post-ops (a residual add, a constant scale
         broadcast over the `rank`-dimensional result); returns its name. With `input_tag`, an
-        operand that is a region input of the result's shape is reordered into that layout per
-        call."""
+        operand that is a region input of the result's shape is reordered per call into that
+        layout ("any": the one the primitive asks for)."""
         operands: dict[int, tuple[str, str]] = {}  # post-op index -> (memory, descriptor), made outside the block below
         for buffer, index in residual_arg:
             operands[index] = f"{buffer.name}_mem", self.md_of(buffer)
             if input_tag and buffer.kind == "input" and len(buffer.shape) == rank:
                 name = self._name("operand")
                 md = self.md(buffer.shape, input_tag)
+                wanted = md if input_tag != "any" else \
+                    f"dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_MULTIPLE_POST_OP({index}) | DNNL_ARG_SRC_1)"
                 self.state.append(f"static byoc_conversion {name};")
-                self.bind.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {md})", f"layout of {buffer.name}"))
+                self.bind.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {wanted})", f"layout of {buffer.name}"))
                 self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
                 operands[index] = f"{name}.memory", md
             if len(buffer.shape) < rank:
@@ -250,10 +252,12 @@ def convolution(call: KernelCall) -> KernelCode:
     bias_memory = kernel.view(bias, (oc,)) if bias is not None else None
     bias_md = kernel.md((oc,), "plain") if bias is not None else "NULL"
     dst_md = kernel.md(out.shape)
-    # A residual that comes in plain NCHW from outside the region, against the NHWC result
-    # oneDNN's AVX-512 convolutions choose, sent them to its reference code: a ResNet-50 block
-    # cut at a residual took 133 ms instead of 1.6. It is reordered into NHWC per call instead.
-    attr = kernel.post_ops(post, residuals, len(out.shape), "" if followed else "acdb")
+    # A residual that comes in plain NCHW from outside the region, against the NHWC or blocked
+    # result the convolution runs in, sent it to oneDNN's reference code: a ResNet-50 block cut
+    # at a residual took 133 ms instead of 2, MobileNetV2 blocks 8-21 ms instead of 0.1-0.3. It
+    # is reordered per call into NHWC (where oneDNN chooses) or the layout oneDNN asks for it in
+    # (where layouts follow their producer).
+    attr = kernel.post_ops(post, residuals, len(out.shape), "any" if followed else "acdb")
     top, left, bottom, right = attrs["padding"]
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_strides = {dims(tuple(attrs['strides']))};")
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_dilates = {dims(tuple(d - 1 for d in attrs['dilation']))};")
