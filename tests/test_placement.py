@@ -150,3 +150,15 @@ def test_cli_partition_with_measured_placement(tmp_path, monkeypatch, capsys):
     assert "measured placement over dnnl, onnxruntime, host" in out and "end to end:" in out
     assert main(["partition", "mlp", "--small", "--vendor", "dnnl", "--rpc-key", "k"]) == 2
     assert "--placement auto only" in capsys.readouterr().err
+
+
+def test_simulated_accelerator_is_placed_by_its_cost_model(tmp_path):
+    mod = small_module("mlp")
+    inputs = byoc.models.sample_inputs(small_model("mlp"))
+    placed = byoc.partition_for(mod, ["vitis_ai"], placement="auto", placement_inputs=inputs, calibration=[inputs],
+                                placement_cache_dir=str(tmp_path))
+    report = byoc.placement_report(placed)
+    assert any(row.chosen == "vitis_ai" for row in report.rows)
+    # The DPU is simulated: its candidates are its estimate, and the whole model is not timed.
+    assert report.measured_ms is None and "only estimated" in report.decision
+    assert byoc.report(placed).regions

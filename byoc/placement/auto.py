@@ -92,7 +92,7 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
         timed = search.compare(ends, params)
         fastest = min(timed, key=timed.get) if timed else "the chosen placement"
         listed = ", ".join(f"{label} {ms:.3f} ms" for label, ms in timed.items())
-        decision = f"end to end: {listed or 'nothing could be timed'}; kept {fastest}"
+        decision = f"end to end: {listed or 'nothing could be timed (a simulated accelerator is only estimated)'}; kept {fastest}"
         partitioned = ends[fastest]
         if fastest != "the chosen placement":
             name = fastest.removesuffix(" alone")

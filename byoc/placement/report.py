@@ -77,7 +77,7 @@ class PlacementReport:
         switch = ", ".join(f"{b} {ms:.3f} ms" for b, ms in self.switch_ms.items())
         lines.append(f"entering a region (measured): {switch or 'none'}; a model run's own overhead {self.base_ms:.3f} ms")
         singles = ", ".join(f"{b} {ms:.3f} ms" for b, ms in self.single_backend_ms.items())
-        measured = f"{self.measured_ms:.3f} ms" if self.measured_ms is not None else "not measured"
+        measured = f"{self.measured_ms:.3f} ms" if self.measured_ms is not None else "not timed end to end"
         error = f" ({(self.predicted_ms / self.measured_ms - 1) * 100:+.1f}%)" if self.measured_ms else ""
         lines.append(f"whole model: predicted {self.predicted_ms:.3f} ms{error}, measured {measured} (the search's sum over "
                      f"segments: {self.segments_ms:.3f} ms); one backend with the host, summed over segments: {singles}")
