@@ -4,6 +4,12 @@ region and backend, so that a user can act on the message alone."""
 from __future__ import annotations
 
 
+def one_line(error: BaseException) -> str:
+    """An exception as one line for a report: its type and the first line of its message."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 class ByocError(Exception):
     """Base class of every error byoc raises on purpose."""
 

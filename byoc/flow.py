@@ -20,13 +20,13 @@ import tvm
 from byoc.backend.options import Option
 from byoc.backend.spec import Backend
 from byoc.errors import PartitionError, QuantizationError
-from byoc.partition.outline import CODEGEN_ATTR
 from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backends
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
 from byoc.placement.remote import measurer_for
 from byoc.processing.calibration import calibrate
 from byoc.processing.passes import needs_calibration
+from byoc.runtime_metadata.build import region_functions
 
 
 def _samples_from_text(text: str):
@@ -137,7 +137,7 @@ def partition_for(
 
 
 def _has_regions(mod: tvm.IRModule, backend: str) -> bool:
-    return any(func.attrs is not None and str(func.attrs.get(CODEGEN_ATTR, "")) == backend for func in mod.functions.values())
+    return any(name == backend for _, name, _ in region_functions(mod))
 
 
 __all__ = ["CALIBRATION_OPTIONS", "declared_options", "describe_options", "partition_for", "route_options"]

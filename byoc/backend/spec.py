@@ -92,6 +92,15 @@ class Backend:
         """Why this vendor cannot build regions on this machine, or None when it can."""
         return self.unavailable() if self.unavailable is not None else None
 
+    def library_version(self) -> str:
+        """The version of what generates and runs this backend's code (its runtime library, C
+        kernel library or binary format): engine caches, artifacts and timings depend on it."""
+        if self.codegen == "json":
+            return self.json_runtime.version
+        if self.codegen == "c":
+            return self.c_library.version
+        return f"{self.custom_format.name}-{self.custom_format.version}"
+
     def option(self, name: str) -> Option | None:
         return next((option for option in self.options if option.name == name), None)
 

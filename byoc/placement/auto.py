@@ -64,7 +64,7 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
     names = [HOST, *(b.name for b in backends)]
     total = sum(len(s.takers) for s in segments) + len(names) * len(names) + 3
     progress = Progress(total, "placement") if show_progress else None
-    search = Search(mod, backends, measurer, cache, budget_s, cost_options, progress)
+    search = Search(backends, measurer, cache, budget_s, cost_options, progress)
     for segment, piece in zip(segments, extracted):
         search.producers.update(dict.fromkeys(piece.outputs, (piece, segment.takers)))
 

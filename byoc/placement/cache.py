@@ -36,11 +36,7 @@ def backend_version(backend: Backend | None) -> str:
     """The library a backend's timings depend on; the host's is TVM's."""
     if backend is None:
         return f"host tvm {tvm.__version__}"
-    hook = backend.json_runtime or backend.c_library
-    version = getattr(hook, "version", "") if hook is not None else ""
-    if backend.custom_format is not None:
-        version = f"{backend.custom_format.name}-{backend.custom_format.version}"
-    return f"{backend.name} {version} {backend.target}".strip()
+    return f"{backend.name} {backend.library_version()} {backend.target}".strip()
 
 
 def content_hash(mod: tvm.IRModule) -> str:

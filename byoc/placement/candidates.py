@@ -13,12 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import tvm
-from tvm import relax
 
 from byoc.backend.spec import Backend
-from byoc.errors import ByocError
+from byoc.errors import ByocError, one_line
 from byoc.partition.group import HOST
-from byoc.partition.outline import CODEGEN_ATTR
 from byoc.partition.pipeline import partition_graph
 from byoc.partition.report import report
 from byoc.placement.cache import MeasurementCache, candidate_key, content_hash
@@ -26,7 +24,7 @@ from byoc.placement.measure import Measurement
 from byoc.processing.calibration import calibrate
 from byoc.processing.passes import needs_calibration
 from byoc.progress import Progress
-from byoc.runtime_metadata.build import build
+from byoc.runtime_metadata.build import build, region_functions
 
 GIVE_UP_FACTOR = 10.0  # a candidate this many times slower than the fastest so far gets one run
 
@@ -40,13 +38,11 @@ class Candidate:
     key: str
     ms: float | None
     note: str = ""
-    cached: bool = False
 
 
 class Search:
-    def __init__(self, mod: tvm.IRModule, backends: Sequence[Backend], measurer, cache: MeasurementCache,
+    def __init__(self, backends: Sequence[Backend], measurer, cache: MeasurementCache,
                  budget_s: float, cost_options: Mapping, progress: Progress | None) -> None:
-        self.mod = mod
         self.backends = list(backends)
         self.by_name = {b.name: b for b in self.backends}
         self.measurer = measurer
@@ -112,8 +108,7 @@ class Search:
         except ByocError as error:
             return Candidate(key, None, f"build failed: {str(error).splitlines()[0]}")
         except Exception as error:  # a vendor's code generator can raise anything: the candidate is skipped
-            text = str(error).strip()
-            return Candidate(key, None, f"build failed: {type(error).__name__}: {text.splitlines()[0] if text else ''}")
+            return Candidate(key, None, f"build failed: {one_line(error)}")
 
     def _failed(self, candidate: Candidate) -> Candidate:
         """A candidate that did not build, was not taken or failed when run fails the same way
@@ -190,7 +185,7 @@ class Search:
         entry = self.cache.get(key)
         if entry is not None:
             self.cached += 1
-            return Candidate(key, entry["ms"], entry.get("note", ""), cached=True)
+            return Candidate(key, entry["ms"], entry.get("note", ""))
         if time.perf_counter() > self.deadline:
             return Candidate(key, None, f"not measured: the search budget of {self.budget_s:.0f} s was spent")
         failed = self._ensure_values(input_names)
@@ -203,7 +198,7 @@ class Search:
         wants_outputs = any(n not in self.values for n in output_names)
         outputs_path = path + ".out.npz" if wants_outputs else ""
         # A candidate that mixes backends (a switch probe, a whole placement) runs in the mixed pool.
-        pool = backend.name if backend is not None else ("mixed" if has_regions(mod) else HOST)
+        pool = backend.name if backend is not None else ("mixed" if region_functions(mod) else HOST)
         result = self.measurer.measure(path, self._save_inputs(input_names), outputs_path, estimate is None, give_up_ms, pool)
         if outputs_path and not result.error:
             self._load_outputs(outputs_path, output_names)
@@ -219,7 +214,3 @@ class Search:
         self.measured += 1
         self.cache.put(key, {"ms": result.ms, "runs": result.runs, "note": note, "where": self.measurer.where})
         return Candidate(key, result.ms, note)
-
-
-def has_regions(mod: tvm.IRModule) -> bool:
-    return any(isinstance(f, relax.Function) and f.attrs is not None and CODEGEN_ATTR in f.attrs for f in mod.functions.values())

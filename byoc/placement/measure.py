@@ -21,6 +21,8 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from byoc.errors import one_line
+
 PROTOCOL = 1  # bump when what a measurement means changes: cached ones are then ignored
 WARMUP_RUNS = 2
 MIN_RUNS = 5
@@ -107,8 +109,7 @@ def compare_artifacts(artifact_paths: list[str], inputs_path: str) -> dict:
                 vm["main"](*tensors)
             runners[index] = (model, vm, tensors)
         except Exception as error:  # reported per artifact; the others are still compared
-            text = str(error).strip()
-            results[index] = {"error": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"}
+            results[index] = {"error": one_line(error)}
     samples: dict[int, list[float]] = {index: [] for index in runners}
     order = list(runners)
     for round_index in range(COMPARE_ROUNDS):
@@ -125,11 +126,15 @@ def compare_artifacts(artifact_paths: list[str], inputs_path: str) -> dict:
     return {"results": results}
 
 
-def run_request(request: dict) -> dict:
-    """What a worker or an RPC server does with one request."""
-    if "artifact_paths" in request:
-        return compare_artifacts(**request)
-    return time_artifact(**request)
+def answer(request: dict) -> dict:
+    """What a worker or an RPC server does with one request: a comparison or one timing, or
+    the error's text (reported back as the candidate's reason; the worker stays up)."""
+    try:
+        if "artifact_paths" in request:
+            return compare_artifacts(**request)
+        return time_artifact(**request)
+    except Exception as error:
+        return {"error": one_line(error)}
 
 
 def serve(connection: Connection) -> None:
@@ -139,12 +144,7 @@ def serve(connection: Connection) -> None:
             request = connection.recv()
         except EOFError:
             return
-        try:
-            result = run_request(request)
-        except Exception as error:  # reported back as the candidate's reason, named there
-            text = str(error).strip()
-            result = {"error": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"}
-        connection.send(result)
+        connection.send(answer(request))
 
 
 def as_measurements(result: dict, count: int) -> list[Measurement]:

@@ -14,14 +14,7 @@ import socket
 import warnings
 
 from byoc.errors import PlacementError
-from byoc.placement.measure import (
-    LocalMeasurer,
-    Measurement,
-    as_measurements,
-    compare_artifacts,
-    machine_description,
-    time_artifact,
-)
+from byoc.placement.measure import LocalMeasurer, Measurement, answer, as_measurements, machine_description
 
 TIME_FUNCTION = "byoc.placement.time_artifact"
 COMPARE_FUNCTION = "byoc.placement.compare_artifacts"
@@ -40,23 +33,18 @@ def register_functions() -> None:
     """Run in the RPC server's process before it serves: the functions sessions call."""
     import tvm_ffi
 
+    # Files arrive by name in the session's directory; `answer` keeps the session usable when
+    # a candidate fails.
     def run(artifact: str, inputs: str, outputs: str, timed: int, give_up_ms: float) -> str:
         workpath = tvm_ffi.get_global_func("tvm.rpc.server.workpath")
-        try:
-            result = time_artifact(workpath(artifact), workpath(inputs), workpath(outputs) if outputs else "", bool(timed),
-                                   give_up_ms if give_up_ms > 0 else None)
-        except Exception as error:  # sent back as the candidate's reason; the session stays usable
-            text = str(error).strip()
-            result = {"error": f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"}
-        return json.dumps(result)
+        return json.dumps(answer({"artifact_path": workpath(artifact), "inputs_path": workpath(inputs),
+                                  "outputs_path": workpath(outputs) if outputs else "", "timed": bool(timed),
+                                  "give_up_ms": give_up_ms if give_up_ms > 0 else None}))
 
     def compare(artifacts: str, inputs: str) -> str:
         workpath = tvm_ffi.get_global_func("tvm.rpc.server.workpath")
-        try:
-            result = compare_artifacts([workpath(name) for name in json.loads(artifacts)], workpath(inputs))
-        except Exception as error:  # sent back as every candidate's reason
-            result = {"error": f"{type(error).__name__}: {str(error).strip()}"}
-        return json.dumps(result)
+        return json.dumps(answer({"artifact_paths": [workpath(name) for name in json.loads(artifacts)],
+                                  "inputs_path": workpath(inputs)}))
 
     tvm_ffi.register_global_func(TIME_FUNCTION, run, override=True)
     tvm_ffi.register_global_func(COMPARE_FUNCTION, compare, override=True)

@@ -149,11 +149,11 @@ def extract(mod: tvm.IRModule, segment: Segment) -> Extracted:
     bindings = list(main.body.blocks[0].bindings)
     inside = bindings[segment.start:segment.end]
     bound = {b.var.id_ for b in inside}
-    inputs: list[relax.Var] = []
+    inputs: dict[int, relax.Var] = {}  # by variable id, in first-use order
     for binding in inside:
         for var in used_vars(binding.value):
-            if var.id_ not in bound and all(var.id_ != v.id_ for v in inputs) and isinstance(var.ty, relax.TensorType):
-                inputs.append(var)
+            if var.id_ not in bound and isinstance(var.ty, relax.TensorType):
+                inputs.setdefault(var.id_, var)
     later = {v.id_ for b in bindings[segment.end:] for v in used_vars(b.value)}
     later |= {v.id_ for v in relax.analysis.free_vars(main.body.body)}
     outputs = [b.var for b in inside if b.var.id_ in later]
@@ -161,7 +161,7 @@ def extract(mod: tvm.IRModule, segment: Segment) -> Extracted:
         outputs = [inside[-1].var]
     substitution = VarSubstitution()
     params = []
-    for var in inputs:
+    for var in inputs.values():
         param = relax.Var(var.name, var.ty)
         substitution.bind(var, param)
         params.append(param)
@@ -176,4 +176,4 @@ def extract(mod: tvm.IRModule, segment: Segment) -> Extracted:
                 made[binding.var.id_] = new
             results = [builder.emit_output(made[v.id_], f"{v.name}_out") for v in outputs]
         builder.emit_func_output(results[0] if len(results) == 1 else relax.Tuple(results))
-    return Extracted(builder.get(), [v.name for v in inputs], [v.name for v in outputs])
+    return Extracted(builder.get(), [v.name for v in inputs.values()], [v.name for v in outputs])

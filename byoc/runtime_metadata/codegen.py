@@ -42,6 +42,7 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
     inputs = [TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
     outputs = _output_specs(graph)
     artifact = RegionArtifact(symbol, backend.name, backend.codegen, b"", [], inputs, outputs)
+    artifact.vendor_version = backend.library_version()
     artifact.constant_specs = [TensorSpec(name, tuple(graph["constants"][name]["shape"]), graph["constants"][name]["dtype"])
                                for name in constants] if backend.codegen != "custom" else []
     if backend.codegen == "json":
@@ -50,7 +51,6 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
         store.add_all(constants)
         artifact.payload = json.dumps(graph, sort_keys=True, separators=(",", ":")).encode()
         artifact.constants = list(constants)
-        artifact.vendor_version = backend.json_runtime.version
         artifact.format_name = "json"
     elif backend.codegen == "c":
         from byoc.codegen_c.generate import generate_c_source
@@ -58,7 +58,6 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
         store.add_all(constants)
         artifact.payload = generate_c_source(graph, backend.c_library, constants, options).encode()
         artifact.constants = list(constants)
-        artifact.vendor_version = backend.c_library.version
         artifact.format_name = "c"
     else:
         fmt = backend.custom_format
@@ -66,7 +65,6 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
         raw = fmt.serialize(graph, constants, settings)
         artifact.payload = wrap(raw, fmt.name, fmt.version, symbol, backend.name, fmt.config(settings) or "",
                                 [[list(s.shape), s.dtype] for s in inputs], [[list(s.shape), s.dtype] for s in outputs])
-        artifact.vendor_version = f"{fmt.name}-{fmt.version}"
         artifact.format_name = fmt.name
         artifact.info = fmt.describe(raw, settings) if fmt.describe else {}
     return artifact

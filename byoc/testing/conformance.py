@@ -25,6 +25,7 @@ from onnx.backend.test.runner import Runner
 
 from byoc.backend.registry import get_backend
 from byoc.backend.tolerance import Tolerance
+from byoc.errors import one_line
 from byoc.frontend import from_onnx, unsupported_ops
 from byoc.frontend.onnx_specialize import arrange, specialize
 from byoc.onnx_backend import backend_for
@@ -169,7 +170,7 @@ def check_case(case: TestCase, vendor: str | None, options: dict[str, Any] | Non
     try:
         run_case(case, vendor, options, as_weights)
     except Exception as error:  # the detail names the exception: an internal one is a finding
-        detail = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        detail = one_line(error)
         return CaseResult(case.name, name, EXPECTED if expected else FAIL, expected or detail)
     return CaseResult(case.name, name, UNEXPECTED_PASS if expected else PASS, expected or "")
 
