@@ -6,8 +6,10 @@ before the backend's own predicate runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -26,6 +28,13 @@ WEIGHT_OPS = frozenset(
 _LAYOUT_ATTRS = ("data_layout", "layout")
 
 
+def _parameter(arg: relax.Expr) -> bool:
+    """A one-number integer constant (an index, an axis): code generation reads its value; it
+    is no tensor the hardware holds."""
+    return is_tensor_constant(arg) and tensor_types(arg.ty)[0].ndim <= 1 and dtype_name(arg.ty).startswith(("int", "uint")) \
+        and int(np.prod([int(d) for d in arg.ty.shape])) == 1
+
+
 @dataclass(frozen=True)
 class Limits:
     """Hardware-wide limits: supported dtypes, data layouts, tensor rank, constant weights."""
@@ -36,11 +45,16 @@ class Limits:
     constant_weights: bool = False
     static_shapes: bool = True
 
-    def violation(self, call: relax.Call) -> str | None:
-        """Why `call` breaks these limits, or None."""
+    def violation(self, call: relax.Call, inside: Callable[[relax.Expr], bool] | None = None, output: bool = True) -> str | None:
+        """Why `call` breaks these limits, or None. In a composite, values that never leave it
+        (operands for which `inside` holds; the output unless `output`) are the kernel's own
+        business: a bool mask between two ops of one fused kernel is not a tensor the
+        hardware holds."""
         op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else str(call.op)
-        operands = [("input", i, t) for i, arg in enumerate(call.args) for t in tensor_types(arg.ty)]
-        operands += [("output", i, t) for i, t in enumerate(tensor_types(call.ty))]
+        operands = [("input", i, t) for i, arg in enumerate(call.args)
+                    if not (inside is not None and inside(arg)) and not _parameter(arg) for t in tensor_types(arg.ty)]
+        if output:
+            operands += [("output", i, t) for i, t in enumerate(tensor_types(call.ty))]
         for role, index, ty in operands:
             if self.static_shapes and not has_static_shape(ty):
                 return f"{role} {index} has a dynamic shape"

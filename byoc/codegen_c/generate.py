@@ -180,8 +180,10 @@ class _Generator:
         outputs = [self.buffers[key] for key in sorted(inside) if self.buffers[key].kind != "internal"]
         values = {self.buffers[("const", name)].name: self.constants[name] for name in self.graph["constants"]}
         constants = {b.name: values[b.name] for b in inputs if b.kind == "constant"}
+        node_outputs = [[self.buffers[("node", n["id"], i)] for i in range(len(n["outputs"]))] for n in kernel.nodes]
         return KernelCall(
-            self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers, self.graph, self.options
+            self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers, self.graph,
+            node_outputs=node_outputs, options=self.options,
         )
 
     def _emit(self, position: int, kernel: GraphKernel) -> KernelCode:

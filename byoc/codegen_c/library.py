@@ -58,6 +58,8 @@ class KernelCall:
     constants: Mapping[str, np.ndarray]  # values of constant inputs, by buffer name
     arg_buffers: list[list[CBuffer | None]]  # per node, per argument: its buffer (None: not a tensor)
     graph: Mapping[str, Any] = field(default_factory=dict)  # the whole region, for emitters that look around
+    # per node, per output: its buffer, "internal" ones (read by nobody outside) included
+    node_outputs: list[list[CBuffer]] = field(default_factory=list)
     options: Mapping[str, Any] = field(default_factory=dict)  # the backend's build options
 
     def node(self, op: str) -> dict[str, Any]:

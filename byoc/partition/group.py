@@ -139,7 +139,8 @@ class _PatternChecker:
                 return f"{call.op.name} at {name}: {elsewhere}"
             if name in self.policy.placement:
                 continue  # placed here by measured cost: priority no longer decides
-            limit = self.backend.limits.violation(call)
+            limit = self.backend.limits.violation(call, inside=lambda arg: isinstance(arg, relax.Var) and arg.id_ in inside,
+                                                  output=call.same_as(ctx.matched_expr))
             if limit is not None:
                 return f"{call.op.name}: {limit}"
             for higher in range(self.index):

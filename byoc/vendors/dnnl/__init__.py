@@ -11,6 +11,8 @@ on the host: a reorder-only region costs more than it saves.
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm.relax.dpl import is_const, is_op, wildcard
 
@@ -22,17 +24,19 @@ from byoc.vendors.dnnl import emitters, library
 from byoc.vendors.dnnl.predicates import (
     binary_broadcast,
     concat_same_rank,
-    conv2d_nchw,
+    conv_channels_first,
     dense_constant_weight,
-    dense_gelu,
     dense_residual,
+    expected_constants,
     fused_conv,
-    gelu_constants,
     layer_norm_last_axis,
     matmul_shapes,
     mean_keepdims,
+    nan_to_zero,
     pool_nchw,
+    power_scalar,
     scaled_matmul,
+    take_constant_index,
 )
 
 dnnl = Backend(
@@ -45,14 +49,15 @@ dnnl = Backend(
 )
 
 # ---------------------------------------------------------------- composites
-_ACTIVATIONS = ("relax.nn.relu", "relax.clip")
+_ACTIVATIONS = ("relax.nn.relu", "relax.clip", "relax.nn.gelu", "relax.nn.gelu_tanh")
+_CONVOLUTIONS = {"conv2d": "relax.nn.conv2d", "conv1d": "relax.nn.conv1d"}
 
 
-def _conv_with_residual(activation: str | None, residual_first: bool):
+def _conv_with_residual(op: str, activation: str | None, residual_first: bool):
     # One pattern per operand order rather than an OR: FuseOpsByPattern checks only the first
     # alternative that matches, and a rejected one (say, the other operand is a conv whose
     # output is read elsewhere) would hide the one that fits.
-    conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
+    conv = is_op(op)(wildcard(), is_const())
     biased = is_op("relax.add")(conv, is_const())
     residual = wildcard()
     added = is_op("relax.add")(residual, biased) if residual_first else is_op("relax.add")(biased, residual)
@@ -60,20 +65,52 @@ def _conv_with_residual(activation: str | None, residual_first: bool):
     return out, {"root": conv, "residual": residual}
 
 
-def _gelu(x=None):
-    x = wildcard() if x is None else x
-    erf = is_op("relax.erf")(is_op("relax.divide")(x, is_const()))
-    one_plus = is_op("relax.add")(erf, is_const())
-    half_x = is_op("relax.multiply")(x, is_const())
-    return is_op("relax.multiply")(half_x, one_plus), {"root": half_x}
+def _constants(*names: str) -> dict:
+    return {name: is_const() for name in names}
+
+
+# GELU as exporters write it, each form fused as one oneDNN element-wise op (the algorithm is
+# in `emitters.GELU_FORMS`); a form's check holds its constants to their values.
+def _gelu_erf(x):
+    """0.5 * x * (1 + erf(x / sqrt(2))): torch's decomposition, the zoo's BERT."""
+    c = _constants("sqrt2", "one", "half")
+    one_plus = is_op("relax.add")(is_op("relax.erf")(is_op("relax.divide")(x, c["sqrt2"])), c["one"])
+    half_x = is_op("relax.multiply")(x, c["half"])
+    return is_op("relax.multiply")(half_x, one_plus), {"root": half_x, **c}
+
+
+def _gelu_erf_half_last(x):
+    """x * (1 + erf(x / sqrt(2))) * 0.5: torch's TorchScript exporter."""
+    c = _constants("sqrt2", "one", "half")
+    divided = is_op("relax.divide")(x, c["sqrt2"])
+    one_plus = is_op("relax.add")(is_op("relax.erf")(divided), c["one"])
+    return is_op("relax.multiply")(is_op("relax.multiply")(x, one_plus), c["half"]), {"root": divided, **c}
+
+
+def _gelu_tanh(x):
+    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))): GPT-2's NewGELU."""
+    c = _constants("half", "cube", "coef", "scale", "one")
+    half_x = is_op("relax.multiply")(x, c["half"])
+    cubed = is_op("relax.multiply")(is_op("relax.power")(x, c["cube"]), c["coef"])
+    inner = is_op("relax.multiply")(is_op("relax.add")(x, cubed), c["scale"])
+    one_plus = is_op("relax.add")(is_op("relax.tanh")(inner), c["one"])
+    return is_op("relax.multiply")(half_x, one_plus), {"root": half_x, **c}
+
+
+_GELU_FORMS = {
+    "gelu": (_gelu_erf, {"sqrt2": math.sqrt(2.0), "one": 1.0, "half": 0.5}),
+    "gelu_erf_half_last": (_gelu_erf_half_last, {"sqrt2": math.sqrt(2.0), "one": 1.0, "half": 0.5}),
+    "gelu_tanh": (_gelu_tanh, {"half": 0.5, "cube": 3.0, "coef": 0.044715, "scale": math.sqrt(2.0 / math.pi), "one": 1.0}),
+}
 
 
 def _dense_bias_then(tail: str):
-    """A dense layer with bias, then GELU (a transformer's MLP) or a residual add (the end of a
-    transformer block), each fused as a post-op."""
+    """A dense layer with bias, then a GELU form (a transformer's MLP) or a residual add (the
+    end of a transformer block), each fused as a post-op."""
     dense, parts = fused_pattern("relax.matmul", bias=True, constant_weight=True)
-    if tail == "gelu":
-        return _gelu(dense)[0], parts
+    if tail in _GELU_FORMS:
+        out, gelu_parts = _GELU_FORMS[tail][0](dense)
+        return out, {**parts, **{k: v for k, v in gelu_parts.items() if k != "root"}}
     residual = wildcard()
     return is_op("relax.add")(dense, residual), {**parts, "residual": residual}
 
@@ -84,33 +121,48 @@ def _scaled_matmul(op: str):
     return is_op(op)(matmul, scale), {"root": matmul, "scale": scale}
 
 
-dnnl.pattern("conv2d_bias_add_relu", *_conv_with_residual("relax.nn.relu", False), check=fused_conv)
-dnnl.pattern("conv2d_bias_add_relu_swapped", *_conv_with_residual("relax.nn.relu", True), check=fused_conv)
-dnnl.pattern("conv2d_bias_add", *_conv_with_residual(None, False), check=fused_conv)
-dnnl.pattern("conv2d_bias_add_swapped", *_conv_with_residual(None, True), check=fused_conv)
-dnnl.pattern("conv2d_bias_act", *fused_pattern("relax.nn.conv2d", bias=True, activation=_ACTIVATIONS, constant_weight=True), check=fused_conv)
-dnnl.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True, constant_weight=True), check=fused_conv)
-dnnl.pattern("dense_bias_gelu", *_dense_bias_then("gelu"), check=dense_gelu)
+def _softmax_nan_to_zero():
+    """softmax, then NaN (a row masked whole) replaced by 0: torch's attention as exported."""
+    probabilities, zero = is_op("relax.nn.softmax")(wildcard()), is_const()
+    return is_op("relax.where")(is_op("relax.isnan")(probabilities), zero, probabilities), {"root": probabilities, "zero": zero}
+
+
+for _conv, _op in _CONVOLUTIONS.items():
+    dnnl.pattern(f"{_conv}_bias_add_relu", *_conv_with_residual(_op, "relax.nn.relu", False), check=fused_conv)
+    dnnl.pattern(f"{_conv}_bias_add_relu_swapped", *_conv_with_residual(_op, "relax.nn.relu", True), check=fused_conv)
+    dnnl.pattern(f"{_conv}_bias_add", *_conv_with_residual(_op, None, False), check=fused_conv)
+    dnnl.pattern(f"{_conv}_bias_add_swapped", *_conv_with_residual(_op, None, True), check=fused_conv)
+    dnnl.pattern(f"{_conv}_bias_act", *fused_pattern(_op, bias=True, activation=_ACTIVATIONS, constant_weight=True), check=fused_conv)
+    dnnl.pattern(f"{_conv}_bias", *fused_pattern(_op, bias=True, constant_weight=True), check=fused_conv)
+    dnnl.pattern(f"{_conv}_act", *fused_pattern(_op, activation=_ACTIVATIONS, constant_weight=True), check=fused_conv)
+for _form, (_, _values) in _GELU_FORMS.items():
+    _check = expected_constants(_values, f"the {_form} form of GELU")
+    dnnl.pattern(f"dense_bias_{_form}", *_dense_bias_then(_form), check=lambda m, c=_check: dense_constant_weight(m) or c(m))
 dnnl.pattern("dense_bias_add", *_dense_bias_then("add"), check=dense_residual)
 dnnl.pattern("matmul_divide", *_scaled_matmul("relax.divide"), check=scaled_matmul)
 dnnl.pattern("matmul_multiply", *_scaled_matmul("relax.multiply"), check=scaled_matmul)
-dnnl.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True), check=dense_constant_weight)
+dnnl.pattern("dense_bias_act", *fused_pattern("relax.matmul", bias=True, activation=_ACTIVATIONS, constant_weight=True), check=dense_constant_weight)
 dnnl.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=dense_constant_weight)
-dnnl.pattern("gelu", *_gelu(), check=gelu_constants)
+for _form, (_build, _values) in _GELU_FORMS.items():
+    dnnl.pattern(_form, *_build(wildcard()), check=expected_constants(_values, f"the {_form} form of GELU"))
+dnnl.pattern("softmax_nan_to_zero", *_softmax_nan_to_zero(), check=nan_to_zero)
 
 # ------------------------------------------------------------------ single ops
-dnnl.supports("relax.nn.conv2d", check=conv2d_nchw)
+dnnl.supports(*_CONVOLUTIONS.values(), check=conv_channels_first)
 dnnl.supports("relax.matmul", check=matmul_shapes)
 dnnl.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=pool_nchw)
 dnnl.supports("relax.mean", check=mean_keepdims)
 dnnl.supports("relax.add", "relax.subtract", "relax.multiply", "relax.divide", check=binary_broadcast)
-dnnl.supports("relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.exp", "relax.sqrt", "relax.nn.softmax")
+dnnl.supports("relax.power", check=power_scalar)
+dnnl.supports(*emitters.ELTWISE_OPS, "relax.nn.softmax")
 dnnl.supports("relax.concat", check=concat_same_rank)
+dnnl.supports("relax.split")
+dnnl.supports("relax.take", check=take_constant_index)
 dnnl.supports("relax.nn.layer_norm", check=layer_norm_last_axis)
 dnnl.supports("relax.reshape", "relax.permute_dims")
 
 # ---------------------------------------------------------------------- codegen
-_conv_emitters = dict.fromkeys([*(p.name for p in dnnl.patterns if p.name.startswith("conv2d")), "relax.nn.conv2d"], emitters.convolution)
+_conv_emitters = dict.fromkeys([*(p.name for p in dnnl.patterns if p.name.startswith("conv")), *_CONVOLUTIONS.values()], emitters.convolution)
 _dense_emitters = dict.fromkeys([*(p.name for p in dnnl.patterns if p.name.startswith(("dense", "matmul"))), "relax.matmul"], emitters.matmul)
 dnnl.c_library = CLibrary(
     name="onednn",
@@ -124,14 +176,17 @@ dnnl.c_library = CLibrary(
     emitters={
         **_conv_emitters,
         **_dense_emitters,
-        "gelu": emitters.eltwise,
+        **dict.fromkeys(_GELU_FORMS, emitters.eltwise),
         "relax.nn.max_pool2d": emitters.pooling,
         "relax.nn.avg_pool2d": emitters.pooling,
         "relax.mean": emitters.mean,
         **dict.fromkeys(["relax.add", "relax.subtract", "relax.multiply", "relax.divide"], emitters.binary),
-        **dict.fromkeys(["relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.exp", "relax.sqrt"], emitters.eltwise),
+        **dict.fromkeys([*emitters.ELTWISE_OPS, "relax.power"], emitters.eltwise),
         "relax.nn.softmax": emitters.softmax,
+        "softmax_nan_to_zero": emitters.softmax,
         "relax.concat": emitters.concat,
+        "relax.split": emitters.split,
+        "relax.take": emitters.take,
         "relax.nn.layer_norm": emitters.layer_norm,
         "relax.reshape": emitters.reshape,
         "relax.permute_dims": emitters.permute_dims,

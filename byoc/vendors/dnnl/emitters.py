@@ -15,9 +15,13 @@ _ELTWISE = {
     "relax.tanh": ("dnnl_eltwise_tanh", "0.f", "0.f"),
     "relax.exp": ("dnnl_eltwise_exp", "0.f", "0.f"),
     "relax.sqrt": ("dnnl_eltwise_sqrt", "0.f", "0.f"),
+    "relax.nn.gelu": ("dnnl_eltwise_gelu_erf", "0.f", "0.f"),
+    "relax.nn.gelu_tanh": ("dnnl_eltwise_gelu_tanh", "0.f", "0.f"),
 }
-# The erf form of GELU, matched as a composite of five ops, fused as one element-wise post-op.
-GELU_ERF = {"op": "gelu_erf"}
+ELTWISE_OPS = (*_ELTWISE, "relax.clip")
+# GELU composites (the forms exporters write, see the backend's patterns), each fused as one
+# element-wise op or post-op: pattern name -> oneDNN algorithm.
+GELU_FORMS = {"gelu": "dnnl_eltwise_gelu_erf", "gelu_erf_half_last": "dnnl_eltwise_gelu_erf", "gelu_tanh": "dnnl_eltwise_gelu_tanh"}
 _BINARY = {"relax.add": "dnnl_binary_add", "relax.subtract": "dnnl_binary_sub", "relax.multiply": "dnnl_binary_mul", "relax.divide": "dnnl_binary_div"}
 
 
@@ -27,14 +31,26 @@ def _float(value: float) -> str:
     return f"{value!r}f"
 
 
-def eltwise_args(node: dict) -> tuple[str, str, str]:
-    """(algorithm, alpha, beta) of an element-wise node."""
-    if node is GELU_ERF:
-        return "dnnl_eltwise_gelu_erf", "0.f", "0.f"
-    if node["op"] == "relax.clip":
+def eltwise_args(call: KernelCall, node: dict) -> tuple[str, str, str]:
+    """(algorithm, alpha, beta) of an element-wise node: one of `ELTWISE_OPS`, x ** c, or a
+    scalar constant c as first operand (c / x, c - x)."""
+    if "algorithm" in node:  # a GELU composite fused after a matmul
+        return node["algorithm"], "0.f", "0.f"
+    op = node["op"]
+    if op == "relax.clip":
         low, high = (node["args"][i]["prim"] for i in (1, 2))
         return "dnnl_eltwise_clip_v2", _float(low), _float(high)
-    return _ELTWISE[node["op"]]
+    if op == "relax.power":
+        return "dnnl_eltwise_pow", "1.f", _float(_scalar(call, node, 1))
+    if op == "relax.divide":
+        return "dnnl_eltwise_pow", _float(_scalar(call, node, 0)), "-1.f"
+    if op == "relax.subtract":
+        return "dnnl_eltwise_linear", "-1.f", _float(_scalar(call, node, 0))
+    return _ELTWISE[op]
+
+
+def _scalar(call: KernelCall, node: dict, index: int) -> float:
+    return float(call.constants[call.arg(node, index).name].reshape(()))
 
 
 class _Kernel:
@@ -155,7 +171,7 @@ class _Kernel:
                     self.setup.append("  " + self.check(f"dnnl_post_ops_append_binary(ops, {_BINARY[node['op']]}, {md})", "binary post-op"))
                     self.exec_args.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({index}) | DNNL_ARG_SRC_1", memory))
                 else:
-                    algorithm, alpha, beta = eltwise_args(node)
+                    algorithm, alpha, beta = eltwise_args(self.call, node)
                     self.setup.append("  " + self.check(f"dnnl_post_ops_append_eltwise(ops, {algorithm}, {alpha}, {beta})", "element-wise post-op"))
             self.setup.append("  " + self.check(f"dnnl_primitive_attr_set_post_ops({attr}, ops)", "post-ops"))
             self.setup.append("  dnnl_post_ops_destroy(ops);")
@@ -199,8 +215,9 @@ def _fused_tail(call: KernelCall, root: dict) -> tuple[CBuffer | None, list[dict
     post: list[dict] = []
     operands: list[tuple[CBuffer, int]] = []
     for node in call.nodes[call.nodes.index(root) + 1 :]:
-        if call.pattern is not None and call.pattern.endswith("_gelu") and bias is not None:
-            post.append(GELU_ERF)  # the rest of the composite is the GELU
+        form = call.pattern.removeprefix("dense_bias_") if call.pattern else None
+        if form in GELU_FORMS and bias is not None:
+            post.append({"op": form, "algorithm": GELU_FORMS[form]})  # the rest of the composite is the GELU
             break
         if node["op"] in _BINARY:
             operand = _outside_operand(call, node)
@@ -235,15 +252,15 @@ def _follow_layouts(call: KernelCall) -> bool:
 
 
 def convolution(call: KernelCall) -> KernelCode:
-    """conv2d with optional bias, residual add and activation, as one primitive with post-ops."""
+    """conv1d or conv2d with optional bias, residual add and activation, as one primitive with post-ops."""
     kernel = _Kernel(call)
-    conv = call.node("relax.nn.conv2d")
+    conv = next(n for n in call.nodes if n["op"] in ("relax.nn.conv2d", "relax.nn.conv1d"))
     attrs = conv["attrs"]
     x, w = call.arg(conv, 0), call.arg(conv, 1)
     out = call.outputs[0]
     groups = attrs["groups"]
-    oc, icg, kh, kw = w.shape
-    weight_shape = (groups, oc // groups, icg, kh, kw) if groups > 1 else w.shape
+    oc, icg, *window = w.shape
+    weight_shape = (groups, oc // groups, icg, *window) if groups > 1 else w.shape
     bias, post, residuals = _fused_tail(call, conv)
     followed = x.kind == "intermediate" and _follow_layouts(call)
     src_md = kernel.md_of(x) if followed else kernel.md(x.shape)
@@ -257,12 +274,13 @@ def convolution(call: KernelCall) -> KernelCode:
     # at a residual took 133 ms instead of 2, MobileNetV2 blocks 8-21 ms instead of 0.1-0.3. It
     # is reordered per call into NHWC (where oneDNN chooses) or the layout oneDNN asks for it in
     # (where layouts follow their producer).
-    attr = kernel.post_ops(post, residuals, len(out.shape), "any" if followed else "acdb")
-    top, left, bottom, right = attrs["padding"]
+    spatial = len(window)  # padding lists the starts of every spatial axis, then the ends
+    channels_last = "acb" if spatial == 1 else "acdb"
+    attr = kernel.post_ops(post, residuals, len(out.shape), "any" if followed else channels_last)
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_strides = {dims(tuple(attrs['strides']))};")
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_dilates = {dims(tuple(d - 1 for d in attrs['dilation']))};")
-    kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_l = {{{top}, {left}}};")
-    kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_r = {{{bottom}, {right}}};")
+    kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_l = {dims(tuple(attrs['padding'][:spatial]))};")
+    kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_r = {dims(tuple(attrs['padding'][spatial:]))};")
 
     def create(pd: str, src: str, dst: str) -> str:
         return (
@@ -383,11 +401,12 @@ def _global_average_pool(kernel: _Kernel, x: CBuffer, out: CBuffer) -> KernelCod
 
 
 def eltwise(call: KernelCall) -> KernelCode:
-    """One element-wise op; a composite with a gelu pattern counts as gelu (erf form)."""
+    """One element-wise op, or a GELU composite as one op."""
     kernel = _Kernel(call)
     node = call.nodes[0]
-    x, out = call.arg(node, 0), call.outputs[0]
-    algorithm, alpha, beta = ("dnnl_eltwise_gelu_erf", "0.f", "0.f") if call.pattern == "gelu" else eltwise_args(node)
+    x = next(b for b in call.arg_buffers[0] if b is not None and b.kind != "constant")
+    out = call.outputs[0]
+    algorithm, alpha, beta = (GELU_FORMS[call.pattern], "0.f", "0.f") if call.pattern in GELU_FORMS else eltwise_args(call, node)
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
     kernel.result(out)
     create = (
@@ -398,10 +417,13 @@ def eltwise(call: KernelCall) -> KernelCode:
 
 
 def binary(call: KernelCall) -> KernelCode:
-    """add/subtract/multiply/divide with numpy broadcasting of the second operand."""
-    kernel = _Kernel(call)
+    """add/subtract/multiply/divide with numpy broadcasting of the second operand; c / x and
+    c - x with a scalar constant c are element-wise ops."""
     node = call.nodes[0]
     a, b, out = call.arg(node, 0), call.arg(node, 1), call.outputs[0]
+    if a.kind == "constant" and a.size == 1 and b.shape == out.shape and node["op"] in ("relax.divide", "relax.subtract"):
+        return eltwise(call)
+    kernel = _Kernel(call)
     if a.shape != out.shape:  # only commutative ops get here this way round (see the predicate)
         a, b = b, a
     kernel.source("DNNL_ARG_SRC_0", a, "dnnl_query_src_md")
@@ -429,12 +451,24 @@ def binary(call: KernelCall) -> KernelCode:
 
 
 def softmax(call: KernelCall) -> KernelCode:
+    """Softmax; in the `softmax_nan_to_zero` composite, NaN (from a row masked whole, where
+    oneDNN computes -inf - -inf) then becomes 0, as torch's exported attention asks."""
     kernel = _Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
     axis = node["attrs"]["axis"] % len(x.shape)
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
     kernel.result(out)
+    if call.pattern == "softmax_nan_to_zero":
+        result = kernel.exec_args[-1][1]
+        kernel.after.insert(0, "\n".join([
+            "{",
+            "  float* data = NULL;",
+            "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, (void**)&data)", "softmax result"),
+            f"  size_t count = dnnl_memory_desc_get_size(byoc_md({result})) / sizeof(float);",
+            "  for (size_t i = 0; i < count; ++i) if (isnan(data[i])) data[i] = 0.f;",
+            "}",
+        ]))
     create = (
         f"dnnl_softmax_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_softmax_accurate, "
         f"{kernel.md_of(x)}, {kernel.md_of(x)}, {axis}, NULL)"
@@ -455,6 +489,77 @@ def concat(call: KernelCall) -> KernelCode:
         kernel.direct(f"DNNL_ARG_MULTIPLE_SRC + {index}", f"{source.name}_mem")
     kernel.result(out)
     return kernel.code(f"dnnl_concat_primitive_desc_create(&pd, byoc_engine, {dst_md}, {len(sources)}, {axis}, {k}_srcs, NULL)")
+
+
+def _window_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tuple[int, ...], tuple[int, ...]]]) -> KernelCode:
+    """Copies of windows of `x` (in plain layout): per part, its buffer, the window's offsets
+    and its dimensions (the part's shape, or that shape with the window's unit axis kept).
+    Each copy is a reorder from a sub-memory of the input into a plain view of the part."""
+    kernel = _Kernel(call)
+    k = kernel.k
+    plain = kernel.md(x.shape, "plain")
+    kernel.state = [f"static byoc_conversion {k}_plain;"]  # no primitive of its own
+    kernel.setup.append(kernel.check(f"byoc_conversion_init(&{k}_plain, {x.name}_mem, {plain})", f"plain layout of {x.name}"))
+    kernel.before.append(kernel.check(f"byoc_reorder({k}_plain.reorder, {x.name}_mem, {k}_plain.memory)", f"reorder of {x.name}"))
+    for index, (part, offsets, window) in enumerate(parts):
+        name = f"{k}_part{index}"
+        size = f"&{part.name}_bytes" if part.kind == "intermediate" else "NULL"
+        kernel.state += [f"static dnnl_memory_t {name}_window = NULL;", f"static dnnl_memory_t {name}_view = NULL;",
+                         f"static byoc_conversion {name}_result;", f"static dnnl_primitive_t {name}_copy = NULL;"]
+        view_md = kernel.md(window, "plain")
+        kernel.setup += [
+            "{",
+            f"  dnnl_dims_t dims = {dims(window)};",
+            f"  dnnl_dims_t offsets = {dims(offsets)};",
+            "  dnnl_memory_desc_t window;",
+            "  dnnl_primitive_desc_t copy = NULL;",
+            "  " + kernel.check(f"dnnl_memory_desc_create_submemory(&window, {plain}, dims, offsets)", f"window {index}"),
+            "  " + kernel.check(f"dnnl_memory_create(&{name}_window, window, byoc_engine, DNNL_MEMORY_NONE)", f"window {index}"),
+            "  " + kernel.check(f"byoc_result_init(&{name}_result, &{part.name}_mem, {size}, {kernel.md(part.shape, 'plain')})", f"part {index}"),
+            "  " + kernel.check(f"dnnl_memory_create(&{name}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", f"view of part {index}"),
+            "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&copy, window, byoc_engine, {view_md}, byoc_engine, NULL)",
+                                f"copy of window {index}"),
+            "  " + kernel.check(f"byoc_primitive(&{name}_copy, copy)", f"copy of window {index}"),
+            "  dnnl_memory_desc_destroy(window);",
+            "}",
+        ]
+        kernel.before += [
+            "{",
+            "  void* data = NULL;",
+            "  " + kernel.check(f"dnnl_memory_get_data_handle({k}_plain.memory, &data)", "window input"),
+            "  " + kernel.check(f"dnnl_memory_set_data_handle({name}_window, data)", "window"),
+            "  " + kernel.check(f"dnnl_memory_get_data_handle({name}_result.memory, &data)", "window result"),
+            "  " + kernel.check(f"dnnl_memory_set_data_handle({name}_view, data)", "window result"),
+            "  " + kernel.check(f"byoc_reorder({name}_copy, {name}_window, {name}_view)", f"window {index}"),
+            "}",
+        ]
+        if part.kind != "intermediate":
+            kernel.before.append(kernel.check(f"byoc_reorder({name}_result.reorder, {name}_result.memory, {part.name}_mem)", f"part {index}"))
+    init = ["{", *("  " + line for line in kernel.setup), *(f"  dnnl_memory_desc_destroy({md});" for md in kernel.local_mds), "}"]
+    return KernelCode(state="\n".join(kernel.state), init="\n".join(init), run="\n".join(kernel.before))
+
+
+def split(call: KernelCall) -> KernelCode:
+    node = call.nodes[0]
+    x = call.arg(node, 0)
+    axis = node["attrs"]["axis"] % len(x.shape)
+    parts, offset = [], 0
+    for part in call.node_outputs[0]:
+        begin, offset = offset, offset + part.shape[axis]
+        if part.kind != "internal":  # a part nobody reads is not copied
+            parts.append((part, tuple(begin if a == axis else 0 for a in range(len(x.shape))), part.shape))
+    return _window_copies(call, x, parts)
+
+
+def take(call: KernelCall) -> KernelCode:
+    """A constant index along one axis (BERT's pooler takes token 0): a window of the input."""
+    node = call.nodes[0]
+    x, out = call.arg(node, 0), call.outputs[0]
+    axis = node["attrs"]["axis"] % len(x.shape)
+    index = int(_scalar(call, node, 1)) % x.shape[axis]
+    offsets = tuple(index if a == axis else 0 for a in range(len(x.shape)))
+    window = tuple(1 if a == axis else d for a, d in enumerate(x.shape))
+    return _window_copies(call, x, [(out, offsets, window)])
 
 
 def layer_norm(call: KernelCall) -> KernelCode:

@@ -13,17 +13,21 @@ def _shape(expr: relax.Expr) -> tuple[int, ...]:
     return static_shape(expr.ty)
 
 
-def conv2d_nchw(call: relax.Call) -> str | None:
+_CONV_LAYOUTS = {"relax.nn.conv1d": ("NCW", "OIW", "NCW"), "relax.nn.conv2d": ("NCHW", "OIHW", "NCHW")}
+
+
+def conv_channels_first(call: relax.Call) -> str | None:
     attrs = call.attrs
-    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
-        return f"layouts {attrs.data_layout}/{attrs.kernel_layout}; oneDNN kernels here take NCHW/OIHW"
+    wanted = _CONV_LAYOUTS[call.op.name]
+    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != wanted:
+        return f"layouts {attrs.data_layout}/{attrs.kernel_layout}; oneDNN kernels here take {wanted[0]}/{wanted[1]}"
     if not is_tensor_constant(call.args[1]):
         return "convolution weights must be constants (reordered once at load)"
     return None
 
 
 def fused_conv(match) -> str | None:
-    reason = conv2d_nchw(match["root"])
+    reason = conv_channels_first(match["root"])
     residual = match.get("residual")
     if reason is None and residual is not None and _shape(residual) != _shape(match.root):
         return "the residual operand is broadcast; a fused residual add needs the full output shape"
@@ -64,9 +68,19 @@ def mean_keepdims(call: relax.Call) -> str | None:
     return None if call.attrs.keepdims else "mean must keep its reduced dimensions"
 
 
+def scalar_constant(expr: relax.Expr) -> float | None:
+    """The value of a one-element constant, else None."""
+    if not is_tensor_constant(expr):
+        return None
+    value = constant_array(expr)
+    return float(value.reshape(())) if value.size == 1 else None
+
+
 def binary_broadcast(call: relax.Call) -> str | None:
     a, b, out = _shape(call.args[0]), _shape(call.args[1]), _shape(call)
     commutative = call.op.name in ("relax.add", "relax.multiply")
+    if call.op.name in ("relax.divide", "relax.subtract") and scalar_constant(call.args[0]) is not None:
+        return None  # c / x and c - x are element-wise ops (pow and linear)
     if a != out and not (commutative and b == out):
         return "the first operand must have the output's shape (oneDNN broadcasts the second only)"
     other = call.args[1] if a == out else call.args[0]
@@ -90,24 +104,27 @@ def layer_norm_last_axis(call: relax.Call) -> str | None:
     return None
 
 
-_GELU_CONSTANTS = {"relax.divide": math.sqrt(2.0), "relax.add": 1.0, "relax.multiply": 0.5}
+def expected_constants(values: dict[str, float], form: str):
+    """A pattern check that the match's named constants hold `values` (one number each)."""
+
+    def check(match) -> str | None:
+        for part, want in values.items():
+            got = scalar_constant(match[part])
+            if got is None or not math.isclose(got, want, rel_tol=1e-5):
+                return f"not {form}"
+        return None
+
+    return check
 
 
-def gelu_constants(match) -> str | None:
-    bias = match.get("bias")
-    for call in match.calls:
-        if call.op.name not in _GELU_CONSTANTS:
-            continue
-        for arg in call.args:
-            if is_tensor_constant(arg) and (bias is None or not arg.same_as(bias)):
-                value = constant_array(arg)
-                if value.size != 1 or not math.isclose(float(value.reshape(())), _GELU_CONSTANTS[call.op.name], rel_tol=1e-5):
-                    return "not the erf form of GELU: 0.5 * x * (1 + erf(x / sqrt(2)))"
-    return None
+def power_scalar(call: relax.Call) -> str | None:
+    if scalar_constant(call.args[1]) is None:
+        return "the exponent must be one constant number"
+    return None if not is_tensor_constant(call.args[0]) else "the base is a constant"
 
 
-def dense_gelu(match) -> str | None:
-    return dense_constant_weight(match) or gelu_constants(match)
+def nan_to_zero(match) -> str | None:
+    return None if scalar_constant(match["zero"]) == 0.0 else "where() replaces NaN with a value other than 0"
 
 
 def dense_residual(match) -> str | None:
@@ -120,3 +137,12 @@ def scaled_matmul(match) -> str | None:
     if constant_array(match["scale"]).size != 1:
         return "the scale must be one number"
     return matmul_shapes(match["root"])
+
+
+def take_constant_index(call: relax.Call) -> str | None:
+    index, axis = call.args[1], call.attrs.axis
+    if not is_tensor_constant(index) or constant_array(index).size != 1 or len(_shape(index)) > 1:
+        return "only one constant index (a window of the input) is taken"
+    size = _shape(call.args[0])[int(axis)]
+    value = int(constant_array(index).reshape(()))
+    return None if -size <= value < size else f"index {value} is out of range [{-size}, {size - 1}]"

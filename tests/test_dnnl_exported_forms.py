@@ -1,0 +1,157 @@
+"""dnnl on the forms exporters write between matrix products (torch.onnx, TorchScript and dynamo):
+GELU as an op and in its erf and tanh decompositions, powers and reciprocals (RMSNorm),
+softmax with the NaN guard of torch's attention, a fused QKV projection split in three, 1-D
+convolutions (Whisper's stem), and a constant index (BERT's pooler). Each graph must run in one
+oneDNN region, against onnxruntime on the same graph."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import byoc
+from conftest import assert_fp32_close, onnxruntime_outputs
+
+RNG = np.random.default_rng(0)
+
+
+def _weights(**shapes) -> list:
+    return [numpy_helper.from_array((RNG.standard_normal(shape) * 0.2).astype(np.float32), name) for name, shape in shapes.items()]
+
+
+def _scalars(**values) -> list:
+    return [numpy_helper.from_array(np.array(value, dtype=np.float32), name) for name, value in values.items()]
+
+
+def _model(nodes, inputs: dict, output: tuple[str, list[int]], initializers, opset: int = 18):
+    graph = helper.make_graph(
+        nodes, "exported_form",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(value.shape)) for name, value in inputs.items()],
+        [helper.make_tensor_value_info(output[0], TensorProto.FLOAT, output[1])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _one_region(model, inputs: dict) -> byoc.report:
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    report = byoc.report(partitioned)
+    assert [r.backend for r in report.regions] == ["dnnl"], str(report)
+    assert not report.host_ops, str(report)
+    assert_fp32_close(byoc.build(partitioned, strict=True).run(**inputs), onnxruntime_outputs(model, inputs))
+    return report
+
+
+def _mlp(gelu: list, opset: int = 18):
+    """x @ w1 + b1, a GELU from `gelu` (its input "h", its output "g"), then @ w2."""
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m"]), helper.make_node("Add", ["m", "b1"], ["h"]), *gelu,
+             helper.make_node("MatMul", ["g", "w2"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 16, 32)).astype(np.float32) * 2}
+    return _model(nodes, inputs, ("y", [1, 16, 32]), _weights(w1=(32, 64), b1=(64,), w2=(64, 32)) + _scalars(
+        half=0.5, one=1.0, sqrt2=math.sqrt(2.0), three=3.0, coef=0.044715, scale=math.sqrt(2.0 / math.pi)), opset), inputs
+
+
+_GELU_FORMS = {
+    # the ONNX Gelu op, as torch's dynamo exporter writes it
+    "op": ([helper.make_node("Gelu", ["h"], ["g"])], 20, "dnnl.dense_bias_act"),
+    "tanh op": ([helper.make_node("Gelu", ["h"], ["g"], approximate="tanh")], 20, "dnnl.dense_bias_act"),
+    # x * (1 + erf(x / sqrt(2))) * 0.5: the TorchScript exporter
+    "erf, half last": ([helper.make_node("Div", ["h", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                        helper.make_node("Add", ["e", "one"], ["p"]), helper.make_node("Mul", ["h", "p"], ["q"]),
+                        helper.make_node("Mul", ["q", "half"], ["g"])], 18, "dnnl.dense_bias_gelu_erf_half_last"),
+    # GPT-2's NewGELU: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))
+    "tanh, decomposed": ([helper.make_node("Mul", ["h", "half"], ["hx"]), helper.make_node("Pow", ["h", "three"], ["c"]),
+                          helper.make_node("Mul", ["c", "coef"], ["cc"]), helper.make_node("Add", ["h", "cc"], ["s"]),
+                          helper.make_node("Mul", ["s", "scale"], ["t0"]), helper.make_node("Tanh", ["t0"], ["t"]),
+                          helper.make_node("Add", ["t", "one"], ["p"]), helper.make_node("Mul", ["hx", "p"], ["g"])],
+                         18, "dnnl.dense_bias_gelu_tanh"),
+}
+
+
+@pytest.mark.parametrize("form", list(_GELU_FORMS))
+def test_gelu_forms_are_post_ops_of_the_dense_layer(form):
+    nodes, opset, pattern = _GELU_FORMS[form]
+    model, inputs = _mlp(nodes, opset)
+    report = _one_region(model, inputs)
+    assert report.regions[0].patterns.get(pattern) == 1, report.regions[0].patterns
+
+
+def test_gelu_with_other_constants_is_not_taken_for_gelu():
+    nodes = [helper.make_node("Mul", ["h", "half"], ["hx"]), helper.make_node("Pow", ["h", "three"], ["c"]),
+             helper.make_node("Mul", ["c", "half"], ["cc"]), helper.make_node("Add", ["h", "cc"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["t0"]), helper.make_node("Tanh", ["t0"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["p"]), helper.make_node("Mul", ["hx", "p"], ["g"])]
+    model, inputs = _mlp(nodes)
+    report = _one_region(model, inputs)  # still one region: op by op, with pow as an element-wise op
+    assert "dnnl.dense_bias_gelu_tanh" not in report.regions[0].patterns
+
+
+def test_rms_norm_with_pow_and_reciprocal():
+    """T5's RMSNorm: x * (1 / sqrt(mean(x ** 2) + eps)) * w, between two dense layers."""
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Pow", ["h", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1), helper.make_node("Add", ["ms", "eps"], ["v"]),
+             helper.make_node("Sqrt", ["v"], ["r"]), helper.make_node("Div", ["one", "r"], ["inv"]),
+             helper.make_node("Mul", ["h", "inv"], ["n"]), helper.make_node("Mul", ["n", "gamma"], ["g"]),
+             helper.make_node("Sub", ["one", "g"], ["flip"]),  # 1 - x: an element-wise op too
+             helper.make_node("MatMul", ["flip", "w2"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 8, 32)).astype(np.float32)}
+    initializers = _weights(w1=(32, 32), w2=(32, 16), gamma=(32,)) + _scalars(two=2.0, eps=1e-6, one=1.0)
+    initializers.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes"))
+    _one_region(_model(nodes, inputs, ("y", [1, 8, 16]), initializers), inputs)
+
+
+def test_attention_softmax_nan_guard_zeroes_a_row_masked_whole():
+    """torch's exported attention: where(isnan(softmax(s)), 0, softmax(s)); a row masked whole
+    is NaN in softmax and 0 after the guard."""
+    mask = np.zeros((1, 1, 8, 8), dtype=np.float32)
+    mask[..., 3, :] = -np.inf
+    mask[..., 5, 6:] = -np.inf
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Add", ["s", "mask"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["p"], axis=-1), helper.make_node("IsNaN", ["p"], ["nan"]),
+             helper.make_node("Where", ["nan", "zero", "p"], ["pz"]), helper.make_node("MatMul", ["pz", "v"], ["y"])]
+    inputs = {n: RNG.standard_normal((1, 2, 8, 8)).astype(np.float32) for n in ("q", "k", "v")}
+    model = _model(nodes, inputs, ("y", [1, 2, 8, 8]), [numpy_helper.from_array(mask, "mask")] + _scalars(zero=0.0))
+    report = _one_region(model, inputs)
+    assert report.regions[0].patterns.get("dnnl.softmax_nan_to_zero") == 1
+    got = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")).run(**inputs)[0]
+    assert np.all(got[:, :, 3, :] == 0) and np.isfinite(got).all()
+
+
+def test_fused_qkv_projection_split_in_three():
+    """GPT-2's attention: one projection to 3 x hidden, split on the last axis."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["qkv"]),
+             helper.make_node("Split", ["qkv", "sizes"], ["q", "k", "v"], axis=2),
+             helper.make_node("Mul", ["q", "k"], ["qk"]), helper.make_node("Add", ["qk", "v"], ["h"]),
+             helper.make_node("MatMul", ["h", "wo"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 8, 16)).astype(np.float32)}
+    initializers = _weights(w=(16, 48), wo=(16, 16)) + [numpy_helper.from_array(np.array([16, 16, 16], dtype=np.int64), "sizes")]
+    _one_region(_model(nodes, inputs, ("y", [1, 8, 16]), initializers), inputs)
+
+
+def test_split_part_read_by_nobody_is_not_copied():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["qkv"]),
+             helper.make_node("Split", ["qkv", "sizes"], ["q", "unused", "v"], axis=-1),
+             helper.make_node("Sub", ["q", "v"], ["d"]), helper.make_node("MatMul", ["d", "wo"], ["y"])]
+    inputs = {"x": RNG.standard_normal((2, 16)).astype(np.float32)}
+    initializers = _weights(w=(16, 40), wo=(8, 4)) + [numpy_helper.from_array(np.array([8, 24, 8], dtype=np.int64), "sizes")]
+    _one_region(_model(nodes, inputs, ("y", [2, 4]), initializers), inputs)
+
+
+def test_conv1d_stem_with_gelu():
+    """Whisper's stem: two 1-D convolutions (the second with stride 2), each followed by GELU."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1]), helper.make_node("Gelu", ["c1"], ["g1"]),
+             helper.make_node("Conv", ["g1", "w2"], ["c2"], pads=[1, 1], strides=[2]), helper.make_node("Gelu", ["c2"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 8, 40)).astype(np.float32)}
+    report = _one_region(_model(nodes, inputs, ("y", [1, 16, 20]), _weights(w1=(16, 8, 3), b1=(16,), w2=(16, 16, 3)), 20), inputs)
+    assert report.offload_ratio_macs == 1.0
+
+
+def test_constant_index_takes_a_window():
+    """BERT's pooler reads token 0 of the last hidden state (Gather with a constant scalar)."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Gather", ["h", "index"], ["first"], axis=1),
+             helper.make_node("MatMul", ["first", "wp"], ["p"]), helper.make_node("Tanh", ["p"], ["y"])]
+    inputs = {"x": RNG.standard_normal((2, 8, 16)).astype(np.float32)}
+    for index in (0, 5, -1):
+        initializers = _weights(w=(16, 16), wp=(16, 16)) + [numpy_helper.from_array(np.array(index, dtype=np.int64), "index")]
+        _one_region(_model(nodes, inputs, ("y", [2, 16]), initializers), inputs)
