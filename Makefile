@@ -4,14 +4,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.byoc-installed
 
-.PHONY: demo test lint bench conformance matrix setup clean
+.PHONY: demo test lint bench conformance matrix exported setup clean
 
 setup: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,torch]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -34,6 +34,12 @@ conformance: $(STAMP)
 matrix: $(STAMP)
 	mkdir -p out
 	$(VENV)/bin/byoc matrix --node-cases --int8-samples 4 --calibration 4 --markdown docs/matrix.md --json out/matrix.json > /dev/null
+
+# byoc against onnxruntime and OpenVINO on transformers architectures exported with torch.onnx,
+# tiny and base, quiet and with one core busy (opt-in: base exports and 200 runs take a while).
+exported: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m benchmarks.exported --size both
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

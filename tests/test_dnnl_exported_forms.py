@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
+
 from conftest import assert_fp32_close, onnxruntime_outputs
 
 RNG = np.random.default_rng(0)

@@ -1,0 +1,83 @@
+"""transformers architectures exported with torch.onnx (byoc.models.exported): the files users
+bring, through byoc + dnnl against onnxruntime on the same file."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+import byoc
+from byoc import models as zoo
+from byoc.bench import check_model
+from byoc.errors import DynamicShapeError, UnknownModelError
+from byoc.models import exported
+
+from conftest import assert_fp32_close, onnxruntime_outputs
+
+needs_torch = pytest.mark.skipif(exported.available() is not None, reason=exported.available() or "")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("exported")
+
+
+def test_the_suite_comes_first_and_unknown_names_are_listed():
+    assert exported.names()[: len(exported.SUITE)] == list(exported.SUITE)
+    with pytest.raises(UnknownModelError, match="bert, gpt2, vit, convnext, whisper_encoder, t5_encoder"):
+        exported.export("alexnet")
+
+
+def test_a_missing_extra_names_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # import onnxscript now raises ImportError
+    assert "onnxscript" in exported.available() and "byoc[torch]" in exported.available()
+    with pytest.raises(exported.MissingExtraError, match=r"pip install -e '\.\[torch\]'"):
+        exported.path("bert", cache_dir=tmp_path)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_an_export_is_quiet_and_cached(name, cache, capfd, monkeypatch):
+    first = exported.path(name, cache_dir=cache)
+    said = capfd.readouterr()
+    assert said.out == "" and said.err.count("\n") == 1, said  # torch's chatter is silenced
+    assert said.err.startswith(f"exporting {name} (tiny, static) ...") and said.err.rstrip().endswith(" s")
+    data = first.read_bytes()
+
+    def no_second_export(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(exported, "_export", no_second_export)
+    assert exported.path(name, cache_dir=cache) == first and first.read_bytes() == data
+    assert [p.name for p in cache.iterdir() if p.name.startswith(f".{name}")] == []  # no temporary file left behind
+    assert onnx.load(first).ir_version <= exported.MAX_IR_VERSION
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_dnnl_matches_onnxruntime_on_the_exported_file(name, cache):
+    model = exported.export(name, cache_dir=cache)
+    inputs = exported.sample_inputs(model, seed=1)
+    ids = inputs["input_ids"]
+    assert ids.dtype == np.int64 and 0 <= ids.min() and ids.max() < 1000 and np.all(inputs["attention_mask"] == 1)
+    assert all(np.array_equal(a, b) for a, b in zip(inputs.values(), zoo.sample_inputs(model, seed=1).values()))
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    assert byoc.report(partitioned).offload_ratio_macs > 0.9
+    assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+@needs_torch
+def test_a_dynamic_export_runs_at_the_shapes_given(cache):
+    model = exported.export("gpt2", dynamic=True, cache_dir=cache)
+    dims = [[d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim] for value in model.graph.input]
+    assert dims == [["batch", "sequence"], ["batch", "sequence"]]
+    assert {k: v.shape for k, v in exported.sample_inputs(model).items()} == {"input_ids": (1, 32), "attention_mask": (1, 32)}
+    inputs = {"input_ids": np.arange(48, dtype=np.int64).reshape(3, 16), "attention_mask": np.ones((3, 16), np.int64)}
+    mod = byoc.from_onnx(model, shapes={name: value.shape for name, value in inputs.items()})
+    compiled = byoc.build(byoc.partition_for(mod, "dnnl"))
+    assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
+    with pytest.raises(DynamicShapeError, match=r"input_ids \[batch, sequence\]"):
+        check_model(str(exported.path("gpt2", dynamic=True, cache_dir=cache)))
