@@ -156,3 +156,12 @@ def test_constant_index_takes_a_window():
     for index in (0, 5, -1):
         initializers = _weights(w=(16, 16), wp=(16, 16)) + [numpy_helper.from_array(np.array(index, dtype=np.int64), "index")]
         _one_region(_model(nodes, inputs, ("y", [2, 16]), initializers), inputs)
+
+
+def test_mean_that_drops_its_axes_then_layer_norm():
+    """ConvNeXt's head: the mean over the spatial axes without kept dimensions, then a layer norm."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("ReduceMean", ["h", "axes"], ["m"], keepdims=0),
+             helper.make_node("LayerNormalization", ["m", "gamma", "beta"], ["y"], axis=-1)]
+    inputs = {"x": RNG.standard_normal((1, 4, 4, 16)).astype(np.float32)}
+    initializers = _weights(w=(16, 32), gamma=(32,), beta=(32,)) + [numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "axes")]
+    _one_region(_model(nodes, inputs, ("y", [1, 32]), initializers), inputs)

@@ -31,7 +31,6 @@ from byoc.vendors.dnnl.predicates import (
     fused_conv,
     layer_norm_last_axis,
     matmul_shapes,
-    mean_keepdims,
     nan_to_zero,
     pool_nchw,
     power_scalar,
@@ -151,7 +150,7 @@ dnnl.pattern("softmax_nan_to_zero", *_softmax_nan_to_zero(), check=nan_to_zero)
 dnnl.supports(*_CONVOLUTIONS.values(), check=conv_channels_first)
 dnnl.supports("relax.matmul", check=matmul_shapes)
 dnnl.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=pool_nchw)
-dnnl.supports("relax.mean", check=mean_keepdims)
+dnnl.supports("relax.mean")
 dnnl.supports("relax.add", "relax.subtract", "relax.multiply", "relax.divide", check=binary_broadcast)
 dnnl.supports("relax.power", check=power_scalar)
 dnnl.supports(*emitters.ELTWISE_OPS, "relax.nn.softmax")

@@ -138,6 +138,27 @@ class _Kernel:
             self.after.append(self.check(f"byoc_reorder({name}.reorder, {name}.memory, {buffer.name}_mem)", f"reorder into {buffer.name}"))
         self.exec_args.append(("DNNL_ARG_DST", f"{name}.memory"))
 
+    def result_view(self, buffer: CBuffer, view_md: str) -> str:
+        """The output in plain layout, written through a view of its data described by
+        `view_md` (another shape of the same bytes: a reshape, a transpose, kept dimensions).
+        Returns the view's memory."""
+        k = self.k
+        self.state += [f"static dnnl_memory_t {k}_view = NULL;", f"static byoc_conversion {k}_result;"]
+        size = f"&{buffer.name}_bytes" if buffer.kind == "intermediate" else "NULL"
+        out_md = self.md(buffer.shape, "plain")
+        self.setup.append(self.check(f"byoc_result_init(&{k}_result, &{buffer.name}_mem, {size}, {out_md})", "result layout"))
+        self.setup.append(self.check(f"dnnl_memory_create(&{k}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "output view"))
+        self.before += [
+            "{",
+            "  void* data = NULL;",
+            "  " + self.check(f"dnnl_memory_get_data_handle({k}_result.memory, &data)", "output data"),
+            "  " + self.check(f"dnnl_memory_set_data_handle({k}_view, data)", "output view"),
+            "}",
+        ]
+        if buffer.kind != "intermediate":
+            self.after.append(self.check(f"byoc_reorder({k}_result.reorder, {k}_result.memory, {buffer.name}_mem)", "reorder into output"))
+        return f"{k}_view"
+
     def post_ops(self, nodes: list[dict], residual_arg: list[tuple[CBuffer, int]], rank: int, input_tag: str = "") -> str:
         """An attribute with element-wise and binary post-ops (a residual add, a constant scale
         broadcast over the `rank`-dimensional result); returns its name. With `input_tag`, an
@@ -369,16 +390,22 @@ def pooling(call: KernelCall) -> KernelCode:
 
 
 def mean(call: KernelCall) -> KernelCode:
-    """A mean over kept dimensions. Over the spatial axes of NCHW it is global average pooling,
-    which oneDNN runs with a JIT kernel (its reduction falls back to a reference one)."""
+    """A mean. Over the spatial axes of NCHW, kept, it is global average pooling, which oneDNN
+    runs with a JIT kernel (its reduction falls back to a reference one there)."""
     kernel = _Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
-    if len(x.shape) == 4 and sorted(a % 4 for a in node["attrs"]["axis"]) == [2, 3]:
+    axes = sorted(a % len(x.shape) for a in node["attrs"]["axis"])
+    kept = tuple(1 if a in axes else d for a, d in enumerate(x.shape))
+    if kept == out.shape and len(x.shape) == 4 and axes == [2, 3]:
         return _global_average_pool(kernel, x, out)
-    dst_md = kernel.md(out.shape)
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
-    kernel.result(out)
+    if kept != out.shape:  # reduced dimensions dropped: the result is written with them kept, through a view
+        dst_md = kernel.md(kept, "plain")
+        kernel.direct("DNNL_ARG_DST", kernel.result_view(out, dst_md))
+    else:
+        dst_md = kernel.md(out.shape)
+        kernel.result(out)
     create = f"dnnl_reduction_primitive_desc_create(&pd, byoc_engine, dnnl_reduction_mean, {kernel.md_of(x)}, {dst_md}, 0.f, 0.f, NULL)"
     return kernel.code(create)
 
@@ -582,23 +609,9 @@ def _relayout(call: KernelCall, view_setup) -> KernelCode:
     """A reorder from the input into a view of the output's data (reshape, transpose)."""
     kernel = _Kernel(call)
     x, out = call.arg(call.nodes[0], 0), call.outputs[0]
-    k = kernel.k
     view_md = view_setup(kernel, x, out)
-    kernel.state.append(f"static dnnl_memory_t {k}_view = NULL;")
-    kernel.state.append(f"static byoc_conversion {k}_result;")
-    out_md = kernel.md(out.shape, "plain")
-    size = f"&{out.name}_bytes" if out.kind == "intermediate" else "NULL"
-    kernel.setup.append(kernel.check(f"byoc_result_init(&{k}_result, &{out.name}_mem, {size}, {out_md})", "result layout"))
-    kernel.setup.append(kernel.check(f"dnnl_memory_create(&{k}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "output view"))
-    kernel.before.append("{")
-    kernel.before.append("  void* data = NULL;")
-    kernel.before.append("  " + kernel.check(f"dnnl_memory_get_data_handle({k}_result.memory, &data)", "output data"))
-    kernel.before.append("  " + kernel.check(f"dnnl_memory_set_data_handle({k}_view, data)", "output view"))
-    kernel.before.append("}")
-    if out.kind != "intermediate":
-        kernel.after.append(kernel.check(f"byoc_reorder({k}_result.reorder, {k}_result.memory, {out.name}_mem)", "reorder into output"))
     kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
-    kernel.direct("DNNL_ARG_TO", f"{k}_view")
+    kernel.direct("DNNL_ARG_TO", kernel.result_view(out, view_md))
     create = f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {view_md}, byoc_engine, NULL)"
     return kernel.code(create)
 

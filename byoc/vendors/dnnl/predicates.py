@@ -64,10 +64,6 @@ def pool_nchw(call: relax.Call) -> str | None:
     return None
 
 
-def mean_keepdims(call: relax.Call) -> str | None:
-    return None if call.attrs.keepdims else "mean must keep its reduced dimensions"
-
-
 def scalar_constant(expr: relax.Expr) -> float | None:
     """The value of a one-element constant, else None."""
     if not is_tensor_constant(expr):
