@@ -202,15 +202,15 @@ class _Kernel:
     # ------------------------------------------------------------------ code
     def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = ()) -> KernelCode:
         """`retry` creates the descriptor again (into `retry_pd`) with other layouts, in order,
-        for as long as the one in hand would run in oneDNN's reference implementation."""
+        for as long as the one in hand is not a direct JIT kernel, keeping a faster kind."""
         init = ["{", "  dnnl_primitive_desc_t pd = NULL;"]
         init += ["  " + line for line in self.setup]
         init.append("  " + self.check(create, "primitive descriptor (unsupported shape or attributes)"))
         for again in retry:
-            init.append("  if (byoc_is_reference(pd)) {")
+            init.append("  if (byoc_impl_rank(pd) > 0) {")
             init.append("    dnnl_primitive_desc_t retry_pd = NULL;")
             init.append(f"    dnnl_status_t retry_status = {again};")
-            init.append("    byoc_prefer_jit(&pd, retry_status, retry_pd);")
+            init.append("    byoc_prefer_faster(&pd, retry_status, retry_pd);")
             init.append("  }")
         init += ["  " + line for line in self.bind]
         init.append("  " + self.check(f"byoc_primitive(&{self.k}_prim, pd)", "primitive creation"))
@@ -310,10 +310,11 @@ def convolution(call: KernelCall) -> KernelCode:
             f"{kernel.k}_pad_r, {attr})"
         )
 
-    # Where the layouts in hand send a convolution to oneDNN's reference code, first let oneDNN
-    # choose them if it did not (with AVX-512, a followed NCHW input and a residual add in another
-    # layout: MobileNetV2 ran 35x slower), then take plain NCHW, where its JIT kernels take grouped
-    # convolutions with few channels per group (gemm; ShuffleNet ran 400x slower).
+    # Where the layouts in hand send a convolution to oneDNN's reference or GEMM code, first let
+    # oneDNN choose them if it did not (with AVX-512, a followed NCHW input and a residual add in
+    # another layout: MobileNetV2 ran 35x slower; ConvNeXt's depthwise convolutions after a
+    # transpose to plain NCHW ran im2col), then take plain NCHW, where its GEMM kernels take grouped
+    # convolutions with few channels per group (ShuffleNet ran 400x slower in its reference code).
     chosen = (create("retry_pd", kernel.md(x.shape), kernel.md(out.shape)),) if followed else ()
     retry = (*chosen, create("retry_pd", kernel.md(x.shape, "plain"), kernel.md(out.shape, "plain")))
     kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
