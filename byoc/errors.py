@@ -72,6 +72,11 @@ class InputError(ByocError, ValueError):
     """Inputs that do not match the model: count, name, shape or dtype."""
 
 
+class IndexOutOfRangeError(InputError):
+    """An index operand (Gather, GatherElements, GatherND, ScatterND, ScatterElements) outside
+    its axis at run time; names the node, the op, the index and the valid range."""
+
+
 class EngineError(ByocError):
     """A region's engine failed to build or to run; names the region and backend."""
 

@@ -144,6 +144,10 @@ def _name_helper_bindings(func: relax.Function, node_of_var: dict[int, str]) -> 
         for binding in block.bindings:
             var_id = binding.var.id_
             pending.append(var_id)
+            if isinstance(binding.value, relax.Var) and binding.value.id_ in node_of_var:
+                # A graph output is an alias (`gv`) of its node's result, and clean-up keeps the
+                # alias's variable: it takes the node's name, or reports and errors say "gv".
+                node_of_var[var_id] = node_of_var[binding.value.id_]
             if var_id in node_of_var:
                 for helper_id in pending:
                     names[helper_id] = node_of_var[var_id]

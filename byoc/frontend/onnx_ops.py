@@ -33,6 +33,7 @@ static-shape compiler. Each returns None to leave the op to TVM's converter.
 - NonMaxSuppression without its optional inputs: ONNX's defaults (TVM assumes other ones).
 - LayerNormalization: Y stays one `relax.nn.layer_norm` (backends fuse it); the optional Mean
   and InvStdDev outputs, which TVM returns as 0-d placeholders, are computed.
+- Gather and the other ops that index: see `onnx_indices` (indices out of range are errors).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import tvm
 from tvm import relax
 
 from byoc.errors import ModelLoadError
+from byoc.frontend.onnx_indices import INDEX_CONVERTERS
 from byoc.ir.types import constant_array, is_tensor_constant, static_shape
 
 # TVM's converter for an op, for byoc converters that correct or complete it.
@@ -411,4 +413,5 @@ CONVERTERS: dict[str, Converter] = {
     "Shape": shape,
     "Dropout": dropout,
     "LayerNormalization": layer_normalization,
+    **INDEX_CONVERTERS,
 }

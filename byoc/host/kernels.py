@@ -13,6 +13,7 @@ import tvm
 from tvm import relax, te, tirx
 from tvm.relax.block_builder import BlockBuilder
 
+from byoc.host.indices import check_indices
 from byoc.host.nms import all_class_nms_onnx
 from byoc.ir.types import constant_array, is_tensor_constant
 
@@ -50,7 +51,8 @@ HOST_LEGALIZATIONS: dict[str, Legalization] = {
 
 
 def host_pipeline() -> tvm.transform.Pass:
-    """TVM's default build pipeline for `relax.build`, with byoc's kernels legalized first.
+    """TVM's default build pipeline for `relax.build`, with index operands checked (see
+    `indices`) and byoc's kernels legalized first.
 
     The dispatch passes that TVM runs before legalizing run first here too; the default
     pipeline's own LegalizeOps then finds nothing left. (Not TVM's CPU pipeline with fusion:
@@ -58,6 +60,7 @@ def host_pipeline() -> tvm.transform.Pass:
     stand in for empty constants back into constants the VM cannot load.)
     """
     return tvm.transform.Sequential([
+        check_indices,
         relax.backend.DispatchSampling(),
         relax.backend.DispatchSortScan(),
         relax.transform.LegalizeOps(HOST_LEGALIZATIONS),

@@ -18,6 +18,7 @@ from tvm import relax
 from byoc.backend.registry import get_backend, list_backends
 from byoc.backend.spec import Backend
 from byoc.errors import ArtifactError, ByocError, InputError, MissingVendorError, UnknownBackendError
+from byoc.host.index_ranges import engine_index_error, take_index_error
 from byoc.partition.record import PartitionRecord
 from byoc.partition.report import PartitionReport
 from byoc.runtime_metadata.artifact import read_artifact, write_artifact
@@ -133,11 +134,16 @@ class CompiledModel:
             buffer.copyfrom(array)
         try:
             return _as_arrays(vm["main"](*buffers))
-        except Exception:
+        except Exception as error:
+            index_error = take_index_error()  # a stale one (from a profile run) does not match this error
+            if index_error is not None and str(index_error) in str(error):
+                raise index_error from None
             for region in self.regions.values():
                 failure = region.take_failure()
                 if failure is not None:
-                    raise failure from None
+                    where = f"in region {region.artifact.symbol} ({region.artifact.backend})"
+                    payload = region.artifact.payload if region.artifact.codegen == "json" else b"{}"
+                    raise engine_index_error(str(failure), payload, where) or failure from None
             raise
 
     def profile(self, *inputs, repeat: int = 10, **named_inputs) -> ProfileReport:

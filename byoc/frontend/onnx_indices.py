@@ -1,0 +1,92 @@
+"""Index operands of Gather, GatherElements, GatherND, ScatterND and ScatterElements.
+
+ONNX allows an index in [-n, n-1] along an axis of size n, negatives counted from the end;
+anything else is an error (onnxruntime raises). TVM's kernels do not check: an index of n read
+the row after the table, 5n read NaN, 1e8 crashed the process. TVM's converters make negatives
+positive first with `where(i < 0, i + n, i)`, which also maps an index below -n onto a valid
+negative one: onnxruntime, running that in a region, returned the wrong row without a word.
+So here:
+- a constant index is checked at import and made positive in numpy;
+- an index known only at run time reaches the op as given: in byoc's modules the index operand
+  of take (in wrap mode, which is ONNX's meaning on the valid range), gather_elements,
+  gather_nd, scatter_elements and scatter_nd follows ONNX's rule. byoc's host pipeline checks it
+  and counts negatives from the end (`byoc.host.indices`); vendors that run ONNX hand it on, and
+  onnxruntime checks it. (TVM's own legalizations of gather_elements, gather_nd and scatter_nd
+  do not count negatives from the end: build such modules with `byoc.build`.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from tvm import relax
+
+from byoc.ir.types import constant_array, is_tensor_constant, static_shape
+
+
+def _axis(attrs: dict, rank: int) -> int:
+    axis = int(attrs.get("axis", 0))
+    return axis + rank if axis < 0 else axis
+
+
+def checked_constant(indices: np.ndarray, extents: Sequence[int], axes: Sequence[int], per_slot: bool) -> np.ndarray:
+    """`indices` with negatives counted from the end; an error naming the first index out of
+    [-n, n-1]. With `per_slot`, the last axis holds coordinates, slot j along `axes[j]`."""
+    sizes = np.asarray(extents, dtype=np.int64)
+    if not per_slot:
+        sizes = sizes.reshape(())
+    values = indices.astype(np.int64)
+    wrong = (values < -sizes) | (values >= sizes)
+    if wrong.any():
+        position = tuple(int(p) for p in np.argwhere(wrong)[0])
+        slot = position[-1] if per_slot else 0
+        raise ValueError(f"index {int(values[position])} is out of range for axis {axes[slot]} of size {extents[slot]}; "
+                         f"valid indices are {-extents[slot]} to {extents[slot] - 1}")
+    return np.where(values < 0, values + sizes, values).astype(indices.dtype)
+
+
+def _reduction(attrs: dict) -> str:
+    value = attrs.get("reduction", b"none")
+    value = value.decode() if isinstance(value, bytes) else str(value)
+    return "update" if value in ("none", "") else value
+
+
+# Each op's Relax form, from (data, indices, the node's inputs, its attributes, the indexed axes).
+_Build = Callable[[relax.Expr, relax.Expr, Sequence[relax.Expr], dict, list[int]], relax.Expr]
+_BUILDS: dict[str, _Build] = {
+    "GatherElements": lambda data, indices, inputs, attrs, axes: relax.op.gather_elements(data, indices, axes[0]),
+    "GatherND": lambda data, indices, inputs, attrs, axes: relax.op.gather_nd(data, indices, int(attrs.get("batch_dims", 0))),
+    "ScatterElements": lambda data, indices, inputs, attrs, axes: relax.op.scatter_elements(
+        data, indices, inputs[2], axes[0], _reduction(attrs)),
+    "ScatterND": lambda data, indices, inputs, attrs, axes: relax.op.scatter_nd(data, indices, inputs[2], _reduction(attrs)),
+}
+
+
+def _converter(op: str) -> Callable[..., relax.Expr | None]:
+    per_slot = op in ("GatherND", "ScatterND")
+
+    def convert(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
+        data, indices = inputs[0], inputs[1]
+        if not (isinstance(data.ty, relax.TensorType) and isinstance(indices.ty, relax.TensorType)):
+            return None  # a shape value: TVM's converter takes a dimension from it
+        if op == "Gather" and is_tensor_constant(data) and is_tensor_constant(indices):
+            return None  # TVM's converter folds it in numpy, which raises on an index out of range
+        shape = static_shape(data.ty, f"the data of {op}")
+        if per_slot:
+            start = int(attrs.get("batch_dims", 0))
+            axes = list(range(start, start + static_shape(indices.ty, f"the indices of {op}")[-1]))
+        else:
+            axes = [_axis(attrs, len(shape))]
+        constant = is_tensor_constant(indices)
+        if constant:
+            checked = checked_constant(constant_array(indices), [shape[a] for a in axes], axes, per_slot)
+            indices = relax.const(checked, str(checked.dtype))
+        if op == "Gather":  # wrap: ONNX's meaning on the valid range, for every reader of the module
+            return relax.op.take(data, indices, axes[0], mode="fast" if constant else "wrap")
+        return _BUILDS[op](data, indices, inputs, attrs, axes)
+
+    return convert
+
+
+INDEX_CONVERTERS = {op: _converter(op) for op in ("Gather", *_BUILDS)}
