@@ -1,67 +1,52 @@
 """The `onnxruntime` backend: ONNX Runtime's CPU execution provider, through JSON graphs.
 
-Data sheet: float32 tensors (int64 and bool where ONNX takes them: indices, masks); NCHW
-convolutions and pooling, matrix products, element-wise and comparison ops, reductions,
-softmax, layer normalisation, gather, concatenation, split, reshape and transpose: the ops of
-the translation table in `byoc.codegen_json.to_onnx`. Each region becomes an ONNX model and one inference
-session, built once. Session options: `intra_op_num_threads`, `graph_optimization_level`
-("disable", "basic", "extended", "all") and `allow_spinning` (off by default), passed per build
-with `backend_options={"onnxruntime": {...}}`.
+Data sheet: float32, int32, int64 and bool tensors; every op of the translation table in
+`byoc.codegen_json.to_onnx` (convolutions and pooling in 1 to 3 dimensions, matrix products,
+element-wise, comparison and logical ops, GELU, reductions, softmax, layer and batch
+normalisation, gathers and scatters, slices, reshapes and transposes, casts), within the type
+constraints of each ONNX op and where the CPU provider has a kernel, so the graphs the ONNX
+frontend makes of exported transformers and CNNs are one region each. Regions without MACs stay
+on the host. Each region becomes an ONNX model at opset 20 and one inference session, built once,
+its inputs and outputs bound to the host's buffers. Session options, passed per build with
+`backend_options={"onnxruntime": {...}}`: `intra_op_num_threads` (default: every core),
+`graph_optimization_level` ("disable", "basic", "extended", "all": the default) and
+`allow_spinning` (True: threads spin while a run is in progress, the default; "always": also
+after it, as onnxruntime does alone; False: never), measured in `engine.py`.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-import numpy as np
 import onnxruntime as ort
 import tvm
 
 from byoc.backend import Backend, CostRules, Limits, register_backend
 from byoc.codegen_json import JsonRuntime
-from byoc.codegen_json.to_onnx import EMITTERS, ONNX_CHECKS, graph_to_onnx
+from byoc.codegen_json.to_onnx import LATEST_OPSET, graph_to_onnx, onnx_checks
 from byoc.flow import partition_for
+from byoc.ir.types import dtype_name
+from byoc.vendors.onnxruntime.engine import SessionEngine
 
-_LEVELS = {
-    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
+# Types ONNX allows but onnxruntime's CPU execution provider has no kernel for (the ONNX op of
+# every translation, one-node sessions on float32, int32, int64 and bool, onnxruntime 1.32).
+NO_CPU_KERNEL = {"relax.nn.relu": ("int64",), "relax.nn.prelu": ("int32", "int64"), "relax.where": ("bool",)}
 
 
-class SessionEngine:
-    """One inference session per region; inputs and outputs are bound to the host's buffers
-    (no copies)."""
+# Regions are written at opset 20, as torch.onnx writes: GELU stays one node, as in the exported file.
+CHECKS = onnx_checks(LATEST_OPSET)
 
-    def __init__(self, model_bytes: bytes, options: Mapping[str, Any]) -> None:
-        unknown = set(options) - {"intra_op_num_threads", "graph_optimization_level", "allow_spinning"}
-        if unknown:
-            raise ValueError(f"unknown onnxruntime options {sorted(unknown)}")
-        session_options = ort.SessionOptions()
-        session_options.intra_op_num_threads = int(options.get("intra_op_num_threads", os.cpu_count() or 1))
-        session_options.graph_optimization_level = _LEVELS[options.get("graph_optimization_level", "all")]
-        # A region's session shares the cores with host code and other engines: threads that
-        # spin after a run slow down whatever runs next (3.4x on the SSD detector, whose
-        # post-processing runs on the host right after the region).
-        session_options.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.get("allow_spinning") else "0")
-        self.session = ort.InferenceSession(model_bytes, session_options, providers=["CPUExecutionProvider"])
-        self.inputs = [i.name for i in self.session.get_inputs()]
-        self.outputs = [o.name for o in self.session.get_outputs()]
 
-    def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        binding = self.session.io_binding()
-        for name, array in zip(self.inputs, inputs):
-            binding.bind_input(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
-        for name, array in zip(self.outputs, outputs):
-            binding.bind_output(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
-        self.session.run_with_iobinding(binding)
+def _cpu_kernel(op_name: str, missing: tuple[str, ...]):
+    spelled = CHECKS[op_name]
+
+    def check(call) -> str | None:
+        dtype = dtype_name(call.ty)
+        return f"onnxruntime's CPU provider has no {op_name} kernel for {dtype}" if dtype in missing else spelled(call)
+
+    return check
 
 
 def build_engine(graph, constants, options) -> SessionEngine:
-    return SessionEngine(graph_to_onnx(graph, constants).SerializeToString(), options)
+    return SessionEngine(graph_to_onnx(graph, constants, LATEST_OPSET).SerializeToString(), options)
 
 
 onnxruntime = Backend(
@@ -69,15 +54,16 @@ onnxruntime = Backend(
     codegen="json",
     priority=5,
     description=f"ONNX Runtime {ort.__version__}, CPU execution provider",
-    limits=Limits(dtypes=("float32", "int64", "bool")),
+    limits=Limits(dtypes=("float32", "int32", "int64", "bool")),
     cost=CostRules(fallback_without_macs=True),
     json_runtime=JsonRuntime(build_engine=build_engine, version=f"onnxruntime-{ort.__version__}"),
 )
 
 
-for op_name, check in ONNX_CHECKS.items():
+for op_name, check in CHECKS.items():
     onnxruntime.supports(op_name, check=check)
-onnxruntime.supports(*(op for op in EMITTERS if op not in onnxruntime.op_rules))
+for op_name, missing in NO_CPU_KERNEL.items():
+    onnxruntime.supports(op_name, check=_cpu_kernel(op_name, missing))
 
 register_backend(onnxruntime, origin="byoc (built-in)")
 
