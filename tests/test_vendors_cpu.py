@@ -69,7 +69,7 @@ def test_dnnl_bert_fuses_gelu_residuals_and_attention_scale_into_its_matrix_prod
 def test_missing_onednn_names_the_packages():
     from byoc.vendors.dnnl import library
 
-    with pytest.raises(BuildError, match="pip install onednn-cpu-gomp onednn-devel-cpu-gomp"):
+    with pytest.raises(BuildError, match="pip install onednn-cpu-tbb onednn-devel-cpu-tbb tbb-devel intel-cmplr-lib-rt"):
         library._locate("onednn-that-is-not-installed", "libdnnl.so.3")
 
 

@@ -1,5 +1,16 @@
-"""oneDNN from pip (`onednn-cpu-gomp`, `onednn-devel-cpu-gomp`): where it is, and the C shared
-by every oneDNN kernel of a region.
+"""oneDNN from pip, built with TBB (`onednn-cpu-tbb`, `onednn-devel-cpu-tbb`, with `tbb-devel` and
+the Intel runtime `intel-cmplr-lib-rt` it links against): where it is, and the C shared by every
+oneDNN kernel of a region.
+
+Why TBB and not the OpenMP build (`onednn-cpu-gomp`): OpenMP splits every primitive statically
+between its threads and waits at a barrier for the slowest, so a thread that the OS preempts for
+another process stalls the whole primitive; measured with 2 threads on 2 cores while another
+process kept one core busy, a tiny GPT-2 took 0.41 ms at the median and over 8 ms at p90
+(p90/median 21), ConvNeXt up to 178x. Telling OpenMP to sleep instead of spinning
+(OMP_WAIT_POLICY=PASSIVE) removed the stalls but paid a wake-up per primitive: 12x slower on a
+quiet machine. TBB's threads take work as they come free, as onnxruntime's do: p90/median 1.1-1.2
+with a core busy, and 7-13% slower than OpenMP at the median on a quiet machine (tiny models,
+dozens of primitives of microseconds each; see docs/benchmarks.md).
 
 Every tensor of a region has a `dnnl_memory_t <buffer>_mem`. Region inputs, outputs and
 constants are plain (row-major) memories over the host's data; each kernel creates the memory of
@@ -17,15 +28,20 @@ from pathlib import Path
 from byoc.codegen_c.library import CBuffer, KernelCode
 from byoc.errors import BuildError
 
-RUNTIME_PACKAGE = "onednn-cpu-gomp"
-HEADERS_PACKAGE = "onednn-devel-cpu-gomp"
+RUNTIME_PACKAGE = "onednn-cpu-tbb"
+HEADERS_PACKAGE = "onednn-devel-cpu-tbb"
+TBB_PACKAGE = "tbb"
+TBB_HEADERS_PACKAGE = "tbb-devel"
+# libdnnl (built with Intel's compiler) needs libimf and libintlc, which its wheel does not declare.
+INTEL_RUNTIME_PACKAGE = "intel-cmplr-lib-rt"
+PACKAGES = (RUNTIME_PACKAGE, HEADERS_PACKAGE, TBB_HEADERS_PACKAGE, INTEL_RUNTIME_PACKAGE)
 
 
 def _locate(package: str, suffix: str) -> Path:
     try:
         files = metadata.distribution(package).files or []
     except metadata.PackageNotFoundError:
-        raise BuildError(f"oneDNN is not installed: pip install {RUNTIME_PACKAGE} {HEADERS_PACKAGE}") from None
+        raise BuildError(f"oneDNN is not installed ({package} is missing): pip install {' '.join(PACKAGES)}") from None
     for file in files:
         if str(file).endswith(suffix):
             return Path(file.locate()).resolve()
@@ -39,8 +55,20 @@ def include_dir() -> str:
 
 
 @functools.cache
-def library_dir() -> str:
-    return str(_locate(RUNTIME_PACKAGE, "libdnnl.so.3").parent)
+def tbb_include_dir() -> str:
+    # <prefix>/include/oneapi/tbb/global_control.h -> <prefix>/include
+    return str(_locate(TBB_HEADERS_PACKAGE, "oneapi/tbb/global_control.h").parent.parent.parent)
+
+
+@functools.cache
+def library_dirs() -> list[str]:
+    """Where libdnnl, libtbb and the Intel runtime are. Each is linked by name, so that libdnnl's
+    own dependencies resolve to the libraries already loaded: the wheels give libdnnl no rpath."""
+    found = [_locate(RUNTIME_PACKAGE, "libdnnl.so.3"), _locate(TBB_PACKAGE, "libtbb.so.12"), _locate(INTEL_RUNTIME_PACKAGE, "libimf.so")]
+    return list(dict.fromkeys(str(path.parent) for path in found))
+
+
+LIBRARIES = ("dnnl", "tbb", "imf", "intlc")
 
 
 def installed() -> bool:
@@ -61,8 +89,26 @@ static dnnl_stream_t byoc_stream = NULL;
 
 #define DNNL_CHECK(call, what) do { if ((call) != dnnl_success) BYOC_FAIL(what); } while (0)
 
+#ifdef __cplusplus
+#include <oneapi/tbb/global_control.h>
+#endif
+
+/* oneDNN's TBB runtime takes every core unless told otherwise: BYOC_NUM_THREADS, else
+   OMP_NUM_THREADS (what users set for OpenMP builds, and what benchmarks pin every library
+   with), limits it. The limit lives as long as the process: TBB keeps the smallest one alive. */
+static void byoc_limit_threads(void) {
+#ifdef __cplusplus
+  static oneapi::tbb::global_control* limit = NULL;
+  const char* value = getenv("BYOC_NUM_THREADS");
+  if (value == NULL) value = getenv("OMP_NUM_THREADS");
+  if (limit == NULL && value != NULL && atoi(value) > 0)
+    limit = new oneapi::tbb::global_control(oneapi::tbb::global_control::max_allowed_parallelism, (size_t)atoi(value));
+#endif
+}
+
 static dnnl_status_t byoc_dnnl_setup(void) {
   dnnl_status_t status = dnnl_success;
+  byoc_limit_threads();
   if (byoc_engine == NULL) status = dnnl_engine_create(&byoc_engine, dnnl_cpu, 0);
   if (status == dnnl_success && byoc_stream == NULL) status = dnnl_stream_create(&byoc_stream, byoc_engine, dnnl_stream_default_flags);
   return status;
