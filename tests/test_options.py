@@ -14,6 +14,7 @@ from byoc.cli import main
 from byoc.errors import BackendRegistrationError, PartitionError, QuantizationError
 
 from conftest import REPO, small_model, small_module
+from graphs import chain_module
 
 
 def _calibration(name, count=2):
@@ -47,10 +48,12 @@ def test_int8_without_calibration_fails_at_partition_time():
 
 
 def test_max_regions_is_a_cost_rule_for_every_vendor():
-    several = byoc.report(byoc.partition_for(small_module("ssd_detector"), "dnnl", fallback_without_macs=False))
-    single = byoc.report(byoc.partition_for(small_module("ssd_detector"), "dnnl", max_regions=1))
-    assert len(several.regions) > 1 and len(single.regions) == 1
-    assert single.regions[0].macs == max(r.macs for r in several.regions)
+    # sin is no op of dnnl's: it cuts the chain into a region of one matmul and one of two
+    module = chain_module(["matmul", "relu", "sin", "matmul", "multiply", "matmul"])
+    several = byoc.report(byoc.partition_for(module, "dnnl"))
+    single = byoc.report(byoc.partition_for(module, "dnnl", max_regions=1))
+    assert len(several.regions) == 2 and len(single.regions) == 1
+    assert single.regions[0].macs == max(r.macs for r in several.regions) > min(r.macs for r in several.regions)
 
 
 def test_a_plugin_declares_its_own_options():
