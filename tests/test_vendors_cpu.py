@@ -192,3 +192,39 @@ def test_dnnl_never_runs_onednn_reference_kernels():
     for post_op in ("eltwise_gelu_erf", "binary_add", "binary_div"):
         assert any(post_op in line for line in fused), f"no matmul ran with a {post_op} post-op"
     assert not [line for line in executed if ",eltwise," in line and "gelu" in line], "GELU ran as its own primitive"
+
+
+_THREAD_LIMIT = r"""
+import numpy as np, byoc
+model = byoc.models.get("mlp", small=True)
+compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+compiled.run(**byoc.models.sample_inputs(model))
+import ctypes
+tbb = ctypes.CDLL("libtbb.so.12")  # the copy libdnnl loaded: the same soname resolves to it
+parallelism = tbb._ZN3tbb6detail2r127global_control_active_valueEi
+parallelism.restype = ctypes.c_size_t
+print("LIMIT", parallelism(0))  # global_control::max_allowed_parallelism
+"""
+
+
+@pytest.mark.parametrize("variable", ["BYOC_NUM_THREADS", "OMP_NUM_THREADS"])
+def test_dnnl_threads_follow_the_environment(variable):
+    """oneDNN's TBB runtime takes every core unless limited; the limit comes from the environment
+    and holds for the regions of the process."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("BYOC_NUM_THREADS", "OMP_NUM_THREADS")}
+    run = subprocess.run([sys.executable, "-c", _THREAD_LIMIT], capture_output=True, text=True, env={**env, variable: "1"}, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "LIMIT 1" in run.stdout
+
+
+def test_dnnl_thread_count_that_is_not_a_number_is_an_error():
+    from byoc.vendors.dnnl import threads
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BYOC_NUM_THREADS", "two")
+        with pytest.raises(BuildError, match="BYOC_NUM_THREADS='two': expected a whole number"):
+            threads.requested()

@@ -106,6 +106,9 @@ class CLibrary:
     # kernels' for inputs, outputs and constants, after allocation for intermediates; its run
     # code at the start of every call.
     bind_buffer: Callable[[CBuffer], KernelCode] | None = None
+    # Called before a host library with regions of this library initialises them, at least once
+    # per process (process-wide settings of the library: its thread limit).
+    runtime_setup: Callable[[], None] | None = None
 
     def compile_flags(self) -> list[str]:
         flags = [f"-I{d}" for d in self.include_dirs()]

@@ -45,6 +45,10 @@ class CompiledModel:
             for a in parts.artifacts
             if a.codegen != "c"
         }
+        for backend in {a.backend for a in parts.artifacts if a.codegen == "c"}:
+            setup = backends[backend].c_library.runtime_setup
+            if setup is not None:
+                setup()
         self.host = load_host_library(parts, f"{source}: the host library")
         self._local = threading.local()
 

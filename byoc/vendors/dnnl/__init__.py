@@ -20,7 +20,7 @@ from byoc.annotate import fused_pattern
 from byoc.backend import Backend, CostRules, Limits, register_backend
 from byoc.codegen_c import CLibrary
 from byoc.flow import partition_for
-from byoc.vendors.dnnl import emitters, library
+from byoc.vendors.dnnl import emitters, library, threads
 from byoc.vendors.dnnl.predicates import (
     binary_broadcast,
     concat_same_rank,
@@ -167,11 +167,12 @@ dnnl.c_library = CLibrary(
     name="onednn",
     version=library.version() if library.installed() else "not installed",
     headers=["oneapi/dnnl/dnnl.h", "math.h"],
-    include_dirs=lambda: [library.include_dir(), library.tbb_include_dir()],
+    include_dirs=lambda: [library.include_dir()],
     library_dirs=library.library_dirs,
     libraries=list(library.LIBRARIES),
     prologue=library.PROLOGUE,
     bind_buffer=library.bind_buffer,
+    runtime_setup=threads.limit_threads,
     emitters={
         **_conv_emitters,
         **_dense_emitters,

@@ -89,26 +89,8 @@ static dnnl_stream_t byoc_stream = NULL;
 
 #define DNNL_CHECK(call, what) do { if ((call) != dnnl_success) BYOC_FAIL(what); } while (0)
 
-#ifdef __cplusplus
-#include <oneapi/tbb/global_control.h>
-#endif
-
-/* oneDNN's TBB runtime takes every core unless told otherwise: BYOC_NUM_THREADS, else
-   OMP_NUM_THREADS (what users set for OpenMP builds, and what benchmarks pin every library
-   with), limits it. The limit lives as long as the process: TBB keeps the smallest one alive. */
-static void byoc_limit_threads(void) {
-#ifdef __cplusplus
-  static oneapi::tbb::global_control* limit = NULL;
-  const char* value = getenv("BYOC_NUM_THREADS");
-  if (value == NULL) value = getenv("OMP_NUM_THREADS");
-  if (limit == NULL && value != NULL && atoi(value) > 0)
-    limit = new oneapi::tbb::global_control(oneapi::tbb::global_control::max_allowed_parallelism, (size_t)atoi(value));
-#endif
-}
-
 static dnnl_status_t byoc_dnnl_setup(void) {
   dnnl_status_t status = dnnl_success;
-  byoc_limit_threads();
   if (byoc_engine == NULL) status = dnnl_engine_create(&byoc_engine, dnnl_cpu, 0);
   if (status == dnnl_success && byoc_stream == NULL) status = dnnl_stream_create(&byoc_stream, byoc_engine, dnnl_stream_default_flags);
   return status;
