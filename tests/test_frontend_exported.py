@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import pytest
+from legacy_export import legacy_gpt2
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
@@ -47,28 +47,7 @@ def test_folding_follows_a_chain_of_40_reshapes_to_the_end():
 
 
 def test_a_legacy_gpt2_export_with_dynamic_axes_imports_and_matches_onnxruntime(tmp_path):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=12, n_embd=64, n_head=2, vocab_size=500, n_positions=64, use_cache=False,
-                                     bos_token_id=0, eos_token_id=0)
-
-    class Hidden(torch.nn.Module):
-        # The mask is given: without it transformers 5 looks for packed sequences with
-        # aten::diff, which the legacy exporter cannot write.
-        def __init__(self):
-            super().__init__()
-            self.gpt2 = transformers.GPT2Model(config)
-
-        def forward(self, ids):
-            return self.gpt2(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
-
-    path = str(tmp_path / "gpt2.onnx")
-    ids = torch.randint(0, 500, (1, 16))
-    with torch.no_grad():
-        torch.onnx.export(Hidden().eval(), (ids,), path, input_names=["input_ids"], output_names=["hidden"],
-                          dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}}, dynamo=False, opset_version=17)
-    model = onnx.load(path)
+    model, _ = legacy_gpt2(tmp_path, layers=12, width=64, vocab=500, length=16, dynamic=True)
     assert any(n.op_type == "Shape" for n in model.graph.node)  # the shape arithmetic this test is about
 
     mod = byoc.from_onnx(model, shapes={"input_ids": [2, 16]})

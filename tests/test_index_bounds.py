@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import pytest
+from legacy_export import legacy_gpt2
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
@@ -135,27 +136,8 @@ def test_a_constant_index_out_of_range_is_refused_at_import():
 
 
 def test_an_exported_gpt2_with_an_id_equal_to_the_vocabulary_size(tmp_path):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16, use_cache=False,
-                                     bos_token_id=0, eos_token_id=0)
-
-    class Hidden(torch.nn.Module):  # the hidden states alone, with the mask given (see test_frontend_exported)
-        def __init__(self):
-            super().__init__()
-            self.gpt2 = transformers.GPT2Model(config)
-
-        def forward(self, ids):
-            return self.gpt2(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
-
-    path = str(tmp_path / "gpt2.onnx")
-    ids = torch.randint(0, 100, (1, 8))
-    with torch.no_grad():
-        torch.onnx.export(Hidden().eval(), (ids,), path, input_names=["input_ids"], dynamo=False, opset_version=17)
-    model = onnx.load(path)
+    model, valid = legacy_gpt2(tmp_path, layers=1, width=32, vocab=100, length=8)
     compiled_model = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
-    valid = ids.numpy()
     assert_fp32_close(compiled_model.run(valid), onnxruntime_outputs(model, {"input_ids": valid}))
     gather = next(n.name for n in model.graph.node if n.op_type == "Gather" and "wte" in n.input[0])
     with pytest.raises(IndexOutOfRangeError, match=rf"'{gather}' \(Gather\): index 100 is out of range.*-100 to 99"):
