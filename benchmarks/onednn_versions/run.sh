@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# oneDNN 3.2 (the pinned onednn-cpu-gomp 2023.2) against a newer oneDNN, on BERT-base's shapes:
+# oneDNN 3.2 (the pinned onednn-cpu-tbb 2023.2, on every core) against a newer oneDNN, on BERT-base's shapes:
 # the MLP matrix product and softmax as primitives, and attention through the Graph API.
 #
 #   benchmarks/onednn_versions/run.sh [PREFIX]
@@ -13,12 +13,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 venv=${VENV:-$here/../../.venv}
 threads=${THREADS:-2}
 out=$(mktemp -d)
-build() {  # name prefix
+build() {  # name prefix [libraries libdnnl needs and does not name a path for]
   for program in matmul_softmax attention_graph; do
-    gcc -O2 "$here/$program.c" -I"$2/include" -L"$2/lib" -Wl,-rpath,"$2/lib" -ldnnl -o "$out/$program-$1"
+    gcc -O2 "$here/$program.c" -I"$2/include" -L"$2/lib" -Wl,-rpath,"$2/lib" -Wl,--no-as-needed -ldnnl ${3:-} -o "$out/$program-$1"
   done
 }
-build pinned "$venv"
+build pinned "$venv" "-ltbb -limf -lintlc"
 OMP_NUM_THREADS=$threads "$out/matmul_softmax-pinned"
 OMP_NUM_THREADS=$threads "$out/attention_graph-pinned"
 if [ $# -ge 1 ]; then
