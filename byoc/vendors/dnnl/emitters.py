@@ -138,45 +138,50 @@ class _Kernel:
             self.after.append(self.check(f"byoc_reorder({name}.reorder, {name}.memory, {buffer.name}_mem)", f"reorder into {buffer.name}"))
         self.exec_args.append(("DNNL_ARG_DST", f"{name}.memory"))
 
-    def rows_view(self, buffer: CBuffer, view_md: str) -> str:
-        """An input in plain layout (reordered per call if its producer chose another), read
-        through a view of its data described by `view_md` (its rows as a matrix). Returns the
-        view's memory."""
-        name = self._name("rows")
-        plain = self.md(buffer.shape, "plain")
-        self.state += [f"static byoc_conversion {name}_plain;", f"static dnnl_memory_t {name} = NULL;"]
-        self.setup.append(self.check(f"byoc_conversion_init(&{name}_plain, {buffer.name}_mem, {plain})", f"plain layout of {buffer.name}"))
-        self.setup.append(self.check(f"dnnl_memory_create(&{name}, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "input view"))
+    def plain_source(self, buffer: CBuffer) -> str:
+        """An input in plain layout: its own memory where its producer chose plain, else a copy
+        reordered per call. Returns the memory."""
+        name = self._name("plain")
+        self.state.append(f"static byoc_conversion {name};")
+        self.setup.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {self.md(buffer.shape, 'plain')})",
+                                     f"plain layout of {buffer.name}"))
+        self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
+        return f"{name}.memory"
+
+    def point(self, view: str, memory: str) -> None:
+        """Per call, point memory `view` at the data of `memory` (bound per call)."""
         self.before += [
-            self.check(f"byoc_reorder({name}_plain.reorder, {buffer.name}_mem, {name}_plain.memory)", f"reorder of {buffer.name}"),
             "{",
             "  void* data = NULL;",
-            "  " + self.check(f"dnnl_memory_get_data_handle({name}_plain.memory, &data)", "input data"),
-            "  " + self.check(f"dnnl_memory_set_data_handle({name}, data)", "input view"),
+            "  " + self.check(f"dnnl_memory_get_data_handle({memory}, &data)", f"data of {memory}"),
+            "  " + self.check(f"dnnl_memory_set_data_handle({view}, data)", f"view {view}"),
             "}",
         ]
+
+    def rows_view(self, buffer: CBuffer, view_md: str) -> str:
+        """An input in plain layout, read through a view of its data described by `view_md` (its
+        rows as a matrix). Returns the view's memory."""
+        source = self.plain_source(buffer)
+        name = self._name("rows")
+        self.state.append(f"static dnnl_memory_t {name} = NULL;")
+        self.setup.append(self.check(f"dnnl_memory_create(&{name}, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "input view"))
+        self.point(name, source)
         return name
 
     def result_view(self, buffer: CBuffer, view_md: str) -> str:
         """The output in plain layout, written through a view of its data described by
-        `view_md` (another shape of the same bytes: a reshape, a transpose, kept dimensions).
-        Returns the view's memory."""
-        k = self.k
-        self.state += [f"static dnnl_memory_t {k}_view = NULL;", f"static byoc_conversion {k}_result;"]
+        `view_md` (another shape of the same bytes: a reshape, a transpose, kept dimensions, a
+        window). Returns the view's memory."""
+        name = self._name("result")
+        self.state += [f"static dnnl_memory_t {name}_view = NULL;", f"static byoc_conversion {name};"]
         size = f"&{buffer.name}_bytes" if buffer.kind == "intermediate" else "NULL"
         out_md = self.md(buffer.shape, "plain")
-        self.setup.append(self.check(f"byoc_result_init(&{k}_result, &{buffer.name}_mem, {size}, {out_md})", "result layout"))
-        self.setup.append(self.check(f"dnnl_memory_create(&{k}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "output view"))
-        self.before += [
-            "{",
-            "  void* data = NULL;",
-            "  " + self.check(f"dnnl_memory_get_data_handle({k}_result.memory, &data)", "output data"),
-            "  " + self.check(f"dnnl_memory_set_data_handle({k}_view, data)", "output view"),
-            "}",
-        ]
+        self.setup.append(self.check(f"byoc_result_init(&{name}, &{buffer.name}_mem, {size}, {out_md})", "result layout"))
+        self.setup.append(self.check(f"dnnl_memory_create(&{name}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "output view"))
+        self.point(f"{name}_view", f"{name}.memory")
         if buffer.kind != "intermediate":
-            self.after.append(self.check(f"byoc_reorder({k}_result.reorder, {k}_result.memory, {buffer.name}_mem)", "reorder into output"))
-        return f"{k}_view"
+            self.after.append(self.check(f"byoc_reorder({name}.reorder, {name}.memory, {buffer.name}_mem)", "reorder into output"))
+        return f"{name}_view"
 
     def post_ops(self, nodes: list[dict], residual_arg: list[tuple[CBuffer, int]], rank: int, input_tag: str = "") -> str:
         """An attribute with element-wise and binary post-ops (a residual add, a constant scale
@@ -559,46 +564,31 @@ def _window_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tupl
     Each copy is a reorder from a sub-memory of the input into a plain view of the part."""
     kernel = _Kernel(call)
     k = kernel.k
-    plain = kernel.md(x.shape, "plain")
-    kernel.state = [f"static byoc_conversion {k}_plain;"]  # no primitive of its own
-    kernel.setup.append(kernel.check(f"byoc_conversion_init(&{k}_plain, {x.name}_mem, {plain})", f"plain layout of {x.name}"))
-    kernel.before.append(kernel.check(f"byoc_reorder({k}_plain.reorder, {x.name}_mem, {k}_plain.memory)", f"reorder of {x.name}"))
+    kernel.state = []  # no primitive of its own
+    source = kernel.plain_source(x)
     for index, (part, offsets, window) in enumerate(parts):
         name = f"{k}_part{index}"
-        size = f"&{part.name}_bytes" if part.kind == "intermediate" else "NULL"
-        kernel.state += [f"static dnnl_memory_t {name}_window = NULL;", f"static dnnl_memory_t {name}_view = NULL;",
-                         f"static byoc_conversion {name}_result;", f"static dnnl_primitive_t {name}_copy = NULL;"]
+        kernel.state += [f"static dnnl_memory_t {name}_window = NULL;", f"static dnnl_primitive_t {name}_copy = NULL;"]
         view_md = kernel.md(window, "plain")
+        view = kernel.result_view(part, view_md)
         kernel.setup += [
             "{",
             f"  dnnl_dims_t dims = {dims(window)};",
             f"  dnnl_dims_t offsets = {dims(offsets)};",
             "  dnnl_memory_desc_t window;",
             "  dnnl_primitive_desc_t copy = NULL;",
-            "  " + kernel.check(f"dnnl_memory_desc_create_submemory(&window, {plain}, dims, offsets)", f"window {index}"),
+            "  " + kernel.check(f"dnnl_memory_desc_create_submemory(&window, byoc_md({source}), dims, offsets)", f"window {index}"),
             "  " + kernel.check(f"dnnl_memory_create(&{name}_window, window, byoc_engine, DNNL_MEMORY_NONE)", f"window {index}"),
-            "  " + kernel.check(f"byoc_result_init(&{name}_result, &{part.name}_mem, {size}, {kernel.md(part.shape, 'plain')})", f"part {index}"),
-            "  " + kernel.check(f"dnnl_memory_create(&{name}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", f"view of part {index}"),
             "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&copy, window, byoc_engine, {view_md}, byoc_engine, NULL)",
                                 f"copy of window {index}"),
             "  " + kernel.check(f"byoc_primitive(&{name}_copy, copy)", f"copy of window {index}"),
             "  dnnl_memory_desc_destroy(window);",
             "}",
         ]
-        kernel.before += [
-            "{",
-            "  void* data = NULL;",
-            "  " + kernel.check(f"dnnl_memory_get_data_handle({k}_plain.memory, &data)", "window input"),
-            "  " + kernel.check(f"dnnl_memory_set_data_handle({name}_window, data)", "window"),
-            "  " + kernel.check(f"dnnl_memory_get_data_handle({name}_result.memory, &data)", "window result"),
-            "  " + kernel.check(f"dnnl_memory_set_data_handle({name}_view, data)", "window result"),
-            "  " + kernel.check(f"byoc_reorder({name}_copy, {name}_window, {name}_view)", f"window {index}"),
-            "}",
-        ]
-        if part.kind != "intermediate":
-            kernel.before.append(kernel.check(f"byoc_reorder({name}_result.reorder, {name}_result.memory, {part.name}_mem)", f"part {index}"))
+        kernel.point(f"{name}_window", source)
+        kernel.before.append(kernel.check(f"byoc_reorder({name}_copy, {name}_window, {view})", f"window {index}"))
     init = ["{", *("  " + line for line in kernel.setup), *(f"  dnnl_memory_desc_destroy({md});" for md in kernel.local_mds), "}"]
-    return KernelCode(state="\n".join(kernel.state), init="\n".join(init), run="\n".join(kernel.before))
+    return KernelCode(state="\n".join(kernel.state), init="\n".join(init), run="\n".join([*kernel.before, *kernel.after]))
 
 
 def split(call: KernelCall) -> KernelCode:
