@@ -36,8 +36,10 @@ bench: $(STAMP)
 conformance: $(STAMP)
 	BYOC_CONFORMANCE=all $(PY) -m pytest -q tests/test_onnx_conformance.py
 
-# The vendor x model table and the node-case pass rates, written to docs/matrix.md.
+# The vendor x model table (zoo, light graphs and the exported suite) and the node-case pass
+# rates, written to docs/matrix.md.
 matrix: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[torch]'
 	mkdir -p out
 	$(VENV)/bin/byoc matrix --node-cases --int8-samples 4 --calibration 4 --markdown docs/matrix.md --json out/matrix.json > /dev/null
 

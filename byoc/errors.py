@@ -3,6 +3,9 @@ region and backend, so that a user can act on the message alone."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 def one_line(error: BaseException) -> str:
     """An exception as one line for a report: its type and the first line of its message."""
@@ -92,3 +95,9 @@ class QuantizationError(ByocError):
 class PlacementError(PartitionError):
     """Measured placement cannot run as asked: a model it cannot cut, an RPC tracker that does
     not answer, a key with no device; names the tracker, key or backend."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the known name closest to a misspelt one, else ''."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -81,3 +81,14 @@ def test_a_dynamic_export_runs_at_the_shapes_given(cache):
     assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
     with pytest.raises(DynamicShapeError, match=r"input_ids \[batch, sequence\]"):
         check_model(str(exported.path("gpt2", dynamic=True, cache_dir=cache)))
+
+
+@needs_torch
+def test_the_vendor_kit_and_matrix_take_exported_models(cache, monkeypatch):
+    from byoc.testing.kit import evaluate, exported_model_names, model_case
+
+    monkeypatch.setenv("BYOC_EXPORT_CACHE_DIR", str(cache))
+    assert exported_model_names() == [f"hf:{name}" for name in exported.SUITE]
+    result = evaluate("onnxruntime", model_case("hf:bert"), samples=1)
+    assert result.passed, (result.error, result.violation)
+    assert len(result.report.regions) == 1 and result.report.offload_ratio_nodes == 1.0

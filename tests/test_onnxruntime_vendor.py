@@ -293,27 +293,51 @@ def test_a_regions_io_bindings_are_kept_and_made_only_for_new_buffers():
     assert seen[0][1] is not engine.bindings() and not set(seen[0][1].values()) & set(engine.bindings().values())
 
 
-@pytest.mark.parametrize("spinning, entries", [(None, ("1", "1")), (True, ("1", "1")), ("always", ("1", "0")), (False, ("0", None))])
-def test_threads_spin_while_a_run_is_in_progress_unless_told_otherwise(spinning, entries):
-    model, inputs = _case_gelu()
-    options = {} if spinning is None else {"allow_spinning": spinning}
-    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "onnxruntime"), backend_options={"onnxruntime": options})
+def _spinning_entries(compiled: byoc.CompiledModel, symbol: str = "onnxruntime_0") -> tuple[str | None, ...]:
     compiled.create_engines()
-    session_options = compiled.regions["onnxruntime_0"].record.engine.session.get_session_options()
+    session_options = compiled.regions[symbol].record.engine.session.get_session_options()
     got = []
     for key in ("session.intra_op.allow_spinning", "session.force_spinning_stop"):
         try:
             got.append(session_options.get_session_config_entry(key))
         except Exception:  # onnxruntime raises for an entry never set
             got.append(None)
-    assert tuple(got) == entries
+    return tuple(got)
+
+
+@pytest.mark.parametrize("spinning, entries", [(True, ("1", "1")), ("always", ("1", "0")), (False, ("0", None))])
+def test_threads_spin_as_told(spinning, entries):
+    model, inputs = _case_gelu()
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "onnxruntime"),
+                          backend_options={"onnxruntime": {"allow_spinning": spinning}})
+    assert _spinning_entries(compiled) == entries
     assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+def test_by_default_threads_keep_spinning_between_runs_only_where_the_region_is_all_the_model_computes(tmp_path):
+    model, inputs = _case_gelu()
+    alone = byoc.build(byoc.partition_for(byoc.from_onnx(model), "onnxruntime"))
+    assert _spinning_entries(alone) == ("1", "0")
+    # Also after a reload: the fact comes from the partition record the artifact carries.
+    alone.export(tmp_path / "alone.byoc")
+    assert _spinning_entries(byoc.load(tmp_path / "alone.byoc")) == ("1", "0")
+    # Host code after the region (cumsum over the flattened tensor stays on the host): the
+    # threads stop spinning when the region returns, leaving the cores to the host.
+    mod = _relax_module(lambda b, x: R.cumsum(b.emit(R.matmul(x, relax.const(_floats(6, 6)))), axis=None))
+    partitioned = byoc.partition_for(mod, "onnxruntime")
+    assert byoc.report(partitioned).host_ops
+    followed = byoc.build(partitioned)
+    assert _spinning_entries(followed) == ("1", "1")
+    x = _floats(2, 4, 6)
+    assert_fp32_close(followed.run(x), byoc.build(mod).run(x))
+    # The context exists only while an engine is created.
+    assert byoc.runtime_metadata.engine.engine_context() is None
 
 
 def test_an_unknown_spinning_mode_is_refused():
     model, _ = _case_gelu()
     compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "onnxruntime"), backend_options={"onnxruntime": {"allow_spinning": "sometimes"}})
-    with pytest.raises(byoc.errors.EngineError, match="allow_spinning 'sometimes': one of True, False, 'always'"):
+    with pytest.raises(byoc.errors.EngineError, match="allow_spinning 'sometimes': one of 'auto', True, False, 'always'"):
         compiled.create_engines()
 
 

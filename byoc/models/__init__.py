@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from byoc.errors import UnknownModelError
+from byoc.errors import UnknownModelError, did_you_mean
 from byoc.models.bert import bert_encoder
 from byoc.models.cnn import mobilenet_v2, resnet18, resnet50, vgg19
 from byoc.models.graph_builder import INPUT_RANGE_KEY, model_input_shapes
@@ -67,7 +67,7 @@ def describe(name: str) -> ZooModel:
     try:
         return _ZOO[name]
     except KeyError:
-        raise UnknownModelError(f"unknown zoo model {name!r}; the zoo has: {', '.join(_ZOO)}") from None
+        raise UnknownModelError(f"unknown zoo model {name!r}{did_you_mean(name, _ZOO)}; the zoo has: {', '.join(_ZOO)}") from None
 
 
 def get(name: str, small: bool = False, **overrides) -> onnx.ModelProto:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from byoc.errors import ByocError, ModelLoadError, UnknownModelError
+from byoc.errors import ByocError, ModelLoadError, UnknownModelError, did_you_mean
 from byoc.models import random_inputs
 from byoc.models.graph_builder import INPUT_RANGE_KEY
 
@@ -152,7 +152,8 @@ def describe(name: str) -> Architecture:
     try:
         return _ARCHITECTURES[name]
     except KeyError:
-        raise UnknownModelError(f"unknown exported architecture {name!r}; known: {', '.join(_ARCHITECTURES)}") from None
+        raise UnknownModelError(f"unknown exported architecture {name!r}{did_you_mean(name, _ARCHITECTURES)}; "
+                                f"known: {', '.join(_ARCHITECTURES)}") from None
 
 
 def available() -> str | None:
@@ -170,6 +171,22 @@ def available() -> str | None:
     if torch.__version__.split("+")[0] != TORCH_VERSION:
         return f"torch {torch.__version__} is installed, byoc's exported models need torch=={TORCH_VERSION}; {EXTRA_HINT}"
     return None
+
+
+SPEC_PREFIX = "hf:"
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """`hf:NAME` or `hf:NAME:SIZE`, as `byoc bench` and `byoc matrix` take them, as (name, size);
+    an unknown name or size, or a missing extra, is an error that says so."""
+    name, _, size = spec[len(SPEC_PREFIX):].partition(":")
+    describe(name)
+    if (size or "tiny") not in SIZES:
+        raise UnknownModelError(f"{spec}: unknown size {size!r}; sizes: {', '.join(SIZES)}")
+    reason = available()
+    if reason is not None:
+        raise MissingExtraError(f"{spec}: {reason}")
+    return name, size or "tiny"
 
 
 def _require_extra() -> None:

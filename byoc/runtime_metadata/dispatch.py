@@ -22,6 +22,7 @@ from byoc.backend.spec import Backend
 from byoc.errors import ArtifactError, ByocError, EngineError
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
+from byoc.runtime_metadata.engine import EngineContext, creating_engine
 from byoc.runtime_metadata.engine_cache import EngineCache
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
 
@@ -50,8 +51,10 @@ class RegionRuntime:
         cache: EngineCache | None,
         embedded: EmbeddedEngine | None = None,
         strict_engines: bool = False,
+        sole_work: bool = False,
     ) -> None:
         self.artifact = artifact
+        self.context = EngineContext(artifact.symbol, sole_work)
         self.embedded = embedded
         self.strict_engines = strict_engines
         self.backend = backend
@@ -73,8 +76,9 @@ class RegionRuntime:
         if self.record is None:
             with self._lock:
                 if self.record is None:
-                    self.record = create_engine(self.artifact, self.backend, self.store, self.options, self.cache,
-                                                self.embedded, self.strict_engines)
+                    with creating_engine(self.context):
+                        self.record = create_engine(self.artifact, self.backend, self.store, self.options, self.cache,
+                                                    self.embedded, self.strict_engines)
         return self.record
 
     def _check(self, arrays: list[np.ndarray]) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from byoc.backend.registry import get_backend, list_backends
@@ -39,9 +40,10 @@ class CompiledModel:
     def __init__(self, parts: ModelParts, backends: Mapping[str, Backend], cache: EngineCache | None = None,
                  source: str = "this build", strict_engines: bool = False) -> None:
         self.parts = parts
+        sole_work = _one_region_only(parts)
         self.regions = {
             a.symbol: RegionRuntime(a, backends[a.backend], parts.store, parts.backend_options.get(a.backend, {}), cache,
-                                    parts.engines.get(a.symbol), strict_engines)
+                                    parts.engines.get(a.symbol), strict_engines, sole_work)
             for a in parts.artifacts
             if a.codegen != "c"
         }
@@ -50,6 +52,7 @@ class CompiledModel:
             if setup is not None:
                 setup()
         self.host = load_host_library(parts, f"{source}: the host library")
+        self._input_kinds = [(spec.name, tuple(spec.shape), np.dtype(spec.dtype)) for spec in parts.inputs]
         self._local = threading.local()
 
     @property
@@ -113,27 +116,29 @@ class CompiledModel:
         return sorted(self.parts.engines)
 
     def _arrange_inputs(self, args: Sequence, named: Mapping[str, object]) -> list[np.ndarray]:
+        """The inputs in the model's order, each checked against its name, dtype and shape.
+        Run on every call: a tiny model runs in a few hundred microseconds, so the common case
+        (numpy arrays of the right kind) costs a few comparisons per input."""
         expected = self.inputs
         if args and named:
             raise InputError("give inputs either by position or by name, not both")
         if named:
-            unknown = sorted(set(named) - {spec.name for spec in expected})
-            if unknown:
-                raise InputError(f"unknown input(s) {unknown}; the model's inputs are {[s.name for s in expected]}")
-            missing = [spec.name for spec in expected if spec.name not in named]
-            if missing:
-                raise InputError(f"missing input(s) {missing}")
+            if len(named) != len(expected) or not all(spec.name in named for spec in expected):
+                unknown = sorted(set(named) - {spec.name for spec in expected})
+                if unknown:
+                    raise InputError(f"unknown input(s) {unknown}; the model's inputs are {[s.name for s in expected]}")
+                raise InputError(f"missing input(s) {[spec.name for spec in expected if spec.name not in named]}")
             args = [named[spec.name] for spec in expected]
         if len(args) != len(expected):
             raise InputError(f"the model takes {len(expected)} input(s) ({', '.join(s.name for s in expected)}), got {len(args)}")
         arrays = []
-        for spec, value in zip(expected, args):
+        for (name, shape, dtype), value in zip(self._input_kinds, args):
             array = value.numpy() if isinstance(value, tvm.runtime.Tensor) else np.asarray(value)
-            if array.dtype != np.dtype(spec.dtype):
-                raise InputError(f"input {spec.name!r}: expected dtype {spec.dtype}, got {array.dtype}")
-            if tuple(array.shape) != spec.shape:
-                raise InputError(f"input {spec.name!r}: expected shape {spec.shape}, got {tuple(array.shape)}")
-            arrays.append(np.require(array, requirements="C"))
+            if array.dtype != dtype:
+                raise InputError(f"input {name!r}: expected dtype {dtype}, got {array.dtype}")
+            if array.shape != shape:
+                raise InputError(f"input {name!r}: expected shape {shape}, got {tuple(array.shape)}")
+            arrays.append(array)
         return arrays
 
     def run(self, *inputs, **named_inputs) -> list[np.ndarray]:
@@ -158,7 +163,7 @@ class CompiledModel:
 
     def profile(self, *inputs, repeat: int = 10, **named_inputs) -> ProfileReport:
         """Time spent per region and on the host (see `byoc.runtime_metadata.profile`)."""
-        arrays = self._arrange_inputs(inputs, named_inputs)
+        arrays = [np.require(a, requirements="C") for a in self._arrange_inputs(inputs, named_inputs)]
         self.create_engines()
         return profile_model(self._vm(), self.parts.artifacts, self.regions, arrays, repeat)
 
@@ -210,16 +215,38 @@ def _embedded_state(embedded: EmbeddedEngine | None) -> dict | None:
     return {"bytes": len(embedded.plan), "environment": embedded.environment}
 
 
+def _one_region_only(parts: ModelParts) -> bool:
+    """Whether the model is one region and nothing else: its partition left no op on the host
+    and no region fell back at build (a model not partitioned by byoc says nothing: False)."""
+    if parts.partition is None or len(parts.artifacts) != 1 or parts.build_fallbacks:
+        return False
+    return not PartitionRecord.from_dict(parts.partition).host_ops
+
+
+_ARRAY_SIZE = tvm_ffi.get_global_func("ffi.ArraySize")
+_ARRAY_GET_ITEM = tvm_ffi.get_global_func("ffi.ArrayGetItem")
+
+
 def _as_arrays(result) -> list[np.ndarray]:
-    """The model's outputs as numpy arrays: a shape the model returns (ONNX Shape of a static
-    tensor) is an int64 vector, a scalar a 0-d array."""
+    """The model's outputs as numpy arrays, copied out of the VM's buffers (an output may be a
+    view of a kept input buffer or of a constant): a shape the model returns (ONNX Shape of a
+    static tensor) is an int64 vector, a scalar a 0-d array."""
     if isinstance(result, tvm.runtime.Tensor):
         return [np.from_dlpack(result).copy()]
     if isinstance(result, tvm.runtime.ShapeTuple):
         return [np.array(list(result), dtype=np.int64)]
     if isinstance(result, (int, float, bool)):
         return [np.array(result)]
-    return [item for value in result for item in _as_arrays(value)]
+    arrays = []
+    # A tuple, the common case: items fetched by index (iterating an FFI Array asks its size
+    # again for each item; three calls per item cost 7 us a run of a two-output model).
+    for index in range(_ARRAY_SIZE(result)):
+        value = _ARRAY_GET_ITEM(result, index)
+        if isinstance(value, tvm.runtime.Tensor):
+            arrays.append(np.from_dlpack(value).copy())
+        else:
+            arrays.extend(_as_arrays(value))
+    return arrays
 
 
 def load(

@@ -29,6 +29,7 @@ from byoc.backend.registry import backend_origin, get_backend
 from byoc.backend.tolerance import Tolerance
 from byoc.flow import partition_for
 from byoc.frontend import from_onnx
+from byoc.models import exported
 from byoc.partition import PartitionReport
 from byoc.processing.passes import needs_calibration
 from byoc.runtime_metadata import CompiledModel, build
@@ -49,7 +50,12 @@ class ModelCase:
 
 
 def model_case(name: str, small: bool = True) -> ModelCase:
-    """A zoo model by name ("resnet18"), or a light graph as "light_<name>"."""
+    """A zoo model by name ("resnet18"), a light graph as "light_<name>", or an exported
+    transformers architecture as "hf:<name>[:<size>]" (`byoc.models.exported`; tiny unless a
+    size is named)."""
+    if name.startswith(exported.SPEC_PREFIX):
+        architecture, size = exported.parse_spec(name)
+        return ModelCase(name, lambda: exported.export(architecture, size), "encoder")
     if name.startswith(LIGHT_PREFIX):
         light = name[len(LIGHT_PREFIX) :]
         if light not in light_model_names():
@@ -61,6 +67,11 @@ def model_case(name: str, small: bool = True) -> ModelCase:
 
 def all_model_names() -> list[str]:
     return [*zoo.names(), *(LIGHT_PREFIX + n for n in light_model_names())]
+
+
+def exported_model_names() -> list[str]:
+    """The exported suite at its tiny size, as `model_case` names them."""
+    return [exported.SPEC_PREFIX + name for name in exported.SUITE]
 
 
 def sample_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:

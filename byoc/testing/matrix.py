@@ -25,9 +25,10 @@ from dataclasses import asdict, dataclass, field
 import onnxruntime as ort
 
 from byoc.backend.registry import get_backend, list_backends
+from byoc.models import exported
 from byoc.progress import Progress
 from byoc.testing import conformance
-from byoc.testing.kit import Evaluation, all_model_names, evaluate, model_case, onnxruntime_session
+from byoc.testing.kit import Evaluation, all_model_names, evaluate, exported_model_names, model_case, onnxruntime_session
 
 SLOW_RUN_S = 0.5  # a system this slow per run is timed on 3 runs, not `rounds`
 
@@ -164,7 +165,8 @@ def to_markdown(rows: Sequence[MatrixRow], rates: Sequence[conformance.PassRate]
     lines = ["# Vendor matrix", "", "Written by `make matrix` (`byoc matrix`); do not edit by hand.", "",
              f"{meta['machine']}; byoc {meta['byoc']}, onnxruntime {meta['onnxruntime']}, {meta['threads']} thread(s). "
              "Zoo models are the reduced variants (`byoc.models.get(name, small=True)`); `light_*` are onnx's "
-             "real-network graphs at their published size with seeded weights (`byoc.testing.light_model`). "
+             "real-network graphs at their published size with seeded weights (`byoc.testing.light_model`); `hf:*` "
+             "are transformers architectures exported by torch.onnx at their tiny size (`byoc.models.exported`). "
              "Error: for fp32 vendors the largest absolute error over the output's range; for int8 vendors the "
              "relative L2 error, SQNR and top-1 agreement against float32 onnxruntime over "
              f"{meta['int8_samples']} seeded inputs (calibrated on {meta['calibration_samples']} others), and for "
@@ -224,10 +226,22 @@ def _meta(args: argparse.Namespace) -> dict:
             "threads": args.threads, "int8_samples": args.int8_samples, "calibration_samples": args.calibration}
 
 
+def _default_models() -> list[str]:
+    """Every zoo model and light graph, and the exported suite at its tiny size where the
+    torch extra is installed (left out with the reason where it is not)."""
+    reason = exported.available()
+    if reason is not None:
+        print(f"byoc matrix: the exported models are left out: {reason}", file=sys.stderr)
+        return all_model_names()
+    return [*all_model_names(), *exported_model_names()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="byoc matrix", description="the vendor x model table")
     parser.add_argument("--vendors", nargs="+", default=None, help="default: every registered vendor")
-    parser.add_argument("--models", nargs="+", default=None, help="zoo names and light_<name> graphs (default: all)")
+    parser.add_argument("--models", nargs="+", default=None,
+                        help="zoo names, light_<name> graphs and hf:NAME[:SIZE] exported architectures (default: all; the "
+                             "exported suite where the torch extra is installed)")
     parser.add_argument("--samples", type=int, default=2, help="evaluation inputs for fp32 vendors")
     parser.add_argument("--int8-samples", type=int, default=10, help="evaluation inputs for int8 and fp16 vendors")
     parser.add_argument("--calibration", type=int, default=8, metavar="N", help="calibration inputs for int8 vendors")
@@ -251,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             missing[vendor] = reason
             print(f"byoc matrix: {vendor} does not build on this machine, left out: {reason}", file=sys.stderr)
     vendors = [v for v in vendors if v not in missing]
-    models = args.models or all_model_names()
+    models = args.models or _default_models()
     for name in models:
         model_case(name)
     rows = run_matrix(vendors, models, args.samples, args.int8_samples, args.calibration, args.rounds, args.threads, not args.no_timing)
@@ -269,5 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r.passed for r in rows) and all(r.failures == 0 for r in rates) else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # where `byoc matrix` starts again with its thread counts set
+    from byoc.cli import main as cli_main
+
+    sys.exit(cli_main(["matrix", *sys.argv[1:]]))

@@ -10,8 +10,9 @@ on the host. Each region becomes an ONNX model at opset 20 and one inference ses
 its inputs and outputs bound to the host's buffers. Session options, passed per build with
 `backend_options={"onnxruntime": {...}}`: `intra_op_num_threads` (default: every core),
 `graph_optimization_level` ("disable", "basic", "extended", "all": the default) and
-`allow_spinning` (True: threads spin while a run is in progress, the default; "always": also
-after it, as onnxruntime does alone; False: never), measured in `engine.py`.
+`allow_spinning` ("auto", the default: "always" when the region is all the model computes, True
+otherwise; True: threads spin while a run is in progress; "always": also after it, as
+onnxruntime does alone; False: never), measured in `engine.py`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from byoc.runtime_metadata.engine import engine_context
+
 LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -19,9 +21,11 @@ LEVELS = {
 }
 OPTIONS = ("intra_op_num_threads", "graph_optimization_level", "allow_spinning")
 
-# Spinning. True (the default): threads spin while a run is in progress and stop when it returns,
-# so host code and other engines that run next keep their cores; "always": they go on spinning
-# after it, as onnxruntime does by default; False: they sleep as soon as they run out of work.
+# Spinning. "auto" (the default): "always" when the region is all the model computes (see
+# `EngineContext.sole_work`), True otherwise. True: threads spin while a run is in progress and
+# stop when it returns, so host code and other engines that run next keep their cores; "always":
+# they go on spinning after it, as onnxruntime does by default; False: they sleep as soon as they
+# run out of work.
 # ms per run, 2 threads on 2 cores shared with other work, min over rounds of medians:
 #                                        True  "always"  False  onnxruntime on the file
 #   bert, one region                     0.54    0.45    0.63   0.41
@@ -31,8 +35,10 @@ OPTIONS = ("intra_op_num_threads", "graph_optimization_level", "allow_spinning")
 #   bert                                 0.52    0.46    0.61   0.36
 #   whisper, GELU on the host            2.0     6.9     2.0    1.0
 #   SSD detector                         7.8     6.5     4.1    6.3
-# "always" costs up to 3.5x wherever TVM's host kernels run between regions; True costs 5 to 20%
-# against it on one region (the threads are woken at the start of each run).
+# "always" costs up to 3.5x wherever TVM's host kernels run between regions. Where nothing runs
+# between regions, True costs what waking the threads at the start of each run takes: the
+# exported models at their tiny size, one region each, ran at 1.15-1.32x onnxruntime with True
+# and 1.00-1.10x with "always" (median of 500 runs, AVX-512, 2 threads).
 SPINNING = {
     False: {"session.intra_op.allow_spinning": "0"},
     True: {"session.intra_op.allow_spinning": "1", "session.force_spinning_stop": "1"},
@@ -59,9 +65,13 @@ class SessionEngine:
         session_options = ort.SessionOptions()
         session_options.intra_op_num_threads = int(options.get("intra_op_num_threads", os.cpu_count() or 1))
         session_options.graph_optimization_level = LEVELS[options.get("graph_optimization_level", "all")]
-        spinning = options.get("allow_spinning", True)
+        spinning = options.get("allow_spinning", "auto")
+        if spinning == "auto":
+            context = engine_context()
+            spinning = "always" if context is not None and context.sole_work else True
         if spinning not in SPINNING:
-            raise ValueError(f"allow_spinning {spinning!r}: one of True, False, 'always'")
+            raise ValueError(f"allow_spinning {spinning!r}: one of 'auto', True, False, 'always'")
+        self.spinning = spinning
         for key, value in SPINNING[spinning].items():
             session_options.add_session_config_entry(key, value)
         self.session = ort.InferenceSession(model_bytes, session_options, providers=["CPUExecutionProvider"])
