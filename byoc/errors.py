@@ -84,6 +84,11 @@ class EngineError(ByocError):
     """A region's engine failed to build or to run; names the region and backend."""
 
 
+class OptionError(ByocError, ValueError):
+    """An option a vendor does not know, or a value it cannot take: the user's to fix, never a
+    reason to fall back to the host."""
+
+
 class CacheError(ByocError):
     """An engine cache entry that cannot be used (it is rebuilt)."""
 

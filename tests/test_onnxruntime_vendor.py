@@ -336,9 +336,9 @@ def test_by_default_threads_keep_spinning_between_runs_only_where_the_region_is_
 
 def test_an_unknown_spinning_mode_is_refused():
     model, _ = _case_gelu()
-    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "onnxruntime"), backend_options={"onnxruntime": {"allow_spinning": "sometimes"}})
-    with pytest.raises(byoc.errors.EngineError, match="allow_spinning 'sometimes': one of 'auto', True, False, 'always'"):
-        compiled.create_engines()
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "onnxruntime")
+    with pytest.raises(byoc.errors.OptionError, match="allow_spinning 'sometimes': one of 'auto', True, False, 'always'"):
+        byoc.build(partitioned, backend_options={"onnxruntime": {"allow_spinning": "sometimes"}})
 
 
 def test_a_form_that_needs_a_newer_opset_stays_on_the_host_of_an_older_one():

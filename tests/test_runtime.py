@@ -149,7 +149,7 @@ def test_failing_codegen_falls_back_to_the_host_or_fails_when_strict():
     with registered(backend):
         partitioned = byoc.partition_for(mod, "flaky")
         expected = ("region flaky_0 \\(flaky\\): code generation failed: ZeroDivisionError.*falls back to the host: "
-                    "2 op\\(s\\) and [0-9,]+ MACs run on the host instead \\(build with strict=True")
+                    "its 2 op\\(s\\) from node 'matmul0' on and [0-9,]+ MACs run on the host instead \\(build with strict=True")
         with pytest.warns(UserWarning, match=expected):
             compiled = byoc.build(partitioned)
         assert compiled.artifacts == []

@@ -79,9 +79,9 @@ def test_onnxruntime_session_options_pass_through():
     compiled.create_engines()
     engine = compiled.regions["onnxruntime_0"].record.engine
     assert engine.session.get_session_options().intra_op_num_threads == 1
-    bad = byoc.build(partitioned, backend_options={"onnxruntime": {"threads": 4}})
-    with pytest.raises(byoc.errors.EngineError, match="region onnxruntime_0 \\(onnxruntime\\).*unknown onnxruntime options \\['threads'\\]"):
-        bad.create_engines()
+    # A misspelt option is the user's to fix: an error at build, not a fall-back to the host.
+    with pytest.raises(byoc.errors.OptionError, match="region onnxruntime_0 \\(onnxruntime\\).*unknown onnxruntime options \\['threads'\\]"):
+        byoc.build(partitioned, backend_options={"onnxruntime": {"threads": 4}})
 
 
 def test_unsupported_ops_stay_on_the_host_with_the_limit_they_break():

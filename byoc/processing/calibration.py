@@ -106,7 +106,9 @@ def calibrate(
             probe[gvar] = func.with_attr(CODEGEN_ATTR, PROBE_BACKEND)
     collected: dict[str, _Ranges] = {}
     probe_backend = _probe_backend(collected, target, {"targets": set(targets), "build": dict(options or {})}, method)
-    compiled = build(probe, backends={PROBE_BACKEND: probe_backend})
+    # Lazy: the probe's engines are byoc's own recorders, and a build-time trial run would be
+    # recorded as a calibration sample.
+    compiled = build(probe, backends={PROBE_BACKEND: probe_backend}, engines="lazy")
     count = 0
     for sample in samples:
         if max_samples is not None and count >= max_samples:

@@ -16,7 +16,7 @@ from tvm import relax
 from byoc.backend.registry import backend_origin, get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
-from byoc.errors import BuildError, ByocError, UnknownBackendError
+from byoc.errors import BuildError, ByocError, EngineError, UnknownBackendError
 from byoc.host import host_pipeline
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
@@ -25,8 +25,11 @@ from byoc.partition.record import PARTITION_ATTR, PartitionRecord, RegionRecord
 from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact, TensorSpec
 from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.constants import ConstantStore
+from byoc.runtime_metadata.engine import EngineContext, creating_engine
 from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
-from byoc.runtime_metadata.model import CompiledModel
+from byoc.runtime_metadata.engine_check import check_engine
+from byoc.runtime_metadata.engines import EngineRecord, create_engine
+from byoc.runtime_metadata.model import CompiledModel, one_region_only
 from byoc.runtime_metadata.signature import signature, signature_module
 
 # RunCodegen looks codegens up in the global registry: one build at a time registers them.
@@ -83,7 +86,13 @@ def _cost(symbol: str, regions: dict[str, RegionRecord]) -> str:
     region = regions.get(symbol)
     if region is None:
         return ""
-    return f": {region.num_ops} op(s) and {region.macs:,} MACs run on the host instead"
+    first = f" from node {region.nodes[0]!r} on" if region.nodes else ""
+    return f": its {region.num_ops} op(s){first} and {region.macs:,} MACs run on the host instead"
+
+
+def _fall_back(message: str, symbol: str, regions: dict[str, RegionRecord]) -> None:
+    warnings.warn(f"byoc: {message}; the region falls back to the host{_cost(symbol, regions)} "
+                  "(build with strict=True to make this an error)", stacklevel=4)
 
 
 def _generate(mod, strict, backend_options, store, backends, regions: dict[str, RegionRecord]):
@@ -101,10 +110,34 @@ def _generate(mod, strict, backend_options, store, backends, regions: dict[str, 
             message = f"region {symbol} ({backend_name}): code generation failed: {type(error).__name__}: {error}"
             if strict:
                 raise BuildError(message) from error
-            warnings.warn(f"byoc: {message}; the region falls back to the host{_cost(symbol, regions)} "
-                          "(build with strict=True to make this an error)", stacklevel=3)
+            _fall_back(message, symbol, regions)
             failed[symbol] = f"code generation failed: {type(error).__name__}: {error}"
     return artifacts, failed
+
+
+def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Backend], store: ConstantStore,
+                    backend_options: Mapping[str, dict], cache: EngineCache, strict: bool, regions: dict[str, RegionRecord],
+                    sole_work: bool) -> tuple[dict[str, EngineRecord], dict[str, str]]:
+    """Each region's engine, made and checked now (see `engine_check`), while a region whose
+    engine fails can still fall back to the host: its failures by symbol."""
+    records: dict[str, EngineRecord] = {}
+    failed: dict[str, str] = {}
+    for artifact in artifacts:
+        if artifact.codegen == "c":  # linked into the host library, checked when it is initialised
+            continue
+        where = f"region {artifact.symbol} ({artifact.backend})"
+        try:
+            with creating_engine(EngineContext(artifact.symbol, sole_work)):
+                record = create_engine(artifact, backends[artifact.backend], store, backend_options.get(artifact.backend, {}), cache)
+            check_engine(record.engine, artifact, where)
+        except EngineError as error:  # the vendor's failure; an OptionError is the user's, and raised
+            if strict:
+                raise
+            _fall_back(str(error), artifact.symbol, regions)
+            failed[artifact.symbol] = str(error).removeprefix(f"{where}: ")
+            continue
+        records[artifact.symbol] = record
+    return records, failed
 
 
 def _registered(name: str) -> Backend | None:
@@ -157,16 +190,20 @@ def build(
     strict: bool = False,
     backend_options: Mapping[str, dict] | None = None,
     cache_dir: str | os.PathLike | None = None,
-    engines: str = "lazy",
+    engines: str = "eager",
     backends: Mapping[str, Backend] | None = None,
 ) -> CompiledModel:
     """Compile a partitioned module into a `CompiledModel`.
 
-    Each region goes through its backend's code generator. A generator that raises makes its
-    region fall back to the host with a warning naming it, or fails the build when `strict`.
-    `backend_options` are per backend name. Engines are built on first use (`engines="lazy"`),
-    now (`"eager"`), or now and kept for the artifact (`"embed"`: `export` writes the engines
-    their vendors can save, and a load on a like machine skips building them); JSON engines
+    Each region goes through its backend's code generator, and each region that runs through
+    an engine (JSON graphs, custom blobs) gets its engine now, checked by a trial run on the
+    region's shapes (`byoc.runtime_metadata.engine_check`). A generator or engine that fails
+    makes its region fall back to the host with a warning naming the region, the vendor, the
+    error and what it costs, or fails the build when `strict`. `backend_options` are per
+    backend name. `engines="embed"` also keeps the engines for the artifact (`export` writes
+    those their vendors can save, and a load on a like machine skips building them);
+    `engines="lazy"` skips the check and builds each engine on first use, where a failure is an
+    EngineError with nothing left to fall back to. JSON engines
     that can be saved are cached under `cache_dir` (default: $BYOC_CACHE_DIR or
     ~/.cache/byoc/engines). `backends` maps codegen names to backends used
     instead of the registered ones (calibration probes, tests).
@@ -180,8 +217,17 @@ def build(
     partition = json.loads(str(record)) if record is not None else None
     planned = {r.symbol: r for r in PartitionRecord.from_dict(partition).regions} if partition else {}
     artifacts, failed = _generate(mod, strict, backend_options, store, overrides, planned)
+    backends = {a.backend: overrides.get(a.backend) or get_backend(a.backend) for a in artifacts}
+    cache = EngineCache(cache_dir if cache_dir is not None else default_cache_dir())
+    records: dict[str, EngineRecord] = {}
+    if engines != "lazy":
+        sole_work = one_region_only(partition, artifacts, failed)
+        records, unusable = _create_engines(artifacts, backends, store, backend_options, cache, strict, planned, sole_work)
+        failed.update(unusable)
+        artifacts = [a for a in artifacts if a.symbol not in unusable]
     if failed:
         mod = inline_regions(mod, failed)
+        store.keep_only({name for a in artifacts for name in a.constants})
     by_symbol = {a.symbol: a for a in artifacts}
     backends = {a.backend: overrides.get(a.backend) or get_backend(a.backend) for a in artifacts}
     inputs, outputs = model_io(mod)
@@ -219,9 +265,7 @@ def build(
         partition=partition,
         build_fallbacks=failed,
     )
-    model = CompiledModel(parts, backends, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()))
-    if engines == "eager":
-        model.create_engines()
-    elif engines == "embed":
+    model = CompiledModel(parts, backends, cache, engines=records)
+    if engines == "embed":
         model.embed_engines()
     return model

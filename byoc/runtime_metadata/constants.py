@@ -63,6 +63,13 @@ class ConstantStore:
     def get(self, name: str) -> np.ndarray:
         return self._arrays[self._keys[name]]
 
+    def keep_only(self, names: Iterable[str]) -> None:
+        """Forget every name but `names`, and the contents no kept name refers to (the
+        constants of regions that fell back to the host, which carries its own)."""
+        self._keys = {name: key for name, key in self._keys.items() if name in set(names)}
+        used = set(self._keys.values())
+        self._arrays = {key: array for key, array in self._arrays.items() if key in used}
+
     def subset(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         return {name: self.get(name) for name in names}
 

@@ -52,6 +52,7 @@ class RegionRuntime:
         embedded: EmbeddedEngine | None = None,
         strict_engines: bool = False,
         sole_work: bool = False,
+        record: EngineRecord | None = None,
     ) -> None:
         self.artifact = artifact
         self.context = EngineContext(artifact.symbol, sole_work)
@@ -61,7 +62,7 @@ class RegionRuntime:
         self.store = store
         self.options = options
         self.cache = cache
-        self.record: EngineRecord | None = None
+        self.record = record  # made and checked by `build`, or made on first use
         self.times: RegionTimes | None = None  # set while profiling
         self._num_inputs = len(artifact.inputs)
         self._lock = threading.Lock()

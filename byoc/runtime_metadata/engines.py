@@ -44,18 +44,29 @@ def create_engine(
 ) -> EngineRecord:
     where = f"region {artifact.symbol} ({artifact.backend})"
     start = time.perf_counter()
-    try:
-        if artifact.codegen == "json":
-            engine, source, saved = _json_engine(artifact, backend, store, options, cache, where, embedded, strict)
-        else:
-            fmt = backend.custom_format
-            _, payload = unwrap(artifact.payload, fmt.name, fmt.versions(), where, config=fmt.config(options))
-            engine, source, saved = fmt.deserialize(payload, options), "deserialized", None
-    except ByocError:
-        raise
-    except Exception as error:
-        raise EngineError(f"{where}: building the engine failed: {type(error).__name__}: {error}") from error
+    if artifact.codegen == "json":
+        engine, source, saved = _json_engine(artifact, backend, store, options, cache, where, embedded, strict)
+    else:
+        fmt = backend.custom_format
+        config = _vendor_call(f"{where}: the vendor's options ({fmt.name}.config) failed", fmt.config, options)
+        _, payload = unwrap(artifact.payload, fmt.name, fmt.versions(), where, config=config)
+        engine = _vendor_call(f"{where}: loading the vendor's binary ({fmt.name}.deserialize) failed", fmt.deserialize, payload, options)
+        source, saved = "deserialized", None
     return EngineRecord(engine, time.perf_counter() - start, source, saved)
+
+
+def _vendor_call(failure: str, function, *args):
+    """`function(*args)`, a vendor's code: what it raises becomes an EngineError that starts with
+    `failure` and keeps the vendor's whole message and, as its cause, the vendor's traceback (a
+    byoc error the vendor raised keeps its type: an OptionError stays the user's to fix)."""
+    try:
+        return function(*args)
+    except EngineError:
+        raise
+    except ByocError as error:
+        raise type(error)(f"{failure}: {error}") from error
+    except Exception as error:
+        raise EngineError(f"{failure}: {type(error).__name__}: {error}") from error
 
 
 def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: Backend, store: ConstantStore,
@@ -132,9 +143,14 @@ def _json_engine(artifact, backend, store, options, cache, where, embedded=None,
         except Exception as error:
             warnings.warn(f"byoc: {where}: cached engine could not be loaded ({error}); rebuilding it", stacklevel=4)
             cache.discard(artifact.backend, key)
-    engine = runtime.build_engine(graph, constants, options)
+    engine = _vendor_call(f"{where}: building the engine (build_engine) failed", runtime.build_engine, graph, constants, options)
     if cacheable:
-        saved = runtime.save_engine(engine)
-        cache.put(artifact.backend, key, saved)
+        try:
+            saved = runtime.save_engine(engine)
+            cache.put(artifact.backend, key, saved)
+        except Exception as error:  # the engine is built and works: only the cache misses out
+            warnings.warn(f"byoc: {where}: saving the engine for the cache (save_engine) failed: {type(error).__name__}: {error}; "
+                          "it will be built again next time", stacklevel=4)
+            return engine, "built", None
         return engine, "built", saved
     return engine, "built", None

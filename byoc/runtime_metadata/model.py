@@ -27,7 +27,7 @@ from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, Reg
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm
 from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
-from byoc.runtime_metadata.engines import save_for_embedding
+from byoc.runtime_metadata.engines import EngineRecord, save_for_embedding
 from byoc.runtime_metadata.host_library import load_host_library
 from byoc.runtime_metadata.profile import ProfileReport, profile_model
 from byoc.runtime_metadata.signing import PrivateKey, PublicKey
@@ -38,12 +38,14 @@ class CompiledModel:
     the engines, host library and virtual machines made from them."""
 
     def __init__(self, parts: ModelParts, backends: Mapping[str, Backend], cache: EngineCache | None = None,
-                 source: str = "this build", strict_engines: bool = False) -> None:
+                 source: str = "this build", strict_engines: bool = False,
+                 engines: Mapping[str, EngineRecord] | None = None) -> None:
         self.parts = parts
-        sole_work = _one_region_only(parts)
+        sole_work = one_region_only(parts.partition, parts.artifacts, parts.build_fallbacks)
+        engines = engines or {}
         self.regions = {
             a.symbol: RegionRuntime(a, backends[a.backend], parts.store, parts.backend_options.get(a.backend, {}), cache,
-                                    parts.engines.get(a.symbol), strict_engines, sole_work)
+                                    parts.engines.get(a.symbol), strict_engines, sole_work, engines.get(a.symbol))
             for a in parts.artifacts
             if a.codegen != "c"
         }
@@ -158,7 +160,12 @@ class CompiledModel:
                 if failure is not None:
                     where = f"in region {region.artifact.symbol} ({region.artifact.backend})"
                     payload = region.artifact.payload if region.artifact.codegen == "json" else b"{}"
-                    raise engine_index_error(str(failure), payload, where) or failure from None
+                    index_error = engine_index_error(str(failure), payload, where)
+                    if index_error is not None:
+                        raise index_error from failure
+                    # TVM's FFI made a RuntimeError of it on the way out: raise the original,
+                    # with the vendor's exception (and its traceback) as its cause.
+                    raise failure from failure.__cause__
             raise
 
     def profile(self, *inputs, repeat: int = 10, **named_inputs) -> ProfileReport:
@@ -215,12 +222,12 @@ def _embedded_state(embedded: EmbeddedEngine | None) -> dict | None:
     return {"bytes": len(embedded.plan), "environment": embedded.environment}
 
 
-def _one_region_only(parts: ModelParts) -> bool:
+def one_region_only(partition: dict | None, artifacts: Sequence[RegionArtifact], build_fallbacks: Mapping[str, str]) -> bool:
     """Whether the model is one region and nothing else: its partition left no op on the host
     and no region fell back at build (a model not partitioned by byoc says nothing: False)."""
-    if parts.partition is None or len(parts.artifacts) != 1 or parts.build_fallbacks:
+    if partition is None or len(artifacts) != 1 or build_fallbacks:
         return False
-    return not PartitionRecord.from_dict(parts.partition).host_ops
+    return not PartitionRecord.from_dict(partition).host_ops
 
 
 _ARRAY_SIZE = tvm_ffi.get_global_func("ffi.ArraySize")

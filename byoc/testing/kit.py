@@ -150,8 +150,9 @@ def evaluate(
     calibration_samples: int = 8,
     model: onnx.ModelProto | None = None,
 ) -> Evaluation:
-    """Partition `case` for `vendor`, build, run `samples` seeded inputs and compare with
-    onnxruntime against the vendor's tolerance. Errors are recorded, not raised."""
+    """Partition `case` for `vendor`, build strictly (no region falls back), run `samples`
+    seeded inputs and compare with onnxruntime against the vendor's tolerance. Errors are
+    recorded, not raised."""
     backend = get_backend(vendor)
     result = Evaluation(vendor, case.name, backend.tolerance)
     try:
@@ -163,7 +164,9 @@ def evaluate(
         partitioned = partition_for(from_onnx(model), vendor, **options)
         result.partition_s = time.perf_counter() - start
         start = time.perf_counter()
-        result.compiled = build(partitioned, engines="eager")
+        # Strict: a region whose code generation or engine fails is the vendor's failure here,
+        # not a quiet fall-back that lets the host pass the case.
+        result.compiled = build(partitioned, strict=True)
         result.build_s = time.perf_counter() - start
         result.report = result.compiled.report()
         result.samples = [sample_inputs(model, EVALUATION_SEED + i) for i in range(samples)]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from byoc.errors import OptionError
 from byoc.runtime_metadata.engine import engine_context
 
 LEVELS = {
@@ -61,7 +62,7 @@ class SessionEngine:
     def __init__(self, model_bytes: bytes, options: Mapping[str, Any]) -> None:
         unknown = set(options) - set(OPTIONS)
         if unknown:
-            raise ValueError(f"unknown onnxruntime options {sorted(unknown)}")
+            raise OptionError(f"unknown onnxruntime options {sorted(unknown)}; known: {', '.join(OPTIONS)}")
         session_options = ort.SessionOptions()
         session_options.intra_op_num_threads = int(options.get("intra_op_num_threads", os.cpu_count() or 1))
         session_options.graph_optimization_level = LEVELS[options.get("graph_optimization_level", "all")]
@@ -70,7 +71,7 @@ class SessionEngine:
             context = engine_context()
             spinning = "always" if context is not None and context.sole_work else True
         if spinning not in SPINNING:
-            raise ValueError(f"allow_spinning {spinning!r}: one of 'auto', True, False, 'always'")
+            raise OptionError(f"allow_spinning {spinning!r}: one of 'auto', True, False, 'always'")
         self.spinning = spinning
         for key, value in SPINNING[spinning].items():
             session_options.add_session_config_entry(key, value)

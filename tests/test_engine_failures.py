@@ -1,0 +1,141 @@
+"""A vendor's engine that fails, at build: the region falls back to the host with a warning that
+names the vendor, the region, its first node and the cost, or the build fails under `strict`;
+the vendor's whole message and traceback are kept."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+from graphs import chain_module, registered
+
+import byoc
+from byoc.codegen_json import JsonRuntime
+from byoc.custom_formats import CustomFormat
+from byoc.errors import EngineError
+from byoc.vendors.reference import tvm_engine
+
+OPS = ["matmul", "relu", "matmul"]
+
+
+def _vendor(name: str, build_engine, **runtime) -> byoc.Backend:
+    backend = byoc.Backend(name=name, codegen="json", json_runtime=JsonRuntime(build_engine=build_engine, version="t", **runtime))
+    backend.supports("relax.matmul", "relax.nn.relu")
+    return backend
+
+
+def _raises(graph, constants, options):
+    raise RuntimeError("compiling the network failed\n  stage 2 of 4\n  layer 'fc1'\n  cause: no kernel for this shape")
+
+
+class _Lazy:
+    """Runs, but never writes its outputs."""
+
+    def run(self, inputs, outputs):
+        pass
+
+
+class _Half:
+    """Writes the first half of each output only."""
+
+    def __init__(self, graph, constants, options):
+        self.inner = tvm_engine.build_engine(graph, constants, options)
+
+    def run(self, inputs, outputs):
+        full = [np.empty_like(o) for o in outputs]
+        self.inner.run(inputs, full)
+        for out, value in zip(outputs, full):
+            out.reshape(-1)[: out.size // 2] = value.reshape(-1)[: out.size // 2]
+
+
+FAULTS = {
+    "raises": (_raises, r"building the engine \(build_engine\) failed: RuntimeError: compiling the network failed\n(?s:.*)"
+                        r"cause: no kernel for this shape"),
+    "not_an_engine": (lambda graph, constants, options: object(), "the vendor returned a builtins.object, which is not an engine"),
+    "never_writes": (lambda graph, constants, options: _Lazy(), r"left 8 of 8 elements of output 0 \(1, 8\) unwritten"),
+    "writes_half": (_Half, r"left 4 of 8 elements of output 0 \(1, 8\) unwritten"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_failing_engine_falls_back_at_build_with_the_whole_story(fault):
+    build_engine, message = FAULTS[fault]
+    mod = chain_module(OPS)
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype("float32")
+    with registered(_vendor("faulty", build_engine)):
+        partitioned = byoc.partition_for(mod, "faulty")
+        with pytest.warns(UserWarning, match=f"byoc: region faulty_0 \\(faulty\\): (?s:.*){message}(?s:.*)"
+                                             "the region falls back to the host: its 3 op\\(s\\) from node 'matmul0' on and 128 MACs"):
+            compiled = byoc.build(partitioned)
+        np.testing.assert_allclose(compiled.run(x)[0], byoc.build(mod).run(x)[0], rtol=1e-5, atol=1e-6)
+        assert compiled.artifacts == [] and compiled.build_fallbacks.keys() == {"faulty_0"}
+        assert compiled.store.names() == {}  # the region's weights went with it: the host carries its own
+        report = compiled.report()
+        assert not report.regions and all(any("faulty_0" in r or "engine" in r for r in host.reasons) for host in report.host_ops)
+        with pytest.raises(EngineError, match=f"region faulty_0 \\(faulty\\): (?s:.*){message}") as raised:
+            byoc.build(partitioned, strict=True)
+    if fault == "raises":
+        assert isinstance(raised.value.__cause__, RuntimeError)  # the vendor's own traceback
+        assert "_raises" in "".join(__import__("traceback").format_tb(raised.value.__cause__.__traceback__))
+
+
+def test_only_the_failing_region_falls_back():
+    """Two regions (a host op between them); the one whose engine fails goes to the host."""
+    calls = []
+
+    def second_fails(graph, constants, options):
+        calls.append(graph)
+        if len(calls) == 2:
+            raise RuntimeError("out of device memory")
+        return tvm_engine.build_engine(graph, constants, options)
+
+    mod = chain_module(["matmul", "relu", "sigmoid", "matmul"])
+    x = np.ones((1, 8), "float32")
+    with registered(_vendor("flaky_second", second_fails)):
+        partitioned = byoc.partition_for(mod, "flaky_second")
+        assert len(byoc.report(partitioned).regions) == 2
+        with pytest.warns(UserWarning, match="region flaky_second_1 .*out of device memory"):
+            compiled = byoc.build(partitioned)
+    assert [a.symbol for a in compiled.artifacts] == ["flaky_second_0"] and list(compiled.build_fallbacks) == ["flaky_second_1"]
+    np.testing.assert_allclose(compiled.run(x)[0], byoc.build(mod).run(x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_lazy_engines_skip_the_check_and_fail_at_the_first_run_with_the_cause_kept():
+    x = np.ones((1, 8), "float32")
+    with registered(_vendor("late", _raises)):
+        compiled = byoc.build(byoc.partition_for(chain_module(OPS), "late"), engines="lazy")
+        with pytest.raises(EngineError, match="region late_0 \\(late\\): building the engine \\(build_engine\\) failed: (?s:.*)cause: no kernel") as raised:
+            compiled.run(x)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+
+
+def test_a_save_engine_that_fails_costs_the_cache_only(tmp_path):
+    def broken_save(engine):
+        raise OSError("disk full")
+
+    vendor = _vendor("unsaved", tvm_engine.build_engine, save_engine=broken_save, load_engine=lambda blob, g, c, o: None)
+    x = np.ones((1, 8), "float32")
+    with registered(vendor):
+        with pytest.warns(UserWarning, match=r"region unsaved_0 \(unsaved\): saving the engine for the cache \(save_engine\) failed: "
+                                             r"OSError: disk full; it will be built again next time"):
+            compiled = byoc.build(byoc.partition_for(chain_module(OPS), "unsaved"), cache_dir=tmp_path)
+    assert [a.symbol for a in compiled.artifacts] == ["unsaved_0"] and not compiled.build_fallbacks
+    compiled.run(x)
+
+
+def test_a_custom_format_that_cannot_load_its_binary_says_so():
+    from custom_vendor import make_custom_backend
+
+    backend = make_custom_backend("unloadable")
+    backend.custom_format = dataclasses.replace(backend.custom_format, deserialize=lambda payload, options: 1 / 0)
+    with registered(backend):
+        partitioned = byoc.partition_for(chain_module(OPS), "unloadable")
+        with pytest.raises(EngineError, match=r"region unloadable_0 \(unloadable\): loading the vendor's binary \(blobby.deserialize\) "
+                                              r"failed: ZeroDivisionError"):
+            byoc.build(partitioned, strict=True)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            compiled = byoc.build(partitioned)
+    assert any("falls back to the host" in str(w.message) for w in said) and compiled.artifacts == []
