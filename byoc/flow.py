@@ -72,6 +72,16 @@ def route_options(backends: Sequence[Backend], options: Mapping[str, Any]) -> tu
     return cost, routed
 
 
+def configure(backends: str | Backend | Sequence[str | Backend],
+              options: Mapping[str, Any]) -> tuple[list[Backend], dict[str, Any], dict[str, dict[str, Any]]]:
+    """The backends (in priority order) configured with their declared options, the cost
+    options, and each backend's options by name (calibration's among them, left for it)."""
+    ordered = resolve_backends(backends)
+    cost, routed = route_options(ordered, options)
+    calibration_names = {o.name for o in CALIBRATION_OPTIONS}
+    return [b.configured({k: v for k, v in routed[b.name].items() if k not in calibration_names}) for b in ordered], cost, routed
+
+
 PLACEMENTS = ("priority", "auto")
 
 
@@ -110,10 +120,7 @@ def partition_for(
     remote = {"rpc_tracker": rpc_tracker, "rpc_key": rpc_key}
     if placement != "auto" and (budget_s is not None or placement_inputs is not None or any(remote.values())):
         raise PartitionError("budget_s, placement_inputs and the rpc_* options apply to placement='auto' only")
-    ordered = resolve_backends(backends)
-    cost, routed = route_options(ordered, options)
-    calibration_names = {o.name for o in CALIBRATION_OPTIONS}
-    configured = [b.configured({k: v for k, v in routed[b.name].items() if k not in calibration_names}) for b in ordered]
+    configured, cost, routed = configure(backends, options)
     if placement == "auto":
         measurer = measurer_for(rpc_tracker, rpc_key, rpc_fallback_local)
         partitioned = place(mod, configured, budget_s if budget_s is not None else DEFAULT_BUDGET_S, measurer,

@@ -41,8 +41,9 @@ class ByocRep(BackendRep):
     by ONNX input name or by position."""
 
     def __init__(self, model: onnx.ModelProto, vendors: tuple[str, ...], options: Mapping[str, Any],
-                 constant_inputs: Sequence[str] = ()) -> None:
+                 constant_inputs: Sequence[str] = (), strict: bool = False) -> None:
         self.model = model
+        self.strict = strict
         self.vendors = vendors
         self.options = dict(options)
         self.constant_inputs = tuple(constant_inputs)
@@ -62,7 +63,7 @@ class ByocRep(BackendRep):
                 if options.get("calibration") is not None:
                     options["calibration"] = [self._positional(sample, fed) for sample in options["calibration"]]
                 partitioned = partition_for(mod, list(self.vendors), **options) if self.vendors else mod
-                self._compiled[key] = (build(partitioned), fed)
+                self._compiled[key] = (build(partitioned, strict=self.strict), fed)
             return self._compiled[key]
 
     def _positional(self, sample: Sequence | Mapping, fed: list[str]) -> list[np.ndarray]:
@@ -90,6 +91,7 @@ class ByocBackend(Backend):
 
     vendors: tuple[str, ...] = ()
     options: Mapping[str, Any] = {}
+    strict: bool = False  # a region whose code generation or engine fails is an error, not a fall-back
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
@@ -102,7 +104,7 @@ class ByocBackend(Backend):
         arguments are partition options."""
         if not cls.supports_device(device):
             raise ValueError(f"byoc runs models on {', '.join(DEVICES)}, not {device!r}")
-        return ByocRep(load_onnx_model(model), cls.vendors, {**cls.options, **kwargs}, constant_inputs)
+        return ByocRep(load_onnx_model(model), cls.vendors, {**cls.options, **kwargs}, constant_inputs, cls.strict)
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
@@ -130,11 +132,12 @@ class ByocBackend(Backend):
         return cls.prepare(model, device, **kwargs).run(arrays)
 
 
-def backend_for(vendors: str | Sequence[str] = (), **options: Any) -> type[ByocBackend]:
-    """An ONNX backend class bound to `vendors` (priority order) and partition `options`."""
+def backend_for(vendors: str | Sequence[str] = (), strict: bool = False, **options: Any) -> type[ByocBackend]:
+    """An ONNX backend class bound to `vendors` (priority order) and partition `options`; with
+    `strict`, builds fail where a region would fall back to the host (see `byoc.build`)."""
     names = (vendors,) if isinstance(vendors, str) else tuple(vendors)
     label = "_".join(names) or "host"
-    return type(f"ByocBackend_{label}", (ByocBackend,), {"vendors": names, "options": dict(options)})
+    return type(f"ByocBackend_{label}", (ByocBackend,), {"vendors": names, "options": dict(options), "strict": strict})
 
 
 prepare = ByocBackend.prepare

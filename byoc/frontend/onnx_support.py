@@ -24,8 +24,34 @@ OTHER_OP = {
 
 
 
-def _refused_form(node: onnx.NodeProto) -> str | None:
+_INTEGERS = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+                       onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
+
+
+_REFUSED_BY_TYPE = frozenset({"Pow", "ReduceMax", "ReduceMin"})
+
+
+def _element_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Each value's element type, as far as onnx's type inference knows it (empty when it fails:
+    the forms refused by type are then left to the converters)."""
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # onnx raises several kinds; a model it cannot infer still imports op by op
+        return {}
+    types = {init.name: init.data_type for init in graph.initializer}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        if value.type.HasField("tensor_type"):
+            types[value.name] = value.type.tensor_type.elem_type
+    return types
+
+
+def _refused_form(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
     """Why a form of an op that has a converter is still not imported, or None."""
+    first = types.get(node.input[0]) if node.input else None
+    if node.op_type == "Pow" and first in _INTEGERS:
+        return "integer Pow is not supported (TVM's power takes floating-point operands only)"
+    if node.op_type in ("ReduceMax", "ReduceMin") and first == onnx.TensorProto.BOOL:
+        return f"{node.op_type} of bool is not supported (TVM's reductions have no bool identity value)"
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
         return "its Indices output is not supported (TVM's max pooling returns no indices)"
     if node.op_type == "BatchNormalization" and any(a.name == "training_mode" and a.i for a in node.attribute):
@@ -58,11 +84,14 @@ def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
     """(node name, op type, reason) for every node the frontend does not import, its function
     bodies expanded; empty when it imports them all."""
     refused = []
-    for node in _nodes(expand(model).graph):
+    expanded = expand(model)
+    typed = any(node.op_type in _REFUSED_BY_TYPE for node in _nodes(expanded.graph))
+    types = _element_types(expanded) if typed else {}  # inference copies the model: only where it decides
+    for node in _nodes(expanded.graph):
         name = node.name or (node.output[0] if node.output else node.op_type)
         if node.domain not in _STANDARD_DOMAINS:
             refused.append((name, node.op_type, f"ops of domain {node.domain!r} are not supported"))
-        elif (why := _refused_form(node)) is not None:
+        elif (why := _refused_form(node, types)) is not None:
             refused.append((name, node.op_type, why))
         elif not _has_converter(node):
             why = OTHER_OP.get(node.op_type, "the ONNX frontend has no converter for it, and ONNX defines it by no function "

@@ -30,20 +30,10 @@ def _filled(spec: TensorSpec, second: bool) -> np.ndarray:
     return aligned(np.full(spec.shape, mark, dtype=dtype))
 
 
-def check_engine(engine: object, artifact: RegionArtifact, where: str) -> None:
-    """Raise an EngineError naming `where` when `engine` is no Engine, fails a run on inputs of
-    zeros, or leaves part of an output unwritten.
-
-    Each output is filled with a different mark before each of two runs on the same inputs: an
-    element that still holds the first mark after the first run and the second after the second
-    was never written (a deterministic engine writes the same value both times, which cannot
-    equal both marks). Zeros are valid for every input, index inputs included. Buffers are
-    64-byte aligned, as the host's are.
-    """
-    if not isinstance(engine, Engine):
-        raise EngineError(f"{where}: the vendor returned a {type(engine).__module__}.{type(engine).__qualname__}, "
-                          "which is not an engine: it has no run(inputs, outputs) method")
-    inputs = [aligned(np.zeros(spec.shape, np.dtype(spec.dtype))) for spec in artifact.inputs]
+def _trial(engine: object, artifact: RegionArtifact, inputs: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """Two runs on `inputs`, each output filled with one mark before the first and another
+    before the second; on a thread of its own, so that what an engine keeps per thread for the
+    trial's buffers (onnxruntime's IO bindings) goes with the thread, not into the model's runs."""
     runs: list[list[np.ndarray]] = []
     failure: list[BaseException] = []
 
@@ -53,17 +43,43 @@ def check_engine(engine: object, artifact: RegionArtifact, where: str) -> None:
                 outputs = [_filled(spec, second) for spec in artifact.outputs]
                 engine.run(inputs, outputs)
                 runs.append(outputs)
-        except BaseException as error:  # noqa: BLE001 - handed to the building thread
+        except BaseException as error:  # handed to the building thread
             failure.append(error)
 
-    # On a thread of its own: what an engine keeps per thread for the trial's buffers
-    # (onnxruntime's IO bindings) goes with the thread, not into the model's runs.
     thread = threading.Thread(target=trial, name=f"byoc trial run of {artifact.symbol}")
     thread.start()
     thread.join()
     if failure:
-        error = failure[0]
-        raise EngineError(f"{where}: the engine failed a trial run on inputs of zeros: {type(error).__name__}: {error}") from error
+        raise failure[0]
+    return runs
+
+
+def check_engine(engine: object, artifact: RegionArtifact, where: str) -> None:
+    """Raise an EngineError naming `where` when `engine` is no Engine, fails to run on the
+    region's shapes, or leaves part of an output unwritten.
+
+    The inputs are zeros, or ones where zeros fail: zeros are valid indices along any axis,
+    ones valid divisors, and a region is very rarely both an index and a divisor of its
+    inputs. Each output is filled with a different mark before each of two runs on the same
+    inputs: an element that still holds the first mark after the first run and the second after
+    the second was never written (a deterministic engine writes the same value both times,
+    which cannot equal both marks). Buffers are 64-byte aligned, as the host's are.
+    """
+    if not isinstance(engine, Engine):
+        raise EngineError(f"{where}: the vendor returned a {type(engine).__module__}.{type(engine).__qualname__}, "
+                          "which is not an engine: it has no run(inputs, outputs) method")
+    errors = []
+    for fill in (0, 1):
+        inputs = [aligned(np.full(spec.shape, fill, np.dtype(spec.dtype))) for spec in artifact.inputs]
+        try:
+            runs = _trial(engine, artifact, inputs)
+            break
+        except Exception as error:
+            errors.append(error)
+    else:
+        error = errors[0]
+        raise EngineError(f"{where}: the engine failed a trial run on the region's shapes (inputs of zeros, then of ones): "
+                          f"{type(error).__name__}: {error}") from error
     for index, (spec, first, second) in enumerate(zip(artifact.outputs, *runs)):
         unwritten = (first == _filled(spec, False)) & (second == _filled(spec, True))
         if unwritten.any():

@@ -2,8 +2,9 @@
 
 The `onnx` package generates about 1,900 node test cases (one small model per op and
 configuration, with inputs and expected outputs computed by onnx's reference implementation).
-byoc runs the float32 ones: every floating-point tensor among the model's inputs and outputs is
-float32 (other tensors are integer or boolean). A case is *handled* when the ONNX frontend
+byoc runs the float32 ones (every floating-point tensor among the model's inputs and outputs is
+float32, other tensors are integer or boolean) and the integer ones (int32, int64 and bool
+tensors only), the integer arithmetic cases also at values past the int32 range. A case is *handled* when the ONNX frontend
 imports each of its ops; the rest are refused up front with the reason, and a pass rate is
 stated over the handled cases. Handled cases known to fail are listed with a reason in
 `byoc.testing.onnx_expected`; a listed case that passes is reported as such.
@@ -25,7 +26,8 @@ from onnx.backend.test.runner import Runner
 
 from byoc.backend.registry import get_backend
 from byoc.backend.tolerance import Tolerance
-from byoc.errors import one_line
+from byoc.errors import DynamicShapeError, ModelLoadError, one_line
+from byoc.flow import configure
 from byoc.frontend import from_onnx, unsupported_ops
 from byoc.frontend.onnx_specialize import arrange, specialize
 from byoc.onnx_backend import backend_for
@@ -37,6 +39,12 @@ _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLO
 _OTHERS = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL}
 
 PASS, FAIL, EXPECTED, NOT_HANDLED, UNEXPECTED_PASS = "pass", "fail", "expected failure", "not handled", "unexpected pass"
+NOT_TAKEN = "not taken"  # the vendor claims no op of the case: counted and shown, not a pass
+
+# Node cases ask the vendor to take every op it claims, however small the region: a vendor that
+# leaves MAC-less regions to the host would otherwise see almost no case, and its pass rate
+# would be the host's. These override the vendor's own cost rules and the suite's options.
+FORCED_OFFLOAD = {"fallback_without_macs": False, "min_ops_per_region": 1, "min_macs_per_region": 0}
 
 
 def is_float32_case(model: onnx.ModelProto) -> bool:
@@ -48,26 +56,47 @@ def is_float32_case(model: onnx.ModelProto) -> bool:
     return bool(floats) and all(t == _FLOAT for t in floats) and all(t in _OTHERS | {_FLOAT} for t in types)
 
 
+def is_integer_case(model: onnx.ModelProto) -> bool:
+    """A case of int32, int64 and bool tensors only, with some int32 or int64 among them."""
+    values = [*model.graph.input, *model.graph.output]
+    if any(not v.type.HasField("tensor_type") for v in values):
+        return False
+    types = {v.type.tensor_type.elem_type for v in values}
+    return types <= _OTHERS and bool(types & {onnx.TensorProto.INT32, onnx.TensorProto.INT64})
+
+
+@functools.cache
+def _all_node_cases() -> tuple[TestCase, ...]:
+    with np.errstate(all="ignore"):  # onnx computes some expected outputs with overflows on purpose
+        return tuple(load_model_tests(kind="node"))
+
+
 @functools.cache
 def float32_node_cases() -> tuple[TestCase, ...]:
     """onnx's float32 node test cases, by name order."""
-    with np.errstate(all="ignore"):  # onnx computes some expected outputs with overflows on purpose
-        cases = load_model_tests(kind="node")
-    return tuple(sorted((c for c in cases if is_float32_case(c.model)), key=lambda c: c.name))
+    return tuple(sorted((c for c in _all_node_cases() if is_float32_case(c.model)), key=lambda c: c.name))
+
+
+@functools.cache
+def integer_node_cases() -> tuple[TestCase, ...]:
+    """onnx's node test cases on int32/int64 (and bool) tensors only, by name order: what
+    catches a vendor that computes int64 in int32, with `edge_data_sets`."""
+    return tuple(sorted((c for c in _all_node_cases() if is_integer_case(c.model)), key=lambda c: c.name))
 
 
 def node_case(name: str) -> TestCase:
-    for case in float32_node_cases():
+    for case in (*float32_node_cases(), *integer_node_cases()):
         if case.name == name:
             return case
-    raise KeyError(f"no float32 node case {name!r}")
+    raise KeyError(f"no float32 or integer node case {name!r}")
 
 
-def select(pattern: str | None = None, ops: Sequence[str] | None = None) -> list[TestCase]:
+def select(pattern: str | None = None, ops: Sequence[str] | None = None, integers: bool = True) -> list[TestCase]:
     """Cases whose name matches `pattern` (a regular expression) and, if given, whose ops are
-    all among `ops` (ONNX op types)."""
+    all among `ops` (ONNX op types): the float32 cases and, unless `integers` is False, the
+    integer ones."""
     chosen = []
-    for case in float32_node_cases():
+    for case in (*float32_node_cases(), *(integer_node_cases() if integers else ())):
         if pattern and not re.search(pattern, case.name):
             continue
         if ops is not None and not {n.op_type for n in case.model.graph.node} <= set(ops):
@@ -130,18 +159,25 @@ def weight_inputs(model: onnx.ModelProto) -> list[str]:
     return [name for name in dict.fromkeys(v.name for v in model.graph.input) if name in read and name in inputs]
 
 
+def _vendor_options(vendor: str | None, options: dict[str, Any] | None) -> dict[str, Any]:
+    return {**(options or {}), **(FORCED_OFFLOAD if vendor else {})}
+
+
 def run_case(case: TestCase, vendor: str | None, options: dict[str, Any] | None = None, as_weights: bool = False) -> None:
-    """Run `case` through the ONNX backend for `vendor` (None: the host alone) and compare with
-    onnx's expected outputs: with the case's own tolerance for float backends, with the
-    vendor's stated bound for int8 and float16 ones. With `as_weights`, weight operands are
-    constants, as in a trained model. Raises on any difference."""
+    """Run `case` through the ONNX backend for `vendor` (None: the host alone), the vendor
+    taking every op it claims (FORCED_OFFLOAD) and its regions built strictly (a region that
+    fails does not fall back), and compare with onnx's expected outputs: with the case's own
+    tolerance for float backends, with the vendor's stated bound for int8 and float16 ones.
+    Integer inputs of arithmetic cases are also run at values past the int32 range
+    (`edge_data_sets`). With `as_weights`, weight operands are constants, as in a trained
+    model. Raises on any difference."""
     tolerance = get_backend(vendor).tolerance if vendor else Tolerance()
-    options = dict(options or {})
+    options = _vendor_options(vendor, options)
     if vendor and tolerance.precision == "int8" and "calibration" not in options:
         options["calibration"] = [list(inputs) for inputs, _ in case.data_sets]
     constants = weight_inputs(case.model) if as_weights else []
-    rep = backend_for([vendor] if vendor else [], **options).prepare(case.model, constant_inputs=constants)
-    for inputs, expected in case.data_sets:
+    rep = backend_for([vendor] if vendor else [], strict=True, **options).prepare(case.model, constant_inputs=constants)
+    for inputs, expected in [*case.data_sets, *edge_data_sets(case)]:
         got = list(rep.run(list(inputs)))
         if tolerance.precision == "fp32":
             Runner.assert_similar_outputs(list(expected), got, case.rtol, case.atol)
@@ -150,22 +186,61 @@ def run_case(case: TestCase, vendor: str | None, options: dict[str, Any] | None 
             _int8_close(got, expected, tolerance)
 
 
-def vendor_takes(case: TestCase, vendor: str, as_weights: bool = False) -> bool:
-    """Whether the vendor's partition of the case offloads anything (the case exercises the
-    vendor, not only the host). Calibration does not change what a vendor takes, so the
-    partition is made without it."""
+# Ops whose integer operands may take any value: an integer case made only of these is also
+# run at values past the int32 range (int64) and near it (int32), with onnx's reference
+# evaluator giving the expected outputs. A vendor that claims int64 arithmetic and computes it
+# in int32 passes onnx's own data sets (small values) and fails these.
+ARITHMETIC_OPS = frozenset({"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Sum", "Equal", "Less", "Greater",
+                            "LessOrEqual", "GreaterOrEqual", "Sign", "Identity", "Where", "Relu"})
+EDGE_MAGNITUDE = {np.dtype(np.int64): 3_000_000_000, np.dtype(np.int32): 40_000}  # products stay in range
+
+
+def edge_data_sets(case: TestCase) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+    """One more data set for integer arithmetic cases: each int32/int64 input replaced by seeded
+    values up to EDGE_MAGNITUDE in size (for int64, past what int32 holds), with the outputs
+    onnx's reference evaluator computes. None for other cases."""
+    if not case.data_sets or not {n.op_type for n in case.model.graph.node} <= ARITHMETIC_OPS:
+        return []
+    inputs = list(case.data_sets[0][0])
+    if not any(np.asarray(a).dtype in EDGE_MAGNITUDE for a in inputs):
+        return []
+    rng = np.random.default_rng(len(case.name))
+    edged = []
+    for array in inputs:
+        array = np.asarray(array)
+        bound = EDGE_MAGNITUDE.get(array.dtype)
+        edged.append(array if bound is None else rng.integers(-bound, bound, array.shape, dtype=array.dtype, endpoint=True))
+    from onnx.reference import ReferenceEvaluator
+
+    names = [v.name for v in case.model.graph.input]
+    expected = ReferenceEvaluator(case.model).run(None, dict(zip(names, edged)))
+    return [(edged, list(expected))]
+
+
+def vendor_takes(case: TestCase, vendor: str, as_weights: bool = False, options: dict[str, Any] | None = None) -> bool:
+    """Whether the vendor's partition of the case offloads anything, with the options the case
+    runs with (FORCED_OFFLOAD and the suite's). Calibration does not change what a vendor
+    takes, so the partition is made without it."""
     inputs = arrange(case.model, list(case.data_sets[0][0]))
     spec = specialize(case.model, inputs, weight_inputs(case.model) if as_weights else ())
     mod = from_onnx(case.model, shapes=spec.shapes, constants=spec.constants)
-    return bool(report(partition_graph(mod, [get_backend(vendor)])).regions)
+    configured, cost, _ = configure(vendor, _vendor_options(vendor, options))
+    return bool(report(partition_graph(mod, configured, **cost)).regions)
 
 
 def check_case(case: TestCase, vendor: str | None, options: dict[str, Any] | None = None, as_weights: bool = False) -> CaseResult:
-    """The status of `case` for `vendor`, against the expected-failure lists."""
+    """The status of `case` for `vendor`, against the expected-failure lists. A model the
+    frontend refuses is not handled, whether its ops are refused up front or on import."""
     name = vendor or "host"
     reason = not_handled_reason(case)
     if reason is not None:
         return CaseResult(case.name, name, NOT_HANDLED, reason)
+    if vendor is not None:
+        try:
+            if not vendor_takes(case, vendor, as_weights, options):
+                return CaseResult(case.name, name, NOT_TAKEN, f"{vendor} claims no op of this case")
+        except (ModelLoadError, DynamicShapeError) as error:
+            return CaseResult(case.name, name, NOT_HANDLED, one_line(error))
     expected = expected_failure(case.name, name)
     try:
         run_case(case, vendor, options, as_weights)
@@ -183,18 +258,23 @@ class PassRate:
     passed: int
     expected_failures: int
     failures: int
+    not_taken: int = 0  # handled cases the vendor claims no op of (they ran nowhere but the host)
 
     @property
     def rate(self) -> float:
-        return self.passed / self.handled if self.handled else 0.0
+        """Passes over the cases the vendor took: handled, and with an op it claims."""
+        taken = self.handled - self.not_taken
+        return self.passed / taken if taken else 0.0
 
     @classmethod
     def of(cls, vendor: str, results: Sequence[CaseResult]) -> PassRate:
-        counts = {status: sum(r.status == status for r in results) for status in (PASS, FAIL, EXPECTED, NOT_HANDLED, UNEXPECTED_PASS)}
+        counts = {status: sum(r.status == status for r in results) for status in (PASS, FAIL, EXPECTED, NOT_HANDLED, UNEXPECTED_PASS, NOT_TAKEN)}
         handled = len(results) - counts[NOT_HANDLED]
-        return cls(vendor, len(results), handled, counts[PASS] + counts[UNEXPECTED_PASS], counts[EXPECTED], counts[FAIL])
+        return cls(vendor, len(results), handled, counts[PASS] + counts[UNEXPECTED_PASS], counts[EXPECTED], counts[FAIL], counts[NOT_TAKEN])
 
     def summary(self) -> str:
-        return (f"{self.vendor}: {self.passed} of {self.handled} handled float32 node cases pass ({self.rate:.1%}); "
-                f"{self.expected_failures} expected failure(s), {self.failures} other failure(s), "
-                f"{self.total - self.handled} case(s) not handled, of {self.total}")
+        taken = self.handled - self.not_taken
+        return (f"{self.vendor}: {self.passed} of {taken} float32 and integer node cases it takes pass ({self.rate:.1%}); "
+                f"{self.expected_failures} expected failure(s), {self.failures} other failure(s); "
+                f"{self.not_taken} case(s) with no op it claims, {self.total - self.handled} not handled by the frontend, "
+                f"of {self.total}")

@@ -11,12 +11,13 @@ import pytest
 
 _RESULTS: list = []
 _NOT_HANDLED: dict[str, int] = {}  # vendor -> node cases the frontend refuses, in onnx backend test classes
+_NOT_TAKEN: dict[str, int] = {}  # vendor -> node cases it claims no op of, in onnx backend test classes
 
 
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("byoc", "byoc vendor test kit")
     group.addoption("--byoc-node-cases", default=None, metavar="all|REGEX",
-                    help="node cases for vendor suites: every float32 case, or those whose name matches REGEX "
+                    help="node cases for vendor suites: every float32 and integer case, or those whose name matches REGEX "
                          "(default: each suite's own selection)")
 
 
@@ -55,6 +56,7 @@ def pytest_runtest_makereport(item, call):
         status, detail = conformance.FAIL, str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
     _RESULTS.append(conformance.CaseResult(case, vendor, status, detail))
     _NOT_HANDLED[vendor] = item.cls.byoc_not_handled
+    _NOT_TAKEN[vendor] = getattr(item.cls, "byoc_not_taken", 0)
 
 
 @pytest.fixture
@@ -66,7 +68,7 @@ def byoc_results() -> list:
 def pytest_terminal_summary(terminalreporter) -> None:
     if not _RESULTS:
         return
-    from byoc.testing.conformance import NOT_HANDLED, CaseResult, PassRate
+    from byoc.testing.conformance import NOT_HANDLED, NOT_TAKEN, CaseResult, PassRate
     from byoc.testing.kit import Evaluation
 
     write = terminalreporter.write_line
@@ -81,4 +83,5 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for vendor in dict.fromkeys(r.vendor for r in cases):
         vendor_cases = [r for r in cases if r.vendor == vendor]
         refused = [CaseResult("", vendor, NOT_HANDLED)] * _NOT_HANDLED.get(vendor, 0)
-        write(PassRate.of(vendor, vendor_cases + refused).summary())
+        untaken = [CaseResult("", vendor, NOT_TAKEN)] * _NOT_TAKEN.get(vendor, 0)
+        write(PassRate.of(vendor, vendor_cases + refused + untaken).summary())

@@ -6,9 +6,9 @@ A vendor package proves itself with two lines in its tests:
     TestAcmeNpu = vendor_suite("acme_npu", node_ops=["Conv", "Relu", "MaxPool", "Add", "MatMul"])
 
 which checks the zoo models (partition, build, numerics against onnxruntime within the
-tolerance the vendor states, export and reload in a fresh process) and onnx's float32 node
+tolerance the vendor states, export and reload in a fresh process) and onnx's float32 and integer node
 cases whose ops the vendor takes. `pytest --byoc-node-cases=all` widens the node cases to every
-float32 case, `--byoc-node-cases=REGEX` to those whose name matches.
+float32 and integer case, `--byoc-node-cases=REGEX` to those whose name matches.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def vendor_suite(
     samples: int | None = None,
 ) -> type:
     """A pytest test class checking `vendor` on `models` (zoo names, or "light_<name>" for
-    onnx's light graphs) and on the float32 node cases made only of `node_ops` (ONNX op types)
-    or whose name matches `node_pattern`; with neither, every float32 node case."""
+    onnx's light graphs) and on the float32 and integer node cases made only of `node_ops` (ONNX op types)
+    or whose name matches `node_pattern`; with neither, every such node case."""
     model_names = list(models)
 
     class VendorSuite:
@@ -46,7 +46,8 @@ def vendor_suite(
         byoc_node_pattern = node_pattern
 
         @pytest.fixture(scope="class")
-        def evaluations(self, tmp_path_factory):
+        @classmethod
+        def evaluations(cls, tmp_path_factory):
             count = samples or SAMPLES[get_backend(vendor).tolerance.precision]
             results = {name: evaluate(vendor, model_case(name), options, samples=count) for name in model_names}
             skip = reload_skip_reason(vendor)
@@ -70,22 +71,20 @@ def vendor_suite(
             assert reloads[vendor, model] is None, f"{vendor} on {model}: {reloads[vendor, model]}"
 
         def test_node_case(self, byoc_node_case, byoc_results):
-            case = conformance.node_case(byoc_node_case)
-            reason = conformance.not_handled_reason(case)
-            if reason is not None:
-                byoc_results.append(conformance.CaseResult(case.name, vendor, conformance.NOT_HANDLED, reason))
-                pytest.skip(f"not handled by the ONNX frontend: {reason}")
             # Weights are constants, as in trained models: accelerators that take only constant
-            # weights would otherwise see none of these cases.
-            if not conformance.vendor_takes(case, vendor, as_weights=True):
-                pytest.skip(f"{vendor} takes no op of this case")
-            result = conformance.check_case(case, vendor, dict(options or {}), as_weights=True)
+            # weights would otherwise see none of these cases. The vendor takes every op it
+            # claims (conformance.FORCED_OFFLOAD) and its regions are built strictly.
+            result = conformance.check_case(conformance.node_case(byoc_node_case), vendor, dict(options or {}), as_weights=True)
             byoc_results.append(result)
+            if result.status == conformance.NOT_HANDLED:
+                pytest.xfail(f"not handled by the ONNX frontend: {result.detail}")
+            if result.status == conformance.NOT_TAKEN:
+                pytest.skip(result.detail)
             if result.status == conformance.EXPECTED:
                 pytest.xfail(result.detail)
             if result.status == conformance.UNEXPECTED_PASS:
-                pytest.fail(f"{case.name} is listed as an expected failure ({result.detail}) but passes: take it off the list")
-            assert result.status == conformance.PASS, f"{vendor} on {case.name}: {result.detail}"
+                pytest.fail(f"{result.case} is listed as an expected failure ({result.detail}) but passes: take it off the list")
+            assert result.status == conformance.PASS, f"{vendor} on {result.case}: {result.detail}"
 
     VendorSuite.__name__ = VendorSuite.__qualname__ = f"TestVendor_{vendor}"
     return VendorSuite

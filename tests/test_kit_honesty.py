@@ -1,0 +1,89 @@
+"""The vendor kit cannot be fooled: run against deliberately broken vendors
+(`tests/broken_vendors.py`), it reports each fault with its reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from broken_vendors import all_broken
+
+from byoc.testing import conformance
+
+from graphs import registered
+
+
+@pytest.fixture(scope="module")
+def broken():
+    with registered(*all_broken()):
+        yield
+
+
+@pytest.mark.parametrize("vendor, case, status, detail", [
+    # Forced offload: a vendor that would leave MAC-less regions to the host takes the case.
+    ("hostly", "test_relu", conformance.PASS, ""),
+    ("stale", "test_relu", conformance.FAIL, "left 60 of 60 elements of output 0 (3, 4, 5) unwritten"),
+    # onnx's own data for Max is small; values past the int32 range expose the cut.
+    ("narrow", "test_max_int64", conformance.FAIL, "Not equal to tolerance"),
+    ("narrow", "test_relu", conformance.PASS, ""),
+    # A case made of ops the vendor does not claim is counted as not taken, never as a pass.
+    ("stale", "test_softmax_axis_0", conformance.NOT_TAKEN, "stale claims no op of this case"),
+    # A frontend refusal is not handled, whichever vendor.
+    ("narrow", "test_pow_types_int64_int64", conformance.NOT_HANDLED, "integer Pow is not supported"),
+])
+def test_each_fault_is_caught_with_its_reason(broken, vendor, case, status, detail):
+    result = conformance.check_case(conformance.node_case(case), vendor)
+    assert result.status == status and detail in result.detail, result
+
+
+def test_integer_arithmetic_cases_get_values_past_int32():
+    case = conformance.node_case("test_max_int64")
+    (inputs, expected), = conformance.edge_data_sets(case)
+    assert max(abs(int(a.max())) for a in inputs) > 2**31 and expected[0].dtype == "int64"
+    assert conformance.edge_data_sets(conformance.node_case("test_gathernd_example_int32")) == []  # indices stay onnx's
+
+
+def test_the_pass_rate_counts_only_the_cases_taken():
+    results = [conformance.CaseResult("a", "v", conformance.PASS), conformance.CaseResult("b", "v", conformance.NOT_TAKEN),
+               conformance.CaseResult("c", "v", conformance.FAIL, "x"), conformance.CaseResult("d", "v", conformance.NOT_HANDLED)]
+    rate = conformance.PassRate.of("v", results)
+    assert (rate.total, rate.handled, rate.not_taken, rate.passed, rate.failures) == (4, 3, 1, 1, 1) and rate.rate == 0.5
+    assert "1 of 2 float32 and integer node cases it takes pass (50.0%)" in rate.summary()
+    assert "1 case(s) with no op it claims, 1 not handled by the frontend" in rate.summary()
+
+
+_SUITE = """
+import byoc
+from broken_vendors import all_broken
+from byoc.testing import vendor_suite
+
+for backend in all_broken():
+    byoc.register_backend(backend, override=True)
+
+CASES = "^test_(relu|max_int64|softmax_axis_0)$"
+TestHostly = vendor_suite("hostly", models=["mlp"], node_pattern=CASES)
+TestStale = vendor_suite("stale", models=["mlp"], node_pattern=CASES)
+TestNarrow = vendor_suite("narrow", models=[], node_pattern=CASES)
+"""
+
+
+def test_the_kit_run_on_broken_plugins_reports_every_fault(tmp_path):
+    (tmp_path / "test_broken_plugins.py").write_text(textwrap.dedent(_SUITE))
+    tests = __import__("pathlib").Path(__file__).parent
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error::pytest.PytestRemovedIn10Warning",
+                             f"--rootdir={tmp_path}", str(tmp_path / "test_broken_plugins.py")],
+                            capture_output=True, text=True, cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(tests)})
+    out = result.stdout
+    assert result.returncode == 1, out
+    # The engine that never writes: its model fails (the strict build) and so does its node case.
+    assert "stale on mlp: EngineError: region stale_0 (stale): the engine left" in out
+    assert "stale on test_relu: EngineError" in out and "unwritten" in out
+    assert "narrow on test_max_int64" in out
+    summary = out[out.index("byoc vendor matrix"):]
+    assert "hostly: 3 of 3 float32 and integer node cases it takes pass (100.0%)" in summary, summary
+    assert "stale: 0 of 2 float32 and integer node cases it takes pass (0.0%); 0 expected failure(s), 2 other failure(s); " \
+           "1 case(s) with no op it claims" in summary, summary
+    assert "narrow: 1 of 2 float32 and integer node cases it takes pass (50.0%); 0 expected failure(s), 1 other failure(s)" in summary
+    assert "PytestRemovedIn10Warning" not in out + result.stderr
