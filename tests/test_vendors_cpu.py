@@ -4,6 +4,7 @@ the fp32 tolerance: 1e-4 of the output's scale), every zoo model's partition, an
 vendor fuses."""
 
 
+import numpy as np
 import pytest
 
 import byoc
@@ -90,9 +91,10 @@ def test_unsupported_ops_stay_on_the_host_with_the_limit_they_break():
     assert report.host_reasons()["embeddings/Gather"] == ["dnnl: input 1 has dtype int64; supported: float32"]
 
 
-def test_dnnl_primitive_that_cannot_be_created_names_region_node_and_op():
+def test_dnnl_primitive_that_cannot_be_created_names_region_node_and_op_and_falls_back():
     """A oneDNN primitive descriptor that the library refuses (here: a pooling stride of 0,
-    which a broken emitter asks for) fails the build naming region, node and op."""
+    which a broken emitter asks for) fails a strict build naming region, node and op; a build
+    that is not strict falls back to the host."""
     import dataclasses
 
     from tvm import relax
@@ -117,8 +119,15 @@ def test_dnnl_primitive_that_cannot_be_created_names_region_node_and_op():
 
     with registered(broken):
         partitioned = byoc.partition_for(builder.get(), "dnnl_broken", fallback_without_macs=False)
-        with pytest.raises(byoc.errors.EngineError, match="region dnnl_broken_0 .*node pool \\(relax.nn.max_pool2d\\): primitive descriptor"):
-            byoc.build(partitioned)
+        failure = "region dnnl_broken_0 \\(dnnl_broken\\): initialisation failed: .*node pool \\(relax.nn.max_pool2d\\): primitive descriptor"
+        with pytest.raises(byoc.errors.EngineError, match=failure):
+            byoc.build(partitioned, strict=True)
+        # Without strict, the region falls back and the host code is compiled again without it.
+        with pytest.warns(UserWarning, match=f"{failure}.*falls back to the host: its 2 op\\(s\\) from node 'act' on"):
+            compiled = byoc.build(partitioned)
+    assert compiled.artifacts == [] and list(compiled.build_fallbacks) == ["dnnl_broken_0"]
+    sample = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype("float32")
+    np.testing.assert_allclose(compiled.run(sample)[0], byoc.build(builder.get()).run(sample)[0])
 
 
 _NO_REFERENCE_KERNELS = r"""

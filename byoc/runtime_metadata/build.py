@@ -184,6 +184,35 @@ def _compile_flags(artifacts: list[RegionArtifact], backends: Mapping[str, Backe
     return flags
 
 
+def _host_library(mod: tvm.IRModule, artifacts: list[RegionArtifact], backends: Mapping[str, Backend], target: str,
+                  inputs: list[TensorSpec], outputs: list[TensorSpec]) -> bytes:
+    """The host code compiled, with the C regions linked in and the model's signature, as a
+    shared library's bytes."""
+    by_symbol = {a.symbol: a for a in artifacts}
+    with _RUN_CODEGEN:
+        for name in backends:
+            tvm_ffi.register_global_func(f"relax.ext.{name}", _c_modules_codegen(by_symbol), override=True)
+        stubbed = mod.clone()
+        for gvar, func in mod.functions.items():
+            if gvar.name_hint in by_symbol:
+                stubbed[gvar] = _signature_only(func)
+        lowered = relax.transform.RunCodegen()(stubbed)
+    lowered = _empty_constants_made_at_run_time(lowered)
+    try:
+        executable = relax.build(lowered, target=target, relax_pipeline=host_pipeline())
+    except Exception as error:  # TVM raises InternalError, ValueError, ... with no common base
+        raise BuildError(f"compiling the host code failed: {type(error).__name__}: {str(error).strip().splitlines()[0]}") from error
+    executable.mod.import_module(signature_module(signature(inputs, outputs, artifacts)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "host.so")
+        try:
+            executable.export_library(path, options=_compile_flags(artifacts, backends))
+        except Exception as error:
+            raise BuildError(f"compiling the host library failed: {error}") from error
+        with open(path, "rb") as f:
+            return f.read()
+
+
 def build(
     mod: tvm.IRModule,
     target: str = "llvm",
@@ -225,47 +254,38 @@ def build(
         records, unusable = _create_engines(artifacts, backends, store, backend_options, cache, strict, planned, sole_work)
         failed.update(unusable)
         artifacts = [a for a in artifacts if a.symbol not in unusable]
-    if failed:
-        mod = inline_regions(mod, failed)
-        store.keep_only({name for a in artifacts for name in a.constants})
-    by_symbol = {a.symbol: a for a in artifacts}
-    backends = {a.backend: overrides.get(a.backend) or get_backend(a.backend) for a in artifacts}
-    inputs, outputs = model_io(mod)
-    with _RUN_CODEGEN:
-        for name in backends:
-            tvm_ffi.register_global_func(f"relax.ext.{name}", _c_modules_codegen(by_symbol), override=True)
-        stubbed = mod.clone()
-        for gvar, func in mod.functions.items():
-            if gvar.name_hint in by_symbol:
-                stubbed[gvar] = _signature_only(func)
-        lowered = relax.transform.RunCodegen()(stubbed)
-    lowered = _empty_constants_made_at_run_time(lowered)
-    try:
-        executable = relax.build(lowered, target=target, relax_pipeline=host_pipeline())
-    except Exception as error:  # TVM raises InternalError, ValueError, ... with no common base
-        raise BuildError(f"compiling the host code failed: {type(error).__name__}: {str(error).strip().splitlines()[0]}") from error
-    executable.mod.import_module(signature_module(signature(inputs, outputs, artifacts)))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "host.so")
+    partitioned = mod
+    while True:
+        if failed:
+            mod = inline_regions(partitioned, failed)
+            store.keep_only({name for a in artifacts for name in a.constants})
+        backends = {a.backend: overrides.get(a.backend) or get_backend(a.backend) for a in artifacts}
+        inputs, outputs = model_io(mod)
+        parts = ModelParts(
+            _host_library(mod, artifacts, backends, target, inputs, outputs),
+            artifacts,
+            store,
+            inputs,
+            outputs,
+            str(target),
+            {name: "this build" if name in overrides else backend_origin(name) for name in backends},
+            backend_options,
+            partition=partition,
+            build_fallbacks=failed,
+        )
         try:
-            executable.export_library(path, options=_compile_flags(artifacts, backends))
-        except Exception as error:
-            raise BuildError(f"compiling the host library failed: {error}") from error
-        with open(path, "rb") as f:
-            host_library = f.read()
-    parts = ModelParts(
-        host_library,
-        artifacts,
-        store,
-        inputs,
-        outputs,
-        str(target),
-        {name: "this build" if name in overrides else backend_origin(name) for name in backends},
-        backend_options,
-        partition=partition,
-        build_fallbacks=failed,
-    )
-    model = CompiledModel(parts, backends, cache, engines=records)
+            model = CompiledModel(parts, backends, cache, engines=records)
+            break
+        except EngineError as error:
+            # A C region whose initialisation fails (its vendor library refuses a primitive on
+            # this machine) falls back too: the host code is compiled again without it.
+            symbol = getattr(error, "region", None)
+            if strict or symbol is None or symbol in failed:
+                raise
+            backend_name = next(a.backend for a in artifacts if a.symbol == symbol)
+            _fall_back(str(error), symbol, planned)
+            failed[symbol] = str(error).removeprefix(f"region {symbol} ({backend_name}): ")
+            artifacts = [a for a in artifacts if a.symbol != symbol]
     if engines == "embed":
         model.embed_engines()
     return model

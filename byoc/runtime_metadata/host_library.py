@@ -66,7 +66,10 @@ def load_host_library(parts: ModelParts, where: str = "the host library") -> tvm
             except Exception as error:
                 # A region's C code checks the constants it is given against what it was built
                 # for (see byoc.codegen_c.generate): a mismatch is an inconsistent model.
-                kind = ArtifactError if CONSTANT_MISMATCH in str(error) else EngineError
-                raise kind(f"region {artifact.symbol} ({artifact.backend}): initialisation failed: {error}") from error
+                if CONSTANT_MISMATCH in str(error):
+                    raise ArtifactError(f"region {artifact.symbol} ({artifact.backend}): initialisation failed: {error}") from error
+                failure = EngineError(f"region {artifact.symbol} ({artifact.backend}): initialisation failed: {error}")
+                failure.region = artifact.symbol  # `build` falls back from it
+                raise failure from error
             _initialised[(str(path), artifact.symbol)] = constants
     return module
