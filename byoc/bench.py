@@ -1,5 +1,6 @@
-"""End-to-end benchmark: onnxruntime and OpenVINO on the whole model, TVM host only, byoc with
-dnnl, byoc with onnxruntime; batch 1, equal thread counts, all in one run.
+"""End-to-end benchmark: onnxruntime and OpenVINO on the whole model, TVM host only, and byoc
+with each vendor (dnnl and onnxruntime unless --vendors says which); batch 1, equal thread
+counts, all in one run.
 
 OpenVINO is optional (`pip install 'byoc[bench]'`); it runs in fp32, as the others do (on CPUs
 with bf16 it would otherwise choose bf16). "vs best" is the ratio to the fastest reference. For
@@ -410,7 +411,7 @@ def check_vendors(vendors: Sequence[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="byoc bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="byoc bench", description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
                         help="zoo names, hf:NAME[:base] (exported transformers architectures) or .onnx paths")
     parser.add_argument("--vendors", nargs="+", default=list(DEFAULT_VENDORS), help="byoc systems to time (any registered vendor)")

@@ -101,3 +101,14 @@ def run_module(mod: tvm.IRModule, *inputs: np.ndarray) -> list[np.ndarray]:
     vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
     result = vm["main"](*[tvm.runtime.tensor(i) for i in inputs])
     return [result.numpy()] if isinstance(result, tvm.runtime.Tensor) else [r.numpy() for r in result]
+
+
+def one_input_module(build, shape=(1, WIDTH), dtype: str = "float32") -> tvm.IRModule:
+    """`main(x)` returning `build(builder, x)`, emitted in one dataflow block."""
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            out = builder.emit_output(build(builder, x))
+        builder.emit_func_output(out)
+    return builder.get()

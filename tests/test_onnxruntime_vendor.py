@@ -22,6 +22,7 @@ from byoc.codegen_json import region_to_json
 from byoc.codegen_json.to_onnx import LATEST_OPSET, OPSET, graph_to_onnx
 
 from conftest import assert_fp32_close, onnxruntime_outputs
+from graphs import one_input_module
 
 RNG = np.random.default_rng(0)
 
@@ -195,13 +196,7 @@ def test_a_transformer_block_is_one_region_under_the_default_cost_rules():
 
 
 def _relax_module(build) -> tvm.IRModule:
-    x = relax.Var("x", relax.TensorType((2, 4, 6), "float32"))
-    builder = relax.BlockBuilder()
-    with builder.function("main", [x]):
-        with builder.dataflow():
-            out = builder.emit_output(build(builder, x))
-        builder.emit_func_output(out)
-    return builder.get()
+    return one_input_module(build, (2, 4, 6))
 
 
 def _relax_only_ops(builder: relax.BlockBuilder, x: relax.Expr) -> relax.Expr:

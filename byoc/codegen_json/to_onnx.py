@@ -1,30 +1,37 @@
-"""JSON graph -> ONNX model: the Relax ops a region may hold when a vendor takes ONNX, and their
-ONNX spelling. Shared by the vendors whose libraries import ONNX: ONNX Runtime (one inference
-session per region) and TensorRT (its ONNX parser builds the engine's network).
+"""JSON graph -> ONNX model: byoc's hand-off to vendors whose libraries import ONNX (ONNX
+Runtime: one inference session per region; TensorRT: its ONNX parser builds the engine's network;
+plugin vendors that build their engines from ONNX). See docs/onnx-handoff.md.
 
-One declaration per Relax op (`TRANSLATIONS`): the ONNX op it becomes, its emitter, and what ONNX
-cannot express of it (a check returning the reason, or None). Every check also holds the op's
-tensors to the type constraints of the ONNX op's schema, so an int64 `exp` or int32 GatherND
-indices stay on the host with the reason rather than failing in the vendor's importer.
+A vendor claims ops with `onnx_checks(opset)` and builds its engine from
+`graph_to_onnx(graph, constants, opset)`; `onnx_op_table(opset)` lists what is written, when, and
+at which opsets. One declaration per Relax op (`TRANSLATIONS`): the ONNX op it becomes, its
+emitter, what ONNX cannot express of it (a `Limit`: a check returning the reason, with its rule in
+words) and the opset a form of it needs (`Since`). Every check also holds the op's tensors to the
+type constraints of the ONNX op's schema, so an int64 `exp` or int32 GatherND indices stay on the
+host with the reason rather than failing in the vendor's importer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import onnx
+import tvm
 from onnx import defs, helper, numpy_helper
 from tvm import relax
 
 from byoc.codegen_json.graph import tensor_refs, value_spec
+from byoc.codegen_json.to_relax import graph_to_relax
 from byoc.errors import CodegenError
-from byoc.ir.types import dtype_name, tensor_types
+from byoc.ir.types import dtype_name, static_shape, tensor_types
 
 OPSET = 17  # the default: what TensorRT 8.5's ONNX parser reads
 LATEST_OPSET = 20  # what torch.onnx writes; ONNX Gelu arrived in 20, axes as an input of every Reduce op in 18
+OPSETS = range(OPSET, LATEST_OPSET + 1)  # the opsets written; the tests write 17 and 20
 
 Node = Mapping[str, Any]
 Check = Callable[[relax.Call], "str | None"]
@@ -102,16 +109,48 @@ def _conv(onnx_op: str) -> Emitter:
     return emit
 
 
+def _onnx_window(data: Sequence[int], out: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                 dilation: Sequence[int], padding: Sequence[int], ceil: bool) -> tuple[list[int], bool] | None:
+    """ONNX `pads` and `ceil_mode` for a Relax pooling over spatial sizes `data` to `out`, or None
+    where ONNX cannot express it.
+
+    In ceil mode Relax drops a last window that would start in the end padding, as PyTorch does;
+    ONNX's shape rule before opset 22 keeps it, so onnx's checker refuses the model and an
+    importer that follows the rule makes one more window (onnxruntime's kernel drops it, whatever
+    the declared shape). Such a pooling is written in floor mode, with each end padding cut to
+    where the last window ends: every window then lies inside the padded input, so averages divide
+    as Relax's do. Where another axis keeps a last window that reaches past its end padding,
+    neither mode expresses both.
+    """
+    if not ceil:
+        return list(padding), False
+    rank = len(kernel)
+    begin, end = padding[:rank], padding[rank:]
+    spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    onnx_sizes = [-(-(n + b + e - span) // s) + 1 for n, b, e, span, s in zip(data, begin, end, spans, strides)]
+    if onnx_sizes == list(out):
+        return list(padding), True
+    cut = [max(0, (o - 1) * s + span - n - b) for o, s, span, n, b in zip(out, strides, spans, data, begin)]
+    return ([*begin, *cut], False) if all(c <= e for c, e in zip(cut, end)) else None
+
+
 def _pool(op_type: str) -> Emitter:
     def emit(w: _Writer, node, args, outs):
         a = node["attrs"]
-        extra = {"count_include_pad": int(a["count_include_pad"])} if op_type == "AveragePool" else {"dilations": a["dilation"]}
-        if op_type == "AveragePool" and any(d != 1 for d in a["dilation"]):
-            if w.opset < 19:
-                raise CodegenError(f"node {node['name']!r}: AveragePool takes dilations from opset 19; this graph is written at {w.opset}")
-            extra["dilations"] = a["dilation"]
-        window = {"kernel_shape": a["pool_size"], "strides": a["strides"], "pads": a["padding"], "ceil_mode": int(a["ceil_mode"])}
-        w.add(op_type, args[:1], outs, node["name"], **window, **extra)
+        rank = len(a["pool_size"])
+        data = value_spec(w.graph, node["args"][0])["shape"][-rank:]
+        window = _onnx_window(data, node["outputs"][0]["shape"][-rank:], a["pool_size"], a["strides"], a["dilation"],
+                              a["padding"], a["ceil_mode"])
+        assert window is not None, "graph_to_onnx checks each node before it is written"
+        pads, ceil = window
+        if op_type == "MaxPool":
+            extra = {"dilations": a["dilation"]}
+        else:  # AveragePool takes dilations from opset 19 (its `Since`): an undilated one writes none
+            extra = {"count_include_pad": int(a["count_include_pad"])}
+            if any(d != 1 for d in a["dilation"]):
+                extra["dilations"] = a["dilation"]
+        w.add(op_type, args[:1], outs, node["name"], kernel_shape=a["pool_size"], strides=a["strides"], pads=pads,
+              ceil_mode=int(ceil), **extra)
 
     return emit
 
@@ -214,24 +253,27 @@ def _trilu(upper: int) -> Emitter:
     return emit
 
 
+def _gelu_steps(approximate: str, x: str, c: Callable[[float], str]) -> list[tuple[str, list[str | None]]]:
+    """GELU before opset 20: the forms onnxruntime's GeluFusion and FastGeluFusion recognise."""
+    if approximate == "tanh":
+        return [("Pow", [x, c(3.0)]), ("Mul", [None, c(0.044715)]), ("Add", [x, None]), ("Mul", [None, c(np.sqrt(2.0 / np.pi))]),
+                ("Tanh", [None]), ("Add", [None, c(1.0)]), ("Mul", [x, None]), ("Mul", [None, c(0.5)])]
+    return [("Div", [x, c(np.sqrt(2.0))]), ("Erf", [None]), ("Add", [None, c(1.0)]), ("Mul", [x, None]), ("Mul", [None, c(0.5)])]
+
+
 def _gelu(approximate: str) -> Emitter:
     def emit(w: _Writer, node, args, outs):
-        x = args[0]
         if w.opset >= 20:
-            w.add("Gelu", [x], outs, node["name"], **({"approximate": "tanh"} if approximate == "tanh" else {}))
-            return
-        # Before opset 20: the forms onnxruntime's GeluFusion and FastGeluFusion recognise.
-        c = lambda value: w.scalar(value, node)  # noqa: E731
-        if approximate == "tanh":
-            steps = [("Pow", [x, c(3.0)]), ("Mul", [None, c(0.044715)]), ("Add", [x, None]),
-                     ("Mul", [None, c(np.sqrt(2.0 / np.pi))]), ("Tanh", [None]), ("Add", [None, c(1.0)]),
-                     ("Mul", [x, None]), ("Mul", [None, c(0.5)])]
+            w.add("Gelu", args[:1], outs, node["name"], **({"approximate": "tanh"} if approximate == "tanh" else {}))
         else:
-            steps = [("Div", [x, c(np.sqrt(2.0))]), ("Erf", [None]), ("Add", [None, c(1.0)]),
-                     ("Mul", [x, None]), ("Mul", [None, c(0.5)])]
-        w.chain(node, steps, outs)
+            w.chain(node, _gelu_steps(approximate, args[0], lambda value: w.scalar(value, node)), outs)
 
     return emit
+
+
+def _gelu_writes(approximate: str) -> Callable[[int], tuple[str, ...]]:
+    chain = tuple(dict.fromkeys(op for op, _ in _gelu_steps(approximate, "x", str)))
+    return lambda opset: ("Gelu",) if opset >= 20 else chain
 
 
 def _silu(w: _Writer, node, args, outs):
@@ -263,24 +305,71 @@ _REDUCTIONS = {"update": "none", "add": "add", "mul": "mul", "min": "min", "max"
 
 
 # ---------------------------------------------------------------- checks: what ONNX cannot express
+@dataclass(frozen=True)
+class Limit:
+    """What ONNX cannot express of an op: `reason(call)` says why a call is refused (None: it is
+    not), `rule` says in words which calls pass (the op table prints it)."""
+
+    rule: str
+    reason: Check
+
+    def __call__(self, call: relax.Call) -> str | None:
+        return self.reason(call)
+
+
+def _limit(rule: str) -> Callable[[Check], Limit]:
+    return lambda reason: Limit(rule, reason)
+
+
+@_limit("out_dtype unset or the input's")
+def _same_dtype(call) -> str | None:
+    out_dtype = getattr(call.attrs, "out_dtype", None)
+    if out_dtype is None or str(out_dtype) in ("", "void", dtype_name(call.args[0].ty)):
+        return None
+    return f"out_dtype {out_dtype}; ONNX {call.op.name.rsplit('.', 1)[-1]} keeps the input's dtype"
+
+
 _LAYOUTS = {1: ("NCW", "OIW", "IOW"), 2: ("NCHW", "OIHW", "IOHW"), 3: ("NCDHW", "OIDHW", "IODHW")}
 
 
-def _layout(rank: int, transposed: bool = False) -> Check:
+def _layout_reason(call, data: str, kernel: str) -> str | None:
+    attrs = call.attrs
+    layout = getattr(attrs, "data_layout", None) or attrs.layout
+    kernel_layout = getattr(attrs, "kernel_layout", kernel)  # pools have none
+    out_layout = getattr(attrs, "out_layout", None) or layout
+    if (layout, kernel_layout, out_layout) != (data, kernel, data):
+        return f"layout {layout}/{kernel_layout} to {out_layout}; ONNX takes {data}/{kernel} to {data}"
+    return _same_dtype(call)
+
+
+def _conv_layout(rank: int, transposed: bool = False) -> Limit:
     data, kernel = _LAYOUTS[rank][0], _LAYOUTS[rank][2 if transposed else 1]
+    return Limit(f"layout {data}/{kernel} to {data}; {_same_dtype.rule}", lambda call: _layout_reason(call, data, kernel))
+
+
+def _ints(values) -> list[int]:
+    return [int(v) for v in values]
+
+
+def _pool_limit(rank: int) -> Limit:
+    data, kernel = _LAYOUTS[rank][:2]
 
     def check(call) -> str | None:
-        attrs = call.attrs
-        layout = getattr(attrs, "data_layout", None) or attrs.layout
-        kernel_layout = getattr(attrs, "kernel_layout", kernel)
-        out_layout = getattr(attrs, "out_layout", None) or layout
-        if (layout, kernel_layout, out_layout) != (data, kernel, data):
-            return f"layout {layout}/{kernel_layout} to {out_layout}; ONNX takes {data}/{kernel} to {data}"
-        return _same_dtype(call)
+        reason = _layout_reason(call, data, kernel)
+        if reason is not None:
+            return reason
+        a = call.attrs
+        spatial = [static_shape(e.ty)[-rank:] for e in (call.args[0], call)]
+        if _onnx_window(*spatial, _ints(a.pool_size), _ints(a.strides), _ints(a.dilation), _ints(a.padding), bool(a.ceil_mode)) is None:
+            return ("ceil_mode where one axis drops its last window (Relax, as PyTorch) and another's last window "
+                    "reaches past its end padding; ONNX before opset 22 expresses neither in one pooling")
+        return None
 
-    return check
+    return Limit(f"layout {data} to {data}; in ceil mode, no axis dropping its last window while another's reaches "
+                 "past its end padding", check)
 
 
+@_limit("trailing axes, with center and scale")
 def _trailing_axes(call) -> str | None:
     rank = call.args[0].ty.ndim
     axes = sorted(int(a) % rank for a in call.attrs.axes)
@@ -289,6 +378,7 @@ def _trailing_axes(call) -> str | None:
     return None if call.attrs.center and call.attrs.scale else "layer_norm without center or scale"
 
 
+@_limit("inference mode, with center and scale, over axis 1")
 def _inference_batch_norm(call) -> str | None:
     attrs = call.attrs
     if attrs.training:
@@ -298,58 +388,79 @@ def _inference_batch_norm(call) -> str | None:
     return None if int(attrs.axis) % call.args[0].ty.ndim == 1 else "ONNX BatchNormalization normalises axis 1"
 
 
+@_limit("mode fast, clip or wrap")
 def _gather(call) -> str | None:
     return None if call.attrs.mode in ("fast", "clip", "wrap") else f"take mode {call.attrs.mode}"
 
 
+@_limit("one axis given (not over the flattened tensor)")
 def _axis_given(call) -> str | None:
     return None if call.attrs.axis is not None else f"{call.op.name} over the flattened tensor; ONNX takes one axis"
 
 
+@_limit("axes unset (all) or at least one")
 def _some_axes(call) -> str | None:
     axes = call.attrs.axis
     return "a reduction over no axes" if axes is not None and len(axes) == 0 else None
 
 
+@_limit("integer dtypes only")
 def _integers(call) -> str | None:
     dtype = dtype_name(call.args[0].ty)
     return None if "int" in dtype else f"floor_mod of {dtype}; ONNX Mod floors only integers (fmod=0)"
 
 
-def _same_dtype(call) -> str | None:
-    out_dtype = getattr(call.attrs, "out_dtype", None)
-    if out_dtype is None or str(out_dtype) in ("", "void", dtype_name(call.args[0].ty)):
-        return None
-    return f"out_dtype {out_dtype}; ONNX {call.op.name.rsplit('.', 1)[-1]} keeps the input's dtype"
+_REDUCTION_WORDS = ", ".join(_REDUCTIONS)
 
 
-def _dilated_since_19(call) -> int:
-    return 19 if any(int(d) != 1 for d in call.attrs.dilation) else OPSET
-
-
-def _since_18(call) -> int:
-    return 18
-
-
+@_limit(f"reduction {_REDUCTION_WORDS}")
 def _known_reduction(call) -> str | None:
     reduction = call.attrs.reduction
-    return None if reduction in _REDUCTIONS else f"reduction {reduction!r}; ONNX takes {', '.join(_REDUCTIONS)}"
+    return None if reduction in _REDUCTIONS else f"reduction {reduction!r}; ONNX takes {_REDUCTION_WORDS}"
+
+
+@dataclass(frozen=True)
+class Since:
+    """The opset ONNX takes an op from, or one form of it (`form` in words, `applies` telling a
+    call of that form)."""
+
+    opset: int
+    form: str = ""
+    applies: Callable[[relax.Call], bool] = lambda call: True
+
+    def reason(self, onnx_op: str, opset: int) -> str:
+        if not self.form:
+            return f"ONNX {onnx_op} arrived in opset {self.opset}; the region is written at {opset}"
+        return f"ONNX {onnx_op} takes this form from opset {self.opset}; the region is written at {opset}"
+
+
+def _dilated(call) -> bool:
+    return any(int(d) != 1 for d in call.attrs.dilation)
 
 
 @dataclass(frozen=True)
 class Translation:
     """How a Relax op is written in ONNX: `onnx_op` is the op whose schema's type constraints its
     tensors must meet (the main one where the emitter writes several), `check` what ONNX cannot
-    express beyond types, `opset` the opset a call needs where some forms need a newer one."""
+    express beyond types, `since` the opset it or a form of it needs, `writes` the ONNX ops the
+    emitter writes at an opset where that is more than `onnx_op`."""
 
     onnx_op: str
     emit: Emitter
-    check: Check | None = None
-    opset: Callable[[relax.Call], int] | None = None
+    check: Limit | None = None
+    since: Since | None = None
+    writes: Callable[[int], tuple[str, ...]] | None = None
+
+    def onnx_ops(self, opset: int) -> tuple[str, ...]:
+        return self.writes(opset) if self.writes is not None else (self.onnx_op,)
 
 
 def _same(onnx_op: str, **attrs) -> Translation:
     return Translation(onnx_op, _same_op(onnx_op, **attrs))
+
+
+def _writes(*ops: str) -> Callable[[int], tuple[str, ...]]:
+    return lambda opset: ops
 
 
 _ELEMENTWISE = {
@@ -370,29 +481,31 @@ TRANSLATIONS: dict[str, Translation] = {
     "relax.matmul": Translation("MatMul", _same_op("MatMul"), _same_dtype),
     "relax.mod": _same("Mod", fmod=1),  # truncated, as C's fmod: Relax's mod
     "relax.floor_mod": Translation("Mod", _same_op("Mod", fmod=0), _integers),
-    "relax.rsqrt": Translation("Sqrt", _rsqrt),
+    "relax.rsqrt": Translation("Sqrt", _rsqrt, writes=_writes("Sqrt", "Reciprocal")),
     "relax.square": Translation("Mul", _square),
-    "relax.not_equal": Translation("Equal", _not_equal),
-    "relax.nn.silu": Translation("Sigmoid", _silu),
-    "relax.nn.gelu": Translation("Gelu", _gelu("none")),
-    "relax.nn.gelu_tanh": Translation("Gelu", _gelu("tanh")),
+    "relax.not_equal": Translation("Equal", _not_equal, writes=_writes("Equal", "Not")),
+    "relax.nn.silu": Translation("Sigmoid", _silu, writes=_writes("Sigmoid", "Mul")),
+    "relax.nn.gelu": Translation("Gelu", _gelu("none"), writes=_gelu_writes("none")),
+    "relax.nn.gelu_tanh": Translation("Gelu", _gelu("tanh"), writes=_gelu_writes("tanh")),
     "relax.nn.leakyrelu": Translation("LeakyRelu", _attr_op("LeakyRelu", alpha="alpha")),
-    "relax.nn.prelu": Translation("PRelu", _prelu),
+    "relax.nn.prelu": Translation("PRelu", _prelu, writes=_writes("Reshape", "PRelu")),
     "relax.nn.softmax": Translation("Softmax", _attr_op("Softmax", axis="axis")),
     "relax.nn.log_softmax": Translation("LogSoftmax", _attr_op("LogSoftmax", axis="axis")),
     "relax.nn.layer_norm": Translation("LayerNormalization", _layer_norm, _trailing_axes),
-    "relax.nn.batch_norm": Translation("BatchNormalization", _batch_norm, _inference_batch_norm),
-    **{f"relax.nn.conv{r}d": Translation("Conv", _conv("Conv"), _layout(r)) for r in (1, 2, 3)},
-    **{f"relax.nn.conv{r}d_transpose": Translation("ConvTranspose", _conv("ConvTranspose"), _layout(r, True)) for r in (1, 2)},
-    **{f"relax.nn.max_pool{r}d": Translation("MaxPool", _pool("MaxPool"), _layout(r)) for r in (1, 2, 3)},
-    **{f"relax.nn.avg_pool{r}d": Translation("AveragePool", _pool("AveragePool"), _layout(r), _dilated_since_19) for r in (1, 2, 3)},
+    "relax.nn.batch_norm": Translation("BatchNormalization", _batch_norm, _inference_batch_norm,
+                                       writes=_writes("BatchNormalization", "Identity")),
+    **{f"relax.nn.conv{r}d": Translation("Conv", _conv("Conv"), _conv_layout(r)) for r in (1, 2, 3)},
+    **{f"relax.nn.conv{r}d_transpose": Translation("ConvTranspose", _conv("ConvTranspose"), _conv_layout(r, True)) for r in (1, 2)},
+    **{f"relax.nn.max_pool{r}d": Translation("MaxPool", _pool("MaxPool"), _pool_limit(r)) for r in (1, 2, 3)},
+    **{f"relax.nn.avg_pool{r}d": Translation("AveragePool", _pool("AveragePool"), _pool_limit(r), Since(19, "dilated", _dilated))
+       for r in (1, 2, 3)},
     "relax.clip": Translation("Clip", _clip),
     **{f"relax.{op}": Translation(f"Reduce{op.title()}", _reduce(f"Reduce{op.title()}"), _some_axes)
        for op in ("mean", "max", "min", "prod")},
     "relax.sum": Translation("ReduceSum", _reduce("ReduceSum", axes_input_since=13), _some_axes),
     "relax.argmax": Translation("ArgMax", _attr_op("ArgMax", axis="axis", keepdims="keepdims"), _axis_given),
     "relax.argmin": Translation("ArgMin", _attr_op("ArgMin", axis="axis", keepdims="keepdims"), _axis_given),
-    "relax.cumsum": Translation("CumSum", _cumsum, _axis_given),
+    "relax.cumsum": Translation("CumSum", _cumsum, _axis_given, writes=_writes("CumSum", "Cast")),
     **{f"relax.{op}": Translation("Reshape", _reshape) for op in ("reshape", "expand_dims", "squeeze", "flatten")},
     "relax.permute_dims": Translation("Transpose", _transpose),
     "relax.concat": Translation("Concat", _attr_op("Concat", axis="axis")),
@@ -405,7 +518,7 @@ TRANSLATIONS: dict[str, Translation] = {
     "relax.scatter_elements": Translation("ScatterElements", _scatter("ScatterElements"), _known_reduction),
     "relax.scatter_nd": Translation("ScatterND", _scatter("ScatterND"), _known_reduction),
     "relax.flip": Translation("Slice", _flip),
-    **{f"relax.bitwise_{op}": Translation(f"Bitwise{op.title()}", _same_op(f"Bitwise{op.title()}"), opset=_since_18)
+    **{f"relax.bitwise_{op}": Translation(f"Bitwise{op.title()}", _same_op(f"Bitwise{op.title()}"), since=Since(18))
        for op in ("and", "or", "xor", "not")},
     "relax.triu": Translation("Trilu", _trilu(1)),
     "relax.tril": Translation("Trilu", _trilu(0)),
@@ -417,11 +530,20 @@ def _onnx_type(dtype: str) -> str:
     return f"tensor({onnx.TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(np.dtype(dtype))).lower()})"
 
 
+@functools.cache
+def _schema(onnx_op: str) -> defs.OpSchema:
+    return defs.get_schema(onnx_op, LATEST_OPSET)
+
+
+def _allowed(schema: defs.OpSchema) -> dict[str, set[str]]:
+    return {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+
+
 def _schema_types(onnx_op: str) -> Check:
     """The tensors of a call against the type constraints of the ONNX op's inputs and outputs,
     by position (a variadic last input takes the rest)."""
-    schema = defs.get_schema(onnx_op, LATEST_OPSET)
-    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    schema = _schema(onnx_op)
+    allowed = _allowed(schema)
 
     def constraint(params, index: int):
         if index >= len(params) and not (params and params[-1].option == defs.OpSchema.FormalParameterOption.Variadic):
@@ -442,10 +564,17 @@ def _schema_types(onnx_op: str) -> Check:
     return check
 
 
+def _supported(opset: int) -> int:
+    if opset not in OPSETS:
+        raise CodegenError(f"ONNX opset {opset}: byoc's hand-off writes opsets {OPSET} to {LATEST_OPSET}")
+    return opset
+
+
 def _checked(translation: Translation, opset: int) -> Check:
     checks = [_schema_types(translation.onnx_op), *([translation.check] if translation.check else [])]
-    if translation.opset is not None:
-        checks.append(_written_at(translation, opset))
+    since = translation.since
+    if since is not None and opset < since.opset:
+        checks.append(lambda call: since.reason(translation.onnx_op, opset) if since.applies(call) else None)
 
     def check(call) -> str | None:
         return next((reason for one in checks if (reason := one(call)) is not None), None)
@@ -453,17 +582,16 @@ def _checked(translation: Translation, opset: int) -> Check:
     return check
 
 
-def _written_at(translation: Translation, opset: int) -> Check:
-    def check(call) -> str | None:
-        needed = translation.opset(call)
-        return None if needed <= opset else f"ONNX {translation.onnx_op} takes this form from opset {needed}; the region is written at {opset}"
-
-    return check
+@functools.cache
+def _checks(opset: int) -> Mapping[str, Check]:
+    return {op: _checked(t, opset) for op, t in TRANSLATIONS.items()}
 
 
 def onnx_checks(opset: int = OPSET) -> dict[str, Check]:
-    """Each translation's check (why not, or None) for regions written at `opset`."""
-    return {op: _checked(t, opset) for op, t in TRANSLATIONS.items()}
+    """Each translation's check (why not, or None) for regions written at `opset`: a vendor that
+    takes ONNX claims each op with its check, as `backend.supports(op, check=...)`, adding its
+    own limits before or after it."""
+    return dict(_checks(_supported(opset)))
 
 
 # The views the vendors read: emitters, checks for the default opset and, for vendors whose
@@ -473,12 +601,141 @@ ONNX_CHECKS: dict[str, Check] = onnx_checks(OPSET)
 ONNX_OPS: dict[str, str] = {op: t.onnx_op for op, t in TRANSLATIONS.items()}
 
 
+# ---------------------------------------------------------------- the op table: the data sheet of the hand-off
+# The dtypes the table names (byoc's dtypes that ONNX has); "any" where the ONNX op takes them all.
+_TABLE_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    """One Relax op of the hand-off at one opset: the ONNX ops written for it, the condition its
+    check holds a call to (in words, beyond the dtypes), the dtypes of its data tensor that the
+    ONNX op's type constraints allow, and the first and last opset it is written at."""
+
+    relax_op: str
+    onnx_ops: tuple[str, ...]
+    condition: str
+    dtypes: tuple[str, ...]
+    opsets: tuple[int, int]
+
+
+def _data_dtypes(onnx_op: str) -> tuple[str, ...]:
+    # The data tensor: the first input whose type parameter allows more than one type (Where's
+    # X after its bool condition), else the first.
+    schema = _schema(onnx_op)
+    allowed = _allowed(schema)
+    types = [allowed.get(p.type_str, {p.type_str}) for p in schema.inputs]
+    chosen = next((t for t in types if len(t) > 1), types[0])
+    return tuple(d for d in _TABLE_DTYPES if _onnx_type(d) in chosen)
+
+
+def _condition(translation: Translation) -> str:
+    since = translation.since
+    words = [translation.check.rule] if translation.check is not None else []
+    if since is not None and since.form:
+        words.append(f"{since.form}: from opset {since.opset}")
+    return "; ".join(words) or "any call"
+
+
+def onnx_op_table(opset: int = LATEST_OPSET) -> list[OpEntry]:
+    """Every Relax op `graph_to_onnx` writes at `opset` (the ops `onnx_checks(opset)` covers), by
+    name: what it becomes and when."""
+    _supported(opset)
+    return [OpEntry(op, t.onnx_ops(opset), _condition(t), _data_dtypes(t.onnx_op), (_first_opset(t), LATEST_OPSET))
+            for op, t in sorted(TRANSLATIONS.items())]
+
+
+def _first_opset(translation: Translation) -> int:
+    since = translation.since
+    return since.opset if since is not None and not since.form else OPSET
+
+
+def op_table_markdown() -> str:
+    """The op table as Markdown over every opset written, as docs/onnx-handoff.md shows it."""
+    tables = {opset: onnx_op_table(opset) for opset in OPSETS}
+    lines = ["| Relax op | ONNX ops | written when | dtypes | opsets |", "| --- | --- | --- | --- | --- |"]
+    for position, entry in enumerate(tables[LATEST_OPSET]):
+        by_ops: dict[tuple[str, ...], list[int]] = {}
+        for opset in range(entry.opsets[0], entry.opsets[1] + 1):
+            by_ops.setdefault(tables[opset][position].onnx_ops, []).append(opset)
+        ops = "; ".join(", ".join(written) + (f" ({_span(opsets)})" if len(by_ops) > 1 else "") for written, opsets in by_ops.items())
+        dtypes = "any" if entry.dtypes == _TABLE_DTYPES else ", ".join(entry.dtypes)
+        lines.append(f"| `{entry.relax_op}` | {ops} | {entry.condition} | {dtypes} | {_span(list(range(entry.opsets[0], entry.opsets[1] + 1)))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _span(opsets: list[int]) -> str:
+    return str(opsets[0]) if len(opsets) == 1 else f"{opsets[0]}-{opsets[-1]}"
+
+
+# ---------------------------------------------------------------- the hand-off
 def _value_info(name: str, spec: Mapping[str, Any]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(spec["dtype"])), spec["shape"])
 
 
+def _constants_as_inputs(graph: Mapping[str, Any]) -> dict[str, Any]:
+    """The graph with its constants read as extra inputs of the same types. The checks read types,
+    not values, so no weight is copied into TVM (and relax.const would narrow an int64 or float64
+    array without a dtype to 32 bits)."""
+    position = {name: len(graph["inputs"]) + i for i, name in enumerate(graph["constants"])}
+
+    def ref(r: Mapping[str, Any]) -> Mapping[str, Any]:
+        if "const" in r:
+            return {"input": position[r["const"]]}
+        return {"tuple": [ref(item) for item in r["tuple"]]} if "tuple" in r else r
+
+    return {**graph, "constants": {},
+            "inputs": [*graph["inputs"], *({"name": name, **spec} for name, spec in graph["constants"].items())],
+            "nodes": [{**node, "args": [ref(arg) for arg in node["args"]]} for node in graph["nodes"]],
+            "outputs": [ref(output) for output in graph["outputs"]]}
+
+
+def _refuse_what_cannot_be_written(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], opset: int) -> None:
+    """Every node's op has a translation and passes its check at `opset`, else a CodegenError
+    naming the region, the op, the node and why: a vendor that claimed an op without the check
+    gets the reason here rather than an invalid model from its importer."""
+    where = f"region {graph['symbol']} ({graph['backend']})"
+    for node in graph["nodes"]:
+        if node["op"] not in TRANSLATIONS:
+            raise CodegenError(
+                f"{where}: {node['op']} (node {node['name']!r}) has no ONNX translation in byoc's hand-off; ops it "
+                f"writes: see byoc.codegen_json.onnx_op_table(); claim only ops whose check in onnx_checks({opset}) passes")
+    missing = [name for name in graph["constants"] if name not in constants]
+    if missing:
+        raise CodegenError(f"{where}: constants {missing} are not among the constants given")
+    # The checks read Relax calls: the graph rebuilt, one binding per node, in order.
+    bindings = graph_to_relax(_constants_as_inputs(graph), {}).body.blocks[0].bindings
+    calls = [b.value for b in bindings if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
+    checks = _checks(opset)
+    for node, call in zip(graph["nodes"], calls):
+        reason = checks[node["op"]](call)
+        if reason is not None:
+            raise CodegenError(
+                f"{where}: {node['op']} (node {node['name']!r}) cannot be written at ONNX opset {opset}: {reason}; "
+                f"claim only ops whose check in onnx_checks({opset}) passes")
+
+
 def graph_to_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], opset: int = OPSET) -> onnx.ModelProto:
-    """The region as an ONNX model of the default domain at `opset` (17 to 20)."""
+    """A region's JSON graph as an ONNX model of the default domain at `opset`.
+
+    `graph` is a byoc JSON graph (format "byoc.json-graph", version 1: `region_to_json`'s output,
+    after the vendor's processing passes), every shape static. `constants` holds an array for each
+    name in `graph["constants"]`; each becomes an initializer of that name. Opsets 17 (`OPSET`,
+    the default: TensorRT's parser) to 20 (`LATEST_OPSET`: onnxruntime) are written; the IR
+    version is the least the opset needs.
+
+    Names: the graph inputs are `input0`, `input1`, ... in the JSON graph's input order, the
+    outputs `output0`, `output1`, ... in its output order, with the JSON graph's shapes and dtypes;
+    the model's graph is named after the region's symbol, each ONNX node after the JSON node it
+    comes from (`<node name>__<k>`).
+
+    Raises CodegenError, naming the region, the Relax op and the node, for an opset outside 17 to
+    20, an op without a translation (see `onnx_op_table`), an op whose check in
+    `onnx_checks(opset)` fails (with the check's reason), or a constant missing from `constants`;
+    JsonGraphError for a node that is not a valid Relax call.
+    """
+    _supported(opset)
+    _refuse_what_cannot_be_written(graph, constants, opset)
     writer = _Writer(graph, opset)
     for node in graph["nodes"]:
         args = [writer.tensor(ref) for arg in node["args"] for ref in tensor_refs(arg)]

@@ -20,7 +20,8 @@ from byoc.ir.attrs import dict_to_attrs
 def graph_to_relax(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> relax.Function:
     where = f"region {graph['symbol']} ({graph['backend']})"
     params = [relax.Var(i["name"], relax.TensorType(i["shape"], i["dtype"])) for i in graph["inputs"]]
-    bound_constants = {name: relax.const(constants[name]) for name in graph["constants"]}
+    # The dtype is given: without it relax.const narrows int64 to int32 and float64 to float32.
+    bound_constants = {name: relax.const(constants[name], str(constants[name].dtype)) for name in graph["constants"]}
     values: list[relax.Expr] = []
 
     def expr(ref: Mapping[str, Any]) -> relax.Expr:

@@ -1,7 +1,7 @@
 """The ACME NPU: a byoc vendor in one file, against the public API only.
 
 Data sheet: float32, NCHW; conv2d up to 3x3, no groups or dilation, with optional bias and ReLU
-fused; max pooling; element-wise add and ReLU; matrix products with constant weights. The
+fused; max pooling without dilation or ceil mode; element-wise add and ReLU; matrix products with constant weights. The
 device is simulated in NumPy (the simulator is the engine below).
 """
 
@@ -42,7 +42,9 @@ backend.pattern(
     check=lambda match: _conv_limits(match["root"]),
 )
 backend.supports("relax.nn.conv2d", check=_conv_limits)
-backend.supports("relax.add", "relax.nn.relu", "relax.nn.max_pool2d", "relax.matmul")
+backend.supports("relax.nn.max_pool2d", check=lambda call: "dilation or ceil mode is not supported"
+                  if call.attrs.ceil_mode or any(d != 1 for d in call.attrs.dilation) else None)
+backend.supports("relax.add", "relax.nn.relu", "relax.matmul")
 
 
 def _conv2d(x, w, attrs):

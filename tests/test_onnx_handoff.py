@@ -1,0 +1,196 @@
+"""The ONNX hand-off (`byoc.codegen_json.graph_to_onnx`) as vendor API: its op table covers every op
+the checks do and names the ONNX ops actually written; what it cannot write is refused naming the
+op, the node and why; pooling in onnx's own node cases matches onnxruntime at opsets 17 and 20 in
+models onnx's checker accepts; the docs show the generated table."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from tvm import relax
+from tvm.relax import op as R
+
+import byoc
+from byoc.backend import Backend, CostRules, Limits
+from byoc.codegen_json import JsonRuntime, onnx_checks, onnx_op_table, op_table_markdown, region_to_json
+from byoc.codegen_json.to_onnx import LATEST_OPSET, OPSET, graph_to_onnx
+from byoc.errors import CodegenError
+from byoc.testing.conformance import node_case
+from byoc.vendors.onnxruntime import SessionEngine
+
+from conftest import REPO, assert_fp32_close, onnxruntime_outputs
+from graphs import one_input_module
+
+RNG = np.random.default_rng(0)
+BOTH = (OPSET, LATEST_OPSET)
+
+
+def _module(build, shape=(1, 2, 6, 6)) -> tvm.IRModule:
+    return one_input_module(build, shape)
+
+
+def _graph(build, shape=(1, 2, 6, 6)):
+    return region_to_json(_module(build, shape)["main"], "region", "plugin")
+
+
+def _onnx_vendor(opset: int) -> Backend:
+    """A vendor that consumes ONNX as docs/onnx-handoff.md says: every op claimed with its check at
+    `opset`, the engine an onnxruntime session on `graph_to_onnx(graph, constants, opset)`; MAC-less
+    regions offloaded too."""
+    vendor = Backend(name=f"onnx{opset}", codegen="json", limits=Limits(dtypes=("float32", "int32", "int64", "bool")),
+                     cost=CostRules(fallback_without_macs=False),
+                     json_runtime=JsonRuntime(build_engine=lambda graph, constants, options: SessionEngine(
+                         graph_to_onnx(graph, constants, opset).SerializeToString(), {}), version=f"onnx-{opset}"))
+    for op_name, check in onnx_checks(opset).items():
+        vendor.supports(op_name, check=check)
+    return vendor
+
+
+# ---------------------------------------------------------------- the op table
+@pytest.mark.parametrize("opset", BOTH)
+def test_the_op_table_lists_every_op_the_checks_cover_with_conditions_and_opsets(opset):
+    table = onnx_op_table(opset)
+    assert [e.relax_op for e in table] == sorted(onnx_checks(opset))
+    for entry in table:
+        assert entry.onnx_ops and entry.condition and entry.dtypes, entry
+        assert OPSET <= entry.opsets[0] <= entry.opsets[1] == LATEST_OPSET, entry
+    by_op = {e.relax_op: e for e in table}
+    assert by_op["relax.bitwise_and"].opsets == (18, 20)
+    assert "dilated: from opset 19" in by_op["relax.nn.avg_pool2d"].condition
+    assert "layout NCHW/OIHW to NCHW" in by_op["relax.nn.conv2d"].condition
+    assert by_op["relax.add"].condition == "any call" and "float32" in by_op["relax.add"].dtypes
+    assert by_op["relax.logical_and"].dtypes == ("bool",)
+    assert by_op["relax.nn.gelu"].onnx_ops == (("Gelu",) if opset >= 20 else ("Div", "Erf", "Add", "Mul"))
+
+
+def _stats():
+    return [relax.const(RNG.uniform(0.5, 1.5, 2).astype("float32")) for _ in range(4)]
+
+
+WRITTEN = {
+    "relax.nn.gelu": lambda b, x: R.nn.gelu(x),
+    "relax.nn.gelu_tanh": lambda b, x: R.nn.gelu_tanh(x),
+    "relax.nn.silu": lambda b, x: R.nn.silu(x),
+    "relax.rsqrt": lambda b, x: R.rsqrt(x),
+    "relax.not_equal": lambda b, x: R.not_equal(x, relax.const(0.0)),
+    "relax.nn.prelu": lambda b, x: R.nn.prelu(x, relax.const(np.full(2, 0.1, "float32"))),
+    "relax.nn.batch_norm": lambda b, x: relax.TupleGetItem(b.emit(R.nn.batch_norm(x, *_stats(), axis=1, training=False)), 0),
+    "relax.cumsum": lambda b, x: R.cumsum(x, axis=1, dtype="float64"),
+    "relax.nn.avg_pool2d": lambda b, x: R.nn.avg_pool2d(x, pool_size=2, padding=1, ceil_mode=True),
+}
+
+
+@pytest.mark.parametrize("opset", BOTH)
+@pytest.mark.parametrize("op_name", sorted(WRITTEN))
+def test_the_table_names_the_onnx_ops_written(op_name, opset):
+    graph, constants = _graph(WRITTEN[op_name])
+    model = graph_to_onnx(graph, constants, opset)
+    onnx.checker.check_model(model, full_check=True)
+    entry = next(e for e in onnx_op_table(opset) if e.relax_op == op_name)
+    assert {n.op_type for n in model.graph.node} == set(entry.onnx_ops)
+
+
+def test_the_docs_show_the_generated_table():
+    with open(os.path.join(REPO, "docs", "onnx-handoff.md")) as doc:
+        assert op_table_markdown() in doc.read(), "regenerate the table in docs/onnx-handoff.md: see its op table section"
+
+
+# ---------------------------------------------------------------- what it cannot write
+def test_an_op_without_a_translation_is_refused_naming_op_node_and_where_to_look():
+    def build(builder, x):
+        return builder.emit(R.nn.softplus(x), name_hint="smooth")
+
+    # A vendor that claimed an op the hand-off cannot write: its region reaches graph_to_onnx.
+    plugin = Backend(name="plugin", codegen="json", cost=CostRules(fallback_without_macs=False),
+                     json_runtime=JsonRuntime(build_engine=lambda graph, constants, options: graph_to_onnx(graph, constants),
+                                              version="plugin-1"))
+    plugin.supports("relax.nn.softplus")
+    partitioned = byoc.partition_for(_module(build), plugin)
+    with pytest.raises(Exception) as failed:
+        byoc.build(partitioned, backends={"plugin": plugin}, strict=True)
+    causes = [failed.value]
+    while causes[-1].__cause__ is not None:
+        causes.append(causes[-1].__cause__)
+    assert any(isinstance(c, CodegenError) and "relax.nn.softplus (node 'smooth')" in str(c) for c in causes), causes
+    (symbol, region), = ((gv.name_hint, f) for gv, f in partitioned.functions.items() if f.attrs and "Codegen" in f.attrs)
+    graph, constants = region_to_json(region, symbol, "plugin")
+    for opset in BOTH:
+        with pytest.raises(CodegenError) as refused:
+            graph_to_onnx(graph, constants, opset)
+        message = str(refused.value)
+        assert f"region {symbol} (plugin): relax.nn.softplus (node 'smooth') has no ONNX translation" in message
+        assert "byoc.codegen_json.onnx_op_table()" in message and f"onnx_checks({opset})" in message
+
+
+def test_an_op_claimed_without_its_check_is_refused_with_the_checks_reason():
+    graph, constants = _graph(lambda b, x: b.emit(R.nn.avg_pool2d(x, pool_size=2, dilation=2), name_hint="pool"))
+    with pytest.raises(CodegenError, match=r"relax\.nn\.avg_pool2d \(node 'pool'\) cannot be written at ONNX opset 17: "
+                                           r"ONNX AveragePool takes this form from opset 19"):
+        graph_to_onnx(graph, constants, OPSET)
+    onnx.checker.check_model(graph_to_onnx(graph, constants, LATEST_OPSET), full_check=True)
+
+
+@pytest.mark.parametrize("opset", [16, 21])
+def test_an_opset_outside_17_to_20_is_refused(opset):
+    graph, constants = _graph(lambda b, x: R.nn.relu(x))
+    with pytest.raises(CodegenError, match=f"ONNX opset {opset}: byoc's hand-off writes opsets 17 to 20"):
+        graph_to_onnx(graph, constants, opset)
+    with pytest.raises(CodegenError, match="writes opsets 17 to 20"):
+        onnx_checks(opset)
+
+
+def test_an_undilated_average_pool_writes_no_dilations():
+    graph, constants = _graph(lambda b, x: R.nn.avg_pool2d(x, pool_size=3, strides=2, padding=1))
+    for opset in BOTH:
+        model = graph_to_onnx(graph, constants, opset)
+        onnx.checker.check_model(model, full_check=True)
+        (pool,) = model.graph.node
+        assert "dilations" not in {a.name for a in pool.attribute}
+
+
+# ---------------------------------------------------------------- pooling: onnx's node cases
+# Before the fix: the two ceil-mode cases whose last window starts in the end padding were
+# written in ceil mode with Relax's smaller output shape, which onnx's checker refuses at 17 and
+# 20 (onnxruntime's kernel dropped the window anyway); dilated average pooling at 17 failed in
+# the emitter with no op or hint.
+POOL_CASES = ["test_averagepool_2d_ceil_last_window_starts_on_pad", "test_maxpool_2d_ceil_output_size_reduce_by_one",
+              "test_averagepool_2d_ceil", "test_maxpool_2d_ceil", "test_averagepool_2d_dilations",
+              "test_averagepool_3d_dilations_small", "test_maxpool_2d_dilations"]
+
+
+@pytest.mark.parametrize("opset", BOTH)
+@pytest.mark.parametrize("name", POOL_CASES)
+def test_pooling_node_cases_match_onnxruntime_at_both_opsets(name, opset):
+    case = node_case(name)
+    vendor = _onnx_vendor(opset)
+    partitioned = byoc.partition_for(byoc.from_onnx(case.model), vendor)
+    report = byoc.report(partitioned)
+    dilated_average = "averagepool" in name and "dilations" in name
+    if dilated_average and opset < 19:
+        assert not report.regions and any("from opset 19" in r for h in report.host_ops for r in h.reasons), report.to_table()
+    else:
+        assert len(report.regions) == 1 and not report.host_ops, report.to_table()
+        (symbol, region), = ((gv.name_hint, f) for gv, f in partitioned.functions.items() if f.attrs and "Codegen" in f.attrs)
+        onnx.checker.check_model(graph_to_onnx(*region_to_json(region, symbol, vendor.name), opset), full_check=True)
+    compiled = byoc.build(partitioned, backends={vendor.name: vendor}, strict=True)
+    names = [i.name for i in case.model.graph.input]
+    for inputs, expected in case.data_sets:
+        feed = dict(zip(names, inputs))
+        got = compiled.run(**feed)
+        assert_fp32_close(got, list(expected))
+        assert_fp32_close(got, onnxruntime_outputs(case.model, feed))
+
+
+def test_a_ceil_mode_pooling_onnx_cannot_express_stays_on_the_host_with_the_reason():
+    """Height drops its last window (Relax, as PyTorch), width keeps one reaching past its end
+    padding: floor mode would lose the width's window, ceil mode (before opset 22) keeps the height's."""
+    mod = _module(lambda b, x: R.nn.max_pool2d(x, pool_size=(1, 2), strides=2, ceil_mode=True), shape=(1, 2, 2, 5))
+    assert tuple(int(d) for d in mod["main"].ret_ty.shape.values) == (1, 2, 1, 3)
+    for opset in BOTH:
+        vendor = _onnx_vendor(opset)
+        report = byoc.report(byoc.partition_for(mod, vendor))
+        assert not report.regions and any("ceil_mode" in r for h in report.host_ops for r in h.reasons), report.to_table()
