@@ -41,7 +41,7 @@ conformance: $(STAMP)
 matrix: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[torch]'
 	mkdir -p out
-	$(VENV)/bin/byoc matrix --node-cases --int8-samples 4 --calibration 4 --markdown docs/matrix.md --json out/matrix.json > /dev/null
+	$(VENV)/bin/byoc matrix --node-cases --jobs 2 --int8-samples 4 --calibration 4 --markdown docs/matrix.md --json out/matrix.json > /dev/null
 
 # byoc against onnxruntime and OpenVINO on transformers architectures exported with torch.onnx,
 # tiny and base, quiet and with one core busy (opt-in: base exports and 200 runs take a while).

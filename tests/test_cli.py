@@ -100,3 +100,12 @@ def test_a_misspelt_model_gets_the_closest_name_and_no_traceback(command, name, 
     result = subprocess.run([sys.executable, "-m", command, "--models", name, "--threads", "1"], capture_output=True, text=True)
     assert result.returncode == 2 and f"(did you mean '{suggestion}'?)" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_node_case_rates_are_the_same_in_several_processes():
+    from byoc.testing.matrix import node_case_rates
+
+    pattern = "^test_(relu|max_int64|softmax_axis_0)$"
+    alone = node_case_rates(["onnxruntime", "dnnl"], pattern)
+    shared = node_case_rates(["onnxruntime", "dnnl"], pattern, jobs=2)
+    assert alone == shared and [r.handled - r.not_taken for r in alone[0]] == [3, 2]

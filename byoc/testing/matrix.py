@@ -116,18 +116,34 @@ def run_matrix(vendors: Sequence[str], models: Sequence[str], samples: int = 2, 
     return rows
 
 
-def node_case_rates(vendors: Sequence[str], pattern: str | None = None) -> tuple[list[conformance.PassRate], list[conformance.CaseResult]]:
+def _case_result(vendor: str, case_name: str) -> conformance.CaseResult:
+    return conformance.check_case(conformance.node_case(case_name), vendor)
+
+
+def node_case_rates(vendors: Sequence[str], pattern: str | None = None,
+                    jobs: int = 1) -> tuple[list[conformance.PassRate], list[conformance.CaseResult]]:
     """onnx's float32 and integer node cases for each float vendor (int8 vendors are held to their own
-    bound on models: node cases compare with onnx's float32 expectations)."""
-    cases = conformance.select(pattern=pattern)
+    bound on models: node cases compare with onnx's float32 expectations), in `jobs` processes
+    (each case builds its own model: an hour for three vendors in one process)."""
+    cases = [case.name for case in conformance.select(pattern=pattern)]
     floats = [v for v in vendors if get_backend(v).tolerance.precision == "fp32"]
-    results: list[conformance.CaseResult] = []
-    progress = Progress(len(cases) * len(floats), "node cases")
-    for vendor in floats:
-        for case in cases:
-            progress.step(f"{vendor} {case.name}")
-            results.append(conformance.check_case(case, vendor))
+    work = [(vendor, case) for vendor in floats for case in cases]
+    progress = Progress(len(work), "node cases")
+    if jobs <= 1:
+        results = []
+        for vendor, case in work:
+            progress.step(f"{vendor} {case}")
+            results.append(_case_result(vendor, case))
             progress.advance()
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            futures = [pool.submit(_case_result, vendor, case) for vendor, case in work]
+            for future in futures:
+                future.result()
+                progress.advance()
+        results = [future.result() for future in futures]
     rates = [conformance.PassRate.of(v, [r for r in results if r.vendor == v]) for v in floats]
     return rates, results
 
@@ -191,7 +207,7 @@ def to_markdown(rows: Sequence[MatrixRow], rates: Sequence[conformance.PassRate]
         lines.append("")
     if rates:
         lines += ["## onnx node cases (float32 and integer)", "",
-                  "onnx's float32 node test cases through byoc's ONNX backend (`byoc.onnx_backend`), compared with "
+                  "onnx's float32 and integer node test cases through byoc's ONNX backend (`byoc.onnx_backend`), compared with "
                   "onnx's expected outputs at each case's own tolerance (integer arithmetic cases also at values past "
                   "the int32 range). The vendor takes every op it claims, however small the region "
                   "(`conformance.FORCED_OFFLOAD`), and a region that fails is a failure, not a fall-back to the host. "
@@ -253,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-timing", action="store_true", help="leave out latency")
     parser.add_argument("--node-cases", nargs="?", const="", default=None, metavar="REGEX",
                         help="also run onnx's float32 and integer node cases per float vendor (all, or those matching REGEX)")
+    parser.add_argument("--jobs", type=int, default=1, help="processes for the node cases (each builds its own model)")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="write the matrix as Markdown (docs/matrix.md)")
     args = parser.parse_args(argv)
@@ -272,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in models:
         model_case(name)
     rows = run_matrix(vendors, models, args.samples, args.int8_samples, args.calibration, args.rounds, args.threads, not args.no_timing)
-    rates, results = node_case_rates(vendors, args.node_cases or None) if args.node_cases is not None else ([], [])
+    rates, results = node_case_rates(vendors, args.node_cases or None, args.jobs) if args.node_cases is not None else ([], [])
     meta = {**_meta(args), "not_run": missing}
     text = to_markdown(rows, rates, results, meta)
     print(text)
