@@ -18,16 +18,18 @@ from byoc.runtime_metadata.constants import aligned
 from byoc.runtime_metadata.engine import Engine
 
 
-def _filled(spec: TensorSpec, second: bool) -> np.ndarray:
-    """An output buffer filled with one of two marks no engine writes by chance in both runs."""
+def _mark(spec: TensorSpec, second: bool) -> np.generic:
+    """One of two marks no engine writes by chance in both runs, in the output's dtype."""
     dtype = np.dtype(spec.dtype)
     if dtype == np.bool_:
-        mark = second
-    elif dtype.kind == "f":
-        mark = -3.0e38 if second else 1.5e-7
-    else:
-        mark = np.iinfo(dtype).min + (7 if second else 3)
-    return aligned(np.full(spec.shape, mark, dtype=dtype))
+        return dtype.type(second)
+    if dtype.kind == "f":
+        return dtype.type(-3.0e38 if second else 1.5e-7)
+    return dtype.type(np.iinfo(dtype).min + (7 if second else 3))
+
+
+def _filled(spec: TensorSpec, second: bool) -> np.ndarray:
+    return aligned(np.full(spec.shape, _mark(spec, second)))
 
 
 def _trial(engine: object, artifact: RegionArtifact, inputs: list[np.ndarray]) -> list[list[np.ndarray]]:
@@ -81,7 +83,7 @@ def check_engine(engine: object, artifact: RegionArtifact, where: str) -> None:
         raise EngineError(f"{where}: the engine failed a trial run on the region's shapes (inputs of zeros, then of ones): "
                           f"{type(error).__name__}: {error}") from error
     for index, (spec, first, second) in enumerate(zip(artifact.outputs, *runs)):
-        unwritten = (first == _filled(spec, False)) & (second == _filled(spec, True))
+        unwritten = (first == _mark(spec, False)) & (second == _mark(spec, True))
         if unwritten.any():
             raise EngineError(f"{where}: the engine left {int(unwritten.sum())} of {unwritten.size} elements of output {index} "
                               f"{tuple(spec.shape)} unwritten in a trial run: an engine writes every output in place")
