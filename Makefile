@@ -11,14 +11,15 @@ setup: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,vendors]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/byoc demo
 
+# Two workers: the machines this runs on have two cores, and most tests wait on one (compilers, builds).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 # The tests that export models with torch (skipped by `make test` where the torch extra is absent:
 # with torch installed, TVM imports it in every process, a second more per process started).

@@ -18,7 +18,9 @@ import math
 import sys
 from dataclasses import asdict, dataclass
 
-from byoc.bench import Spread, describe_machine, pin_threads, prepare_systems, time_systems
+from byoc.benchmarking.systems import prepare_systems, time_systems
+from byoc.benchmarking.table import describe_machine
+from byoc.timing import Spread, pin_threads
 
 VENDORS = ("dnnl", "onnxruntime")
 RATIO_SYSTEM = "byoc + dnnl"

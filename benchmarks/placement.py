@@ -16,7 +16,8 @@ import sys
 import tempfile
 import time
 
-from byoc.bench import DEFAULT_MODELS, block_medians, pin_threads, zoo_reference
+from byoc.benchmarking.models import DEFAULT_MODELS, zoo_reference
+from byoc.timing import pin_threads, spread, time_blocks
 
 BACKENDS = ("dnnl", "onnxruntime")
 
@@ -43,7 +44,7 @@ def benchmark(name: str, threads: int, rounds: int) -> dict:
     auto = byoc.build(placed, engines="eager", backend_options=ort_options)
     error = max(float(np.max(np.abs(g.astype(np.float64) - w))) for g, w in zip(auto.run(**inputs), expected) if g.size)
     runners["auto"] = lambda: auto.run(**inputs)
-    medians = block_medians(runners, rounds, slow=set())
+    medians = {name: spread(samples).median_ms for name, samples in time_blocks(runners, rounds).items()}
     best = min(BACKENDS, key=lambda b: medians[b])
     return {
         "model": name, "best": best, "best_ms": medians[best], "auto_ms": medians["auto"], "ort_ms": medians["onnxruntime"],

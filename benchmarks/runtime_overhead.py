@@ -22,8 +22,8 @@ from tvm.relax import op as R
 sys.path.insert(0, os.path.dirname(__file__))
 
 import byoc  # noqa: E402
-from byoc.bench import median_seconds  # noqa: E402
 from byoc.codegen_json import JsonRuntime  # noqa: E402
+from byoc.timing import spread, time_runs  # noqa: E402
 
 
 class ReluEngine:
@@ -45,12 +45,12 @@ def _chain(count: int, width: int) -> tvm.IRModule:
 
 
 def _median_us(fn, repeat: int) -> float:
-    return median_seconds(fn, repeat, warmup=10) * 1e6
+    return spread(time_runs(fn, repeat, warmup=10)).median_ms * 1e3
 
 
 def region_overhead(repeat: int, width: int = 64) -> dict[str, float]:
     backend = byoc.Backend(
-        name="overhead_probe", codegen="json", json_runtime=JsonRuntime(build_engine=lambda g, c, o: ReluEngine(), version="1")
+        name="overhead_probe", codegen=JsonRuntime(build_engine=lambda g, c, o: ReluEngine(), version="1")
     )
     backend.supports("relax.nn.relu")
     byoc.register_backend(backend, override=True)

@@ -6,18 +6,12 @@ in the format its vendor chose, and run everything from one artifact.
 
 from byoc import models
 from byoc.backend import Backend, CostRules, Limits, Option, Pattern, Tolerance, get_backend, list_backends, register_backend, unregister_backend
-from byoc.backend.registry import discover_backends
+from byoc.backend.registry import BUILTIN_VENDORS
 from byoc.flow import partition_for
 from byoc.frontend import cleanup, from_onnx
 from byoc.partition import PartitionReport, RegionSummary, report
 from byoc.placement.report import PlacementReport, placement_report
 from byoc.runtime_metadata import CompiledModel, Engine, build, load
-from byoc.vendors.dnnl import partition_for_dnnl
-from byoc.vendors.ethos_u import partition_for_ethos_u
-from byoc.vendors.onnxruntime import partition_for_onnxruntime
-from byoc.vendors.reference import partition_for_reference
-from byoc.vendors.tensorrt import partition_for_tensorrt
-from byoc.vendors.vitis_ai import partition_for_vitis_ai
 
 __version__ = "0.1.0"
 
@@ -53,6 +47,13 @@ __all__ = [
     "unregister_backend",
 ]
 
-# Vendor plugin packages (entry-point group `byoc.vendors`) register now, so that they are
-# listed and usable as soon as byoc is imported.
-discover_backends()
+
+def __getattr__(name: str):
+    """`byoc.partition_for_<vendor>`, importing that vendor alone on first use: `import byoc`
+    needs no vendor's dependencies (see byoc.backend.registry)."""
+    vendor = name.removeprefix("partition_for_")
+    if name.startswith("partition_for_") and vendor in BUILTIN_VENDORS:
+        import importlib
+
+        return getattr(importlib.import_module(BUILTIN_VENDORS[vendor][0]), name)
+    raise AttributeError(f"module 'byoc' has no attribute {name!r}")

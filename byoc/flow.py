@@ -24,9 +24,10 @@ from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backe
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
 from byoc.placement.remote import measurer_for
-from byoc.processing.calibration import calibrate
 from byoc.processing.passes import needs_calibration
+from byoc.processing.ranges import METHODS
 from byoc.runtime_metadata.build import region_functions
+from byoc.runtime_metadata.calibration import calibrate
 
 
 def _samples_from_text(text: str):
@@ -37,8 +38,9 @@ CALIBRATION_OPTIONS = (
     Option("calibration", "model inputs to calibrate int8 scales on: a list of dicts by input name, or of lists by "
            "position (on the command line: --calibration N seeded random inputs)", parse=_samples_from_text),
     Option("num_calibration_samples", "use at most this many of the calibration inputs", parse=int),
-    Option("calibration_method", "how the values seen become int8 ranges: minmax, percentile (99.99th of |x|) or entropy "
-           "(least KL divergence); by default the vendor's own", parse=str, choices=("minmax", "percentile", "entropy")),
+    Option("calibration_method", "how the values seen become int8 ranges: minmax, percentile (99.99th of |x|), entropy "
+           "(least KL divergence) or min_diffs (power-of-two steps: the least squared error, Vitis AI's); by default the "
+           "vendor's own", parse=str, choices=METHODS),
 )
 
 

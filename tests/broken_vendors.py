@@ -14,15 +14,14 @@ import dataclasses
 import numpy as np
 
 import byoc
-from byoc.codegen_json import JsonRuntime
-from byoc.runtime_metadata.constants import aligned
-from byoc.vendors.reference import tvm_engine
+from byoc.backend.arrays import aligned
+from byoc.codegen_json import JsonRuntime, tvm_engine
 
 CLAIMED = ("relax.nn.relu", "relax.maximum", "relax.minimum", "relax.add")
 
 
 def _json_vendor(name: str, build_engine) -> byoc.Backend:
-    backend = byoc.Backend(name=name, codegen="json", json_runtime=JsonRuntime(build_engine=build_engine, version="broken"),
+    backend = byoc.Backend(name=name, codegen=JsonRuntime(build_engine=build_engine, version="broken"),
                            limits=byoc.Limits(dtypes=("float32", "int32", "int64")))
     backend.supports(*CLAIMED)
     return backend

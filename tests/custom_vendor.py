@@ -10,8 +10,8 @@ import struct
 import numpy as np
 
 import byoc
+from byoc.codegen_json import tvm_engine
 from byoc.custom_formats import CustomFormat
-from byoc.vendors.reference import tvm_engine
 
 _LENGTH = struct.Struct("<Q")
 
@@ -35,6 +35,6 @@ def make_custom_backend(name: str = "blobby", config: str = "blobby-v1") -> byoc
     fmt = CustomFormat(
         name="blobby", version=2, serialize=serialize, deserialize=deserialize, config=lambda options: options.get("config", config)
     )
-    backend = byoc.Backend(name=name, codegen="custom", custom_format=fmt)
+    backend = byoc.Backend(name=name, codegen=fmt)
     backend.supports("relax.matmul", "relax.add", "relax.nn.relu", "relax.nn.softmax", "relax.nn.conv2d", "relax.nn.max_pool2d")
     return backend

@@ -10,8 +10,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 import byoc
-from byoc.codegen_json import JsonRuntime
-from byoc.vendors.reference import tvm_engine
+from byoc.codegen_json import JsonRuntime, tvm_engine
 
 WIDTH = 8
 
@@ -48,10 +47,9 @@ def make_backend(name: str, ops=(), priority: int = 0, patterns=(), **cost) -> b
     """A JSON backend whose regions run on the reference (TVM) engine."""
     backend = byoc.Backend(
         name=name,
-        codegen="json",
         priority=priority,
         cost=byoc.CostRules(**cost),
-        json_runtime=JsonRuntime(build_engine=tvm_engine.build_engine, version="test"),
+        codegen=JsonRuntime(build_engine=tvm_engine.build_engine, version="test"),
     )
     backend.supports(*ops)
     for pattern_name, pattern, parts, check in patterns:

@@ -1,14 +1,13 @@
 """Objects that test entry points point at."""
 
 import byoc
-from byoc.codegen_json import JsonRuntime
-from byoc.vendors.reference import tvm_engine
+from byoc.codegen_json import JsonRuntime, tvm_engine
 
-clashing = byoc.Backend(name="reference", codegen="json", json_runtime=JsonRuntime(tvm_engine.build_engine, "x"))
+clashing = byoc.Backend(name="reference", codegen=JsonRuntime(tvm_engine.build_engine, "x"))
 
 
 def factory():
-    return byoc.Backend(name="made_by_factory", codegen="json", json_runtime=JsonRuntime(tvm_engine.build_engine, "x"))
+    return byoc.Backend(name="made_by_factory", codegen=JsonRuntime(tvm_engine.build_engine, "x"))
 
 
 def broken():

@@ -7,20 +7,19 @@ import pytest
 
 import byoc
 from byoc.backend import registry
-from byoc.codegen_json import JsonRuntime
+from byoc.codegen_json import JsonRuntime, tvm_engine
 from byoc.errors import BackendRegistrationError, UnknownBackendError
-from byoc.vendors.reference import tvm_engine
 
 from conftest import REPO
 
 
 def _backend(name, **kwargs):
-    return byoc.Backend(name=name, codegen="json", json_runtime=JsonRuntime(tvm_engine.build_engine, "t"), **kwargs)
+    return byoc.Backend(name=name, codegen=JsonRuntime(tvm_engine.build_engine, "t"), **kwargs)
 
 
 def test_builtin_reference_backend_is_registered():
     assert "reference" in byoc.list_backends()
-    assert byoc.get_backend("reference").codegen == "json"
+    assert byoc.get_backend("reference").codegen.kind == "json"
 
 
 def test_register_get_and_unregister():
@@ -40,10 +39,12 @@ def test_register_get_and_unregister():
 def test_backend_specs_are_validated():
     with pytest.raises(BackendRegistrationError, match="lower-case"):
         _backend("Bad-Name")
-    with pytest.raises(BackendRegistrationError, match="codegen 'verilog'"):
-        byoc.Backend(name="x", codegen="verilog")
-    with pytest.raises(BackendRegistrationError, match="sets no c_library"):
-        byoc.register_backend(byoc.Backend(name="no_lib", codegen="c"))
+    with pytest.raises(BackendRegistrationError, match="codegen must be a code format object .*not 'json'"):
+        byoc.Backend(name="x", codegen="json")
+    with pytest.raises(BackendRegistrationError, match="sets no codegen"):
+        byoc.register_backend(byoc.Backend(name="no_lib"))
+    with pytest.raises(BackendRegistrationError, match="emitters are for a CLibrary codegen"):
+        _backend("emits").supports("relax.add", emit=lambda call: None)
     backend = _backend("dup_pattern")
     backend.pattern("p", byoc.annotate.elementwise_chain("relax.nn.relu"))
     with pytest.raises(BackendRegistrationError, match="pattern 'p' twice"):

@@ -73,7 +73,7 @@ def test_matrix_writes_the_vendor_table(tmp_path):
 
 def test_bench_compares_with_the_references_and_breaks_slower_systems_down(tmp_path):
     data = tmp_path / "bench.json"
-    result = subprocess.run([sys.executable, "-m", "byoc.bench", "--models", "mlp", "--skip-tvm", "--rounds", "4", "--threads", "1",
+    result = subprocess.run([sys.executable, "-m", "byoc", "bench", "--models", "mlp", "--skip-tvm", "--rounds", "4", "--threads", "1",
                              "--json", str(data)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     (model,) = json.loads(data.read_text())["results"]
@@ -90,14 +90,14 @@ def test_bench_compares_with_the_references_and_breaks_slower_systems_down(tmp_p
 
 
 def test_bench_refuses_an_unknown_model():
-    result = subprocess.run([sys.executable, "-m", "byoc.bench", "--models", "alexnet", "--threads", "1"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "byoc", "bench", "--models", "alexnet", "--threads", "1"], capture_output=True, text=True)
     assert result.returncode == 2 and "unknown zoo model 'alexnet'" in result.stderr
 
 
-@pytest.mark.parametrize("command, name, suggestion", [("byoc.testing.matrix", "mobilenetv2", "mobilenet_v2"),
-                                                        ("byoc.bench", "hf:bertt", "bert")])
+@pytest.mark.parametrize("command, name, suggestion", [(["byoc.testing.matrix"], "mobilenetv2", "mobilenet_v2"),
+                                                        (["byoc", "bench"], "hf:bertt", "bert")])
 def test_a_misspelt_model_gets_the_closest_name_and_no_traceback(command, name, suggestion):
-    result = subprocess.run([sys.executable, "-m", command, "--models", name, "--threads", "1"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", *command, "--models", name, "--threads", "1"], capture_output=True, text=True)
     assert result.returncode == 2 and f"(did you mean '{suggestion}'?)" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
 

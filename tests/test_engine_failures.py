@@ -12,9 +12,8 @@ import pytest
 from broken_vendors import Stale
 
 import byoc
-from byoc.codegen_json import JsonRuntime
+from byoc.codegen_json import JsonRuntime, tvm_engine
 from byoc.errors import EngineError
-from byoc.vendors.reference import tvm_engine
 
 from graphs import chain_module, registered
 
@@ -22,7 +21,7 @@ OPS = ["matmul", "relu", "matmul"]
 
 
 def _vendor(name: str, build_engine, **runtime) -> byoc.Backend:
-    backend = byoc.Backend(name=name, codegen="json", json_runtime=JsonRuntime(build_engine=build_engine, version="t", **runtime))
+    backend = byoc.Backend(name=name, codegen=JsonRuntime(build_engine=build_engine, version="t", **runtime))
     backend.supports("relax.matmul", "relax.nn.relu")
     return backend
 
@@ -123,7 +122,7 @@ def test_a_custom_format_that_cannot_load_its_binary_says_so():
     from custom_vendor import make_custom_backend
 
     backend = make_custom_backend("unloadable")
-    backend.custom_format = dataclasses.replace(backend.custom_format, deserialize=lambda payload, options: 1 / 0)
+    backend.codegen = dataclasses.replace(backend.codegen, deserialize=lambda payload, options: 1 / 0)
     with registered(backend):
         partitioned = byoc.partition_for(chain_module(OPS), "unloadable")
         with pytest.raises(EngineError, match=r"region unloadable_0 \(unloadable\): loading the vendor's binary \(blobby.deserialize\) "

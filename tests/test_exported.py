@@ -11,7 +11,7 @@ import pytest
 
 import byoc
 from byoc import models as zoo
-from byoc.bench import check_model
+from byoc.benchmarking.models import check_model
 from byoc.errors import DynamicShapeError, UnknownModelError
 from byoc.models import exported
 

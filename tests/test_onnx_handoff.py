@@ -41,9 +41,9 @@ def _onnx_vendor(opset: int) -> Backend:
     """A vendor that consumes ONNX as docs/onnx-handoff.md says: every op claimed with its check at
     `opset`, the engine an onnxruntime session on `graph_to_onnx(graph, constants, opset)`; MAC-less
     regions offloaded too."""
-    vendor = Backend(name=f"onnx{opset}", codegen="json", limits=Limits(dtypes=("float32", "int32", "int64", "bool")),
+    vendor = Backend(name=f"onnx{opset}", limits=Limits(dtypes=("float32", "int32", "int64", "bool")),
                      cost=CostRules(fallback_without_macs=False),
-                     json_runtime=JsonRuntime(build_engine=lambda graph, constants, options: SessionEngine(
+                     codegen=JsonRuntime(build_engine=lambda graph, constants, options: SessionEngine(
                          graph_to_onnx(graph, constants, opset).SerializeToString(), {}), version=f"onnx-{opset}"))
     for op_name, check in onnx_checks(opset).items():
         vendor.supports(op_name, check=check)
@@ -105,8 +105,8 @@ def test_an_op_without_a_translation_is_refused_naming_op_node_and_where_to_look
         return builder.emit(R.nn.softplus(x), name_hint="smooth")
 
     # A vendor that claimed an op the hand-off cannot write: its region reaches graph_to_onnx.
-    plugin = Backend(name="plugin", codegen="json", cost=CostRules(fallback_without_macs=False),
-                     json_runtime=JsonRuntime(build_engine=lambda graph, constants, options: graph_to_onnx(graph, constants),
+    plugin = Backend(name="plugin", cost=CostRules(fallback_without_macs=False),
+                     codegen=JsonRuntime(build_engine=lambda graph, constants, options: graph_to_onnx(graph, constants),
                                               version="plugin-1"))
     plugin.supports("relax.nn.softplus")
     partitioned = byoc.partition_for(_module(build), plugin)

@@ -326,7 +326,7 @@ def test_by_default_threads_keep_spinning_between_runs_only_where_the_region_is_
     x = _floats(2, 4, 6)
     assert_fp32_close(followed.run(x), byoc.build(mod).run(x))
     # The context exists only while an engine is created.
-    assert byoc.runtime_metadata.engine.engine_context() is None
+    assert byoc.backend.engine.engine_context() is None
 
 
 def test_an_unknown_spinning_mode_is_refused():

@@ -11,7 +11,7 @@ import pytest
 import byoc
 from byoc import models as zoo
 from byoc.cli import main
-from byoc.errors import BackendRegistrationError, PartitionError, QuantizationError
+from byoc.errors import BackendRegistrationError, OptionError, PartitionError, QuantizationError
 
 from conftest import REPO, small_model, small_module
 from graphs import chain_module
@@ -64,9 +64,9 @@ def test_a_plugin_declares_its_own_options():
         return make(lanes)
 
     def make(lanes=4):
-        backend = byoc.Backend("lanes_npu", "json", options=[byoc.Option("lanes", "vector lanes", default=4, parse=int)],
+        backend = byoc.Backend("lanes_npu", options=[byoc.Option("lanes", "vector lanes", default=4, parse=int)],
                                configure=configure, target=f"lanes-{lanes}",
-                               json_runtime=byoc.get_backend("reference").json_runtime)
+                               codegen=byoc.get_backend("reference").codegen)
         backend.supports("relax.matmul", "relax.add", "relax.nn.relu")
         return backend
 
@@ -75,12 +75,17 @@ def test_a_plugin_declares_its_own_options():
         partitioned = byoc.partition_for(small_module("mlp"), "lanes_npu", lanes=8)
         assert seen == [8]
         assert byoc.report(partitioned).offload_ratio_macs == 1.0
-        targets = {str(f.attrs["byoc.target"]) for f in partitioned.functions.values() if f.attrs and "byoc.target" in f.attrs}
-        assert targets == {"lanes-8"}
+        regions = [f for f in partitioned.functions.values() if f.attrs and "byoc.target" in f.attrs]
+        assert {str(f.attrs["byoc.target"]) for f in regions} == {"lanes-8"}
+        assert {str(f.attrs["byoc.settings"]) for f in regions} == {'{"lanes": 8}'}
+        # Build configures the vendor with the settings its regions record: the backend that
+        # partitioned them generates their code.
+        compiled = byoc.build(partitioned)
+        assert seen == [8, 8] and len(compiled.artifacts) == len(regions)
     finally:
         byoc.unregister_backend("lanes_npu")
     with pytest.raises(BackendRegistrationError, match="declares options but no configure function"):
-        byoc.Backend("broken_npu", "json", options=[byoc.Option("x", "an option")])
+        byoc.Backend("broken_npu", options=[byoc.Option("x", "an option")])
 
 
 def test_cli_options(capsys):
@@ -101,3 +106,31 @@ def test_backend_spec_imports_nothing_from_the_partitioner():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith(("byoc.partition", "byoc.annotate", "byoc.runtime_metadata")), (path.name, node.module)
+
+
+def test_build_and_run_options_are_declared_and_checked(tmp_path, capsys):
+    partitioned = byoc.partition_for(small_module("mlp"), "onnxruntime")
+    with pytest.raises(OptionError, match="vendor 'onnxruntime' has no build option 'threads'; it takes allow_spinning, "
+                                          "graph_optimization_level, intra_op_num_threads \\(see `byoc vendors`\\)"):
+        byoc.build(partitioned, backend_options={"onnxruntime": {"threads": 2}})
+    with pytest.raises(OptionError, match="graph_optimization_level='most' is not one of disable, basic, extended, all"):
+        byoc.build(partitioned, backend_options={"onnxruntime": {"graph_optimization_level": "most"}})
+    with pytest.raises(OptionError, match="backend_options names vendor 'onnxrt': unknown backend 'onnxrt'"):
+        byoc.build(partitioned, backend_options={"onnxrt": {"intra_op_num_threads": 1}})
+    with pytest.raises(OptionError, match="vendor 'dnnl' has no build option 'lanes'; it takes layout"):
+        byoc.build(partitioned, backend_options={"dnnl": {"lanes": 1}})
+    path = tmp_path / "mlp.byoc"
+    byoc.build(partitioned, backend_options={"onnxruntime": {"intra_op_num_threads": 1}}).export(path)
+    with pytest.raises(OptionError, match="no build option 'lanes'"):
+        byoc.load(path, backend_options={"onnxruntime": {"lanes": 1}})
+
+    assert main(["compile", "mlp", "--small", "--vendor", "onnxruntime", "-o", str(path),
+                 "--backend-option", "onnxruntime.graph_optimization_level=basic"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(path), "--backend-option", "onnxruntime.intra_op_num_threads=1"]) == 0
+    assert "output 0" in capsys.readouterr().out
+    for flag, message in [("onnxruntime.threads=1", "has no build option 'threads'"),
+                          ("onnxruntime.intra_op_num_threads=two", "intra_op_num_threads='two': invalid literal"),
+                          ("intra_op_num_threads=1", "expects VENDOR.NAME=VALUE")]:
+        assert main(["run", str(path), "--backend-option", flag]) == 2
+        assert message in capsys.readouterr().err

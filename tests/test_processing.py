@@ -5,14 +5,14 @@ import pytest
 
 import byoc
 from byoc.annotate import fused_pattern
-from byoc.codegen_json import JsonRuntime, region_to_json
+from byoc.backend.arrays import aligned
+from byoc.codegen_json import JsonRuntime, region_to_json, tvm_engine
 from byoc.codegen_json.graph import kernels
 from byoc.errors import QuantizationError
-from byoc.processing import CALIBRATION_ATTR, QuantizationConfig, RegionCalibration, calibrate, quantize_graph, to_float16, to_nhwc
+from byoc.processing import CALIBRATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph, to_float16, to_nhwc
 from byoc.processing.ranges import METHODS, TensorRange, entropy_threshold
 from byoc.runtime_metadata.build import region_functions
-from byoc.runtime_metadata.constants import aligned
-from byoc.vendors.reference import tvm_engine
+from byoc.runtime_metadata.calibration import calibrate
 
 from conftest import small_model, small_module
 
@@ -20,7 +20,7 @@ OPS = ("relax.nn.conv2d", "relax.add", "relax.nn.relu", "relax.nn.max_pool2d", "
 
 
 def _backend():
-    backend = byoc.Backend(name="proc", codegen="json", json_runtime=JsonRuntime(tvm_engine.build_engine, "t"))
+    backend = byoc.Backend(name="proc", codegen=JsonRuntime(tvm_engine.build_engine, "t"))
     backend.pattern("conv2d_bias_relu", *fused_pattern("relax.nn.conv2d", bias=True, activation="relax.nn.relu"))
     backend.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True))
     backend.supports(*OPS)

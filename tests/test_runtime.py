@@ -14,9 +14,9 @@ from c_vendor import make_c_backend
 from custom_vendor import make_custom_backend
 
 import byoc
+from byoc.codegen_json import tvm_engine
 from byoc.errors import ArtifactError, BuildError, CustomFormatError, EngineError, InputError, JsonGraphError, MissingVendorError
 from byoc.runtime_metadata.engine_cache import engine_cache_key, pack_entry
-from byoc.vendors.reference import tvm_engine
 
 from conftest import REPO, assert_fp32_close, onnxruntime_outputs, small_model, small_module
 from graphs import chain_module, registered
@@ -68,7 +68,7 @@ def test_format_exports_to_one_file_and_runs_in_a_fresh_process(vendor, model_na
     assert_fp32_close(compiled.run(**inputs), expected)
     artifact = tmp_path / "model.byoc"
     compiled.export(artifact)
-    assert {a.codegen for a in compiled.artifacts} == {byoc.get_backend(vendor).codegen}
+    assert {a.codegen for a in compiled.artifacts} == {byoc.get_backend(vendor).codegen.kind}
     np.savez(tmp_path / "inputs.npz", **inputs)
     assert_fp32_close(_fresh_process_run(artifact, tmp_path / "inputs.npz", register), expected)
 
@@ -141,7 +141,7 @@ def test_inputs_are_checked_by_name_shape_and_dtype():
 
 def test_failing_codegen_falls_back_to_the_host_or_fails_when_strict():
     backend = make_custom_backend("flaky")
-    backend.custom_format = type(backend.custom_format)(
+    backend.codegen = type(backend.codegen)(
         name="flaky", version=1, serialize=lambda graph, constants, options: 1 / 0, deserialize=lambda payload, options: None
     )
     mod = chain_module(["matmul", "relu"])

@@ -81,7 +81,8 @@ def test_onnxruntime_session_options_pass_through():
     engine = compiled.regions["onnxruntime_0"].record.engine
     assert engine.session.get_session_options().intra_op_num_threads == 1
     # A misspelt option is the user's to fix: an error at build, not a fall-back to the host.
-    with pytest.raises(byoc.errors.OptionError, match="region onnxruntime_0 \\(onnxruntime\\).*unknown onnxruntime options \\['threads'\\]"):
+    with pytest.raises(byoc.errors.OptionError, match="vendor 'onnxruntime' has no build option 'threads'; it takes "
+                                                      "allow_spinning, graph_optimization_level, intra_op_num_threads"):
         byoc.build(partitioned, backend_options={"onnxruntime": {"threads": 4}})
 
 
@@ -106,8 +107,8 @@ def test_dnnl_primitive_that_cannot_be_created_names_region_node_and_op_and_fall
         node = {**call.nodes[0], "attrs": {**call.nodes[0]["attrs"], "strides": [0, 0]}}
         return emitters.pooling(dataclasses.replace(call, nodes=[node], arg_buffers=call.arg_buffers))
 
-    library = dataclasses.replace(dnnl.c_library, emitters={**dnnl.c_library.emitters, "relax.nn.max_pool2d": zero_stride_pooling})
-    broken = dataclasses.replace(dnnl, name="dnnl_broken", c_library=library, patterns=[], op_rules=dict(dnnl.op_rules))
+    library = dataclasses.replace(dnnl.codegen, emitters={**dnnl.codegen.emitters, "relax.nn.max_pool2d": zero_stride_pooling})
+    broken = dataclasses.replace(dnnl, name="dnnl_broken", codegen=library, patterns=[], op_rules=dict(dnnl.op_rules))
     x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
     builder = relax.BlockBuilder()
     with builder.function("main", [x]):

@@ -127,8 +127,8 @@ print(hashlib.sha256(b"".join(s.tobytes() for s in header["command_streams"])).h
 def test_simulators_match_their_quantized_reference(mobilenet_regions):
     """Each vendor's int8 execution against the QDQ graph run in float by TVM: a few units in
     the last place, not more (the QDQ reference rounds float sums, the devices integer ones)."""
-    from byoc.runtime_metadata.constants import aligned
-    from byoc.vendors.reference.tvm_engine import build_engine
+    from byoc.backend.arrays import aligned
+    from byoc.codegen_json.tvm_engine import build_engine
 
     x = aligned(zoo.sample_inputs(small_model("mobilenet_v2"), seed=4)["input"])
     for vendor, fmt in (("vitis_ai", DPU_PROGRAM), ("ethos_u", ETHOS_U_PAYLOAD)):

@@ -37,7 +37,7 @@ def _parser_input_through_onnxruntime():
     def build_engine(graph, constants, options):
         return SessionEngine(trt_engine.region_onnx(graph, constants), {"graph_optimization_level": "disable"})
 
-    return dataclasses.replace(backend, json_runtime=JsonRuntime(build_engine=build_engine, version="onnx-check"), unavailable=None)
+    return dataclasses.replace(backend, codegen=JsonRuntime(build_engine=build_engine, version="onnx-check"), unavailable=None)
 
 
 @pytest.mark.parametrize("name", [*CLASSIFIERS, "ssd_detector"])

@@ -60,3 +60,21 @@ def flatten_only(call: relax.Call) -> str | None:
 
 def two_dimensional_weights(call: relax.Call) -> str | None:
     return None if len(shape(call.args[1])) == 2 else "fully connected layers need 2-D weights"
+
+
+def constant_channel_bias(match) -> str | None:
+    """In a pattern with a bias add: the bias is a constant with one value per output channel
+    (or one in all). `fused_pattern`'s bias is any operand, and a layer without a bias followed
+    by a residual add (T5's projections) matches too; an int8 kernel has no scale for the
+    product before that add, so the add must be a kernel of its own."""
+    bias = match.get("bias")
+    if bias is None:
+        return None
+    if not is_tensor_constant(bias):
+        return "the add after it is of a computed tensor (a residual), not a constant bias"
+    out, values = shape(match["root"]), shape(bias)
+    axis = len(out) - 1 if match["root"].op.name == "relax.matmul" else 1
+    padded = (1,) * (len(out) - len(values)) + values
+    if len(values) > len(out) or any(d != 1 for i, d in enumerate(padded) if i != axis) or padded[axis] not in (1, out[axis]):
+        return f"a bias of shape {values} is not one value per output channel of {out}"
+    return None

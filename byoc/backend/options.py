@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from byoc.errors import PartitionError
+from byoc.errors import ByocError, PartitionError
 
 
 def parse_bool(text: str) -> bool:
@@ -37,14 +37,14 @@ class Option:
     choices: tuple[str, ...] = ()
     target: bool = False
 
-    def check(self, backend: str, value: Any) -> Any:
+    def check(self, backend: str, value: Any, error: type[ByocError] = PartitionError) -> Any:
         if self.choices and value not in self.choices:
-            raise PartitionError(f"backend {backend!r}: option {self.name}={value!r} is not one of {', '.join(self.choices)}")
+            raise error(f"backend {backend!r}: option {self.name}={value!r} is not one of {', '.join(self.choices)}")
         return value
 
-    def from_text(self, backend: str, text: str) -> Any:
+    def from_text(self, backend: str, text: str, error: type[ByocError] = PartitionError) -> Any:
         try:
             value = self.parse(text)
-        except (TypeError, ValueError) as error:
-            raise PartitionError(f"backend {backend!r}: option {self.name}={text!r}: {error}") from error
-        return self.check(backend, value)
+        except (TypeError, ValueError) as failure:
+            raise error(f"backend {backend!r}: option {self.name}={text!r}: {failure}") from failure
+        return self.check(backend, value, error)

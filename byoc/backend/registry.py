@@ -1,29 +1,41 @@
 """The backend registry: built-in vendors, vendor plugin packages found through the
-`byoc.vendors` entry-point group, and backends registered at run time."""
+`byoc.vendors` entry-point group, and backends registered at run time.
+
+Vendors register lazily, by name: `import byoc` imports none of them, and asking for one imports
+that one alone (a built-in vendor's module, or the plugin whose entry point has its name). So a
+vendor's dependencies (oneDNN, Vela, TensorRT) are needed only by those who use it, and each is
+an extra of the package (`pip install 'byoc[dnnl]'`). Listing the vendors loads them all."""
 
 from __future__ import annotations
 
 import importlib
 import threading
 import warnings
+from collections.abc import Mapping
 from importlib import metadata
 
 from byoc.backend.spec import Backend
-from byoc.errors import BackendRegistrationError, UnknownBackendError
+from byoc.errors import BackendRegistrationError, OptionError, UnknownBackendError
 
 ENTRY_POINT_GROUP = "byoc.vendors"
-BUILTIN_VENDOR_MODULES = (
-    "byoc.vendors.reference",
-    "byoc.vendors.dnnl",
-    "byoc.vendors.onnxruntime",
-    "byoc.vendors.vitis_ai",
-    "byoc.vendors.ethos_u",
-)
+# Each built-in vendor's module (importing it registers the vendor) and the extra that installs
+# what it needs beyond byoc's own dependencies.
+BUILTIN_VENDORS = {
+    "reference": ("byoc.vendors.reference", ""),
+    "dnnl": ("byoc.vendors.dnnl", "dnnl"),
+    "onnxruntime": ("byoc.vendors.onnxruntime", ""),
+    "vitis_ai": ("byoc.vendors.vitis_ai", ""),
+    "ethos_u": ("byoc.vendors.ethos_u", "ethos_u"),
+    "tensorrt": ("byoc.vendors.tensorrt", "tensorrt"),
+}
 
 _backends: dict[str, Backend] = {}
 _origins: dict[str, str] = {}
 _lock = threading.RLock()
 _discovered = False
+_plugins_loaded: set[str] = set()  # entry-point names already loaded
+# Built-in vendors whose module cannot be imported here, with the reason (a missing dependency).
+_missing: dict[str, str] = {}
 
 
 def register_backend(backend: Backend, origin: str = "user code", override: bool = False) -> Backend:
@@ -50,18 +62,48 @@ def unregister_backend(name: str) -> None:
 def get_backend(name: str | Backend) -> Backend:
     if isinstance(name, Backend):
         return name
-    discover_backends()
     with _lock:
         backend = _backends.get(name)
+        if backend is None:
+            _load_vendor(name)
+            backend = _backends.get(name)
     if backend is None:
+        if name in _missing:
+            raise UnknownBackendError(f"vendor {name!r} cannot be used here: {_missing[name]}")
         raise UnknownBackendError(f"unknown backend {name!r}; registered backends: {', '.join(list_backends())}")
     return backend
 
 
 def list_backends() -> list[str]:
+    """The names of every usable vendor (this loads them all; `missing_vendors` lists the
+    built-in ones whose dependencies are not installed)."""
     discover_backends()
     with _lock:
         return sorted(_backends)
+
+
+def missing_vendors() -> dict[str, str]:
+    """Built-in vendors that cannot be imported here, with the reason and how to install them."""
+    discover_backends()
+    with _lock:
+        return dict(_missing)
+
+
+def checked_backend_options(backend_options: Mapping[str, Mapping], backends: Mapping[str, Backend | None] | None = None
+                            ) -> dict[str, dict]:
+    """Build and run options per vendor, checked against what each declares (an OptionError
+    names the vendor and what it takes): a typo must not pass silently to a vendor that ignores
+    it. `backends` are those to check against by name (configured ones), others are looked up."""
+    checked = {}
+    for name, values in backend_options.items():
+        backend = (backends or {}).get(name)
+        if backend is None:
+            try:
+                backend = get_backend(name)
+            except UnknownBackendError as error:
+                raise OptionError(f"backend_options names vendor {name!r}: {error}") from None
+        checked[name] = backend.checked_build_options(values)
+    return checked
 
 
 def backend_origin(name: str) -> str:
@@ -70,19 +112,46 @@ def backend_origin(name: str) -> str:
 
 
 def discover_backends() -> None:
-    """Import built-in vendors and plugin packages once, on first use of the registry."""
+    """Import every built-in vendor and plugin package, once (for listing them all)."""
     global _discovered
     with _lock:
         if _discovered:
             return
         _discovered = True
-        for module in BUILTIN_VENDOR_MODULES:
-            importlib.import_module(module)
+        for name in BUILTIN_VENDORS:
+            if name not in _backends:
+                _import_builtin(name)
         for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
             _load_plugin(entry_point)
 
 
+def _load_vendor(name: str) -> None:
+    """Register vendor `name` if some package provides it: the built-in module of that name, or
+    else the plugin whose entry point has the name, or else (a plugin may register backends under
+    other names) every plugin."""
+    if name in BUILTIN_VENDORS:
+        _import_builtin(name)
+        return
+    named = [e for e in metadata.entry_points(group=ENTRY_POINT_GROUP) if e.name == name]
+    for entry_point in named:
+        _load_plugin(entry_point)
+    if name not in _backends:
+        discover_backends()
+
+
+def _import_builtin(name: str) -> None:
+    module, extra = BUILTIN_VENDORS[name]
+    try:
+        importlib.import_module(module)
+    except ImportError as error:  # a dependency of the vendor is not installed
+        install = f"pip install 'byoc[{extra}]'" if extra else "reinstall byoc"
+        _missing[name] = f"{error} ({install})"
+
+
 def _load_plugin(entry_point: metadata.EntryPoint) -> None:
+    if entry_point.name in _plugins_loaded:
+        return
+    _plugins_loaded.add(entry_point.name)
     distribution = getattr(entry_point.dist, "name", None) or "an unknown distribution"
     origin = f"plugin {entry_point.name!r} ({entry_point.value}) from {distribution}"
     try:

@@ -8,29 +8,26 @@ regions are handed over: a JSON graph, C source, or a custom binary format (3.3)
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import Any
 
 from tvm.relax.dpl import DFPattern
 
+from byoc.backend.codegen import Codegen
 from byoc.backend.cost import CostRules
 from byoc.backend.limits import Limits
 from byoc.backend.op_rules import OpCheck, OpRule, registered_op_rules
 from byoc.backend.options import Option
+from byoc.backend.region_pass import RegionPass
 from byoc.backend.tolerance import FP32, Tolerance
 from byoc.backend.verdict import Verdict
 from byoc.backend.views import PatternMatch
-from byoc.errors import BackendRegistrationError
+from byoc.errors import BackendRegistrationError, OptionError
 
-if TYPE_CHECKING:
-    from byoc.codegen_c.library import CLibrary
-    from byoc.codegen_json.runtime import JsonRuntime
-    from byoc.custom_formats.format import CustomFormat
-    from byoc.processing.passes import RegionPass
-
-CODEGEN_KINDS = ("json", "c", "custom")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 PatternCheck = Callable[[PatternMatch], Verdict]
@@ -49,16 +46,15 @@ class Pattern:
 @dataclass
 class Backend:
     name: str
-    codegen: str
+    # How regions are handed over (see byoc.backend.codegen): a JsonRuntime, CLibrary or
+    # CustomFormat. It may be set after the backend is made, before it is registered.
+    codegen: Codegen | None = None
     priority: int = 0
     limits: Limits = field(default_factory=Limits)
     cost: CostRules = field(default_factory=CostRules)
     description: str = ""
     patterns: list[Pattern] = field(default_factory=list)
     op_rules: dict[str, OpRule] = field(default_factory=dict)
-    json_runtime: JsonRuntime | None = None
-    c_library: CLibrary | None = None
-    custom_format: CustomFormat | None = None
     # Accelerator-specific processing of each region's graph before code generation
     # (quantization, layout transformation, casting): see byoc.processing.
     processing: list[RegionPass] = field(default_factory=list)
@@ -69,6 +65,14 @@ class Backend:
     options: list[Option] = field(default_factory=list)
     configure: Callable[..., Backend] | None = None
     target: str = ""
+    # The values of every declared option this backend was configured with (see `configured`),
+    # empty for the backend as registered. Partitioning records them on each region, and build
+    # configures the backend with them again: one settings path from partition to code.
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    # Options read when the regions are built and run (`byoc.build(..., backend_options=
+    # {name: {...}})`, `byoc.load(...)`, `--backend-option NAME.OPTION=VALUE` on the command
+    # line): byoc checks them against this list before the vendor sees them.
+    build_options: list[Option] = field(default_factory=list)
     # How close its results are to float32 onnxruntime's (see byoc.backend.tolerance).
     tolerance: Tolerance = FP32
     # Why the vendor's library or device is missing on this machine, or None when it is here.
@@ -80,8 +84,8 @@ class Backend:
             raise BackendRegistrationError(
                 f"backend name {self.name!r} must be lower-case letters, digits and '_', starting with a letter"
             )
-        if self.codegen not in CODEGEN_KINDS:
-            raise BackendRegistrationError(f"backend {self.name!r}: codegen {self.codegen!r} is not one of {CODEGEN_KINDS}")
+        if self.codegen is not None:
+            self._check_codegen()
         if self.options and self.configure is None:
             raise BackendRegistrationError(f"backend {self.name!r} declares options but no configure function to apply them")
         names = [option.name for option in self.options]
@@ -95,11 +99,7 @@ class Backend:
     def library_version(self) -> str:
         """The version of what generates and runs this backend's code (its runtime library, C
         kernel library or binary format): engine caches, artifacts and timings depend on it."""
-        if self.codegen == "json":
-            return self.json_runtime.version
-        if self.codegen == "c":
-            return self.c_library.version
-        return f"{self.custom_format.name}-{self.custom_format.version}"
+        return self.codegen.library_version
 
     def option(self, name: str) -> Option | None:
         return next((option for option in self.options if option.name == name), None)
@@ -114,7 +114,18 @@ class Backend:
         backend = self.configure(**settings)
         if not isinstance(backend, Backend) or backend.name != self.name:
             raise BackendRegistrationError(f"backend {self.name!r}: configure() must return a Backend named {self.name!r}")
-        return backend
+        return dataclasses.replace(backend, settings=MappingProxyType(settings))
+
+    def checked_build_options(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """`values` checked against the declared build options: an unknown name or a value
+        outside an option's choices is an OptionError naming the vendor and what it takes."""
+        known = {option.name: option for option in self.build_options}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            takes = f"it takes {', '.join(sorted(known))}" if known else "it takes none"
+            raise OptionError(f"vendor {self.name!r} has no build option {', '.join(map(repr, unknown))}; {takes} "
+                              "(see `byoc vendors`)")
+        return {name: known[name].check(self.name, value, OptionError) for name, value in values.items()}
 
     # --------------------------------------------------------------- patterns
     def pattern(
@@ -123,28 +134,42 @@ class Backend:
         pattern: DFPattern,
         annotations: Mapping[str, DFPattern] | None = None,
         check: PatternCheck | None = None,
+        emit: Callable | None = None,
     ) -> Pattern:
-        """Declare a composite; patterns declared first are tried first."""
+        """Declare a composite; patterns declared first are tried first. `emit` is the C
+        emitter of the composite (backends whose codegen is a CLibrary)."""
         if any(p.name == name for p in self.patterns):
             raise BackendRegistrationError(f"backend {self.name!r} declares pattern {name!r} twice")
         declared = Pattern(name, pattern, dict(annotations or {}), check)
         self.patterns.append(declared)
+        if emit is not None:
+            self._bind(name, emit)
         return declared
 
     # -------------------------------------------------------------- op rules
-    def supports(self, *ops: str, check: OpCheck | None = None) -> None:
-        """Declare single ops this backend accepts, all under one optional predicate."""
+    def supports(self, *ops: str, check: OpCheck | None = None, emit: Callable | None = None) -> None:
+        """Declare single ops this backend accepts, all under one optional predicate, and (for
+        a CLibrary codegen) the C emitter that writes them."""
         for op in ops:
             self.op_rules[op] = OpRule(op, check)
+            if emit is not None:
+                self._bind(op, emit)
 
-    def op(self, *ops: str) -> Callable[[OpCheck], OpCheck]:
+    def op(self, *ops: str, emit: Callable | None = None) -> Callable[[OpCheck], OpCheck]:
         """Decorator form of `supports`: the decorated function is the ops' predicate."""
 
         def register(check: OpCheck) -> OpCheck:
-            self.supports(*ops, check=check)
+            self.supports(*ops, check=check, emit=emit)
             return check
 
         return register
+
+    def _bind(self, name: str, emit: Callable) -> None:
+        bind = getattr(self.codegen, "bind", None)
+        if bind is None:
+            raise BackendRegistrationError(f"backend {self.name!r}: {name!r} is given an emitter, but emitters are for a "
+                                           f"CLibrary codegen (this backend's is {type(self.codegen).__name__})")
+        bind(name, emit)
 
     def rules(self) -> dict[str, OpRule]:
         """Own op rules plus those registered for this backend with `register_op_attr`."""
@@ -152,8 +177,13 @@ class Backend:
 
     # -------------------------------------------------------------- codegen
     def validate_codegen(self) -> None:
-        """Raise unless the hook for this backend's codegen kind is present."""
-        hook = {"json": self.json_runtime, "c": self.c_library, "custom": self.custom_format}[self.codegen]
-        if hook is None:
-            attr = {"json": "json_runtime", "c": "c_library", "custom": "custom_format"}[self.codegen]
-            raise BackendRegistrationError(f"backend {self.name!r} uses {self.codegen!r} codegen but sets no {attr}")
+        """Raise unless this backend has a code format."""
+        if self.codegen is None:
+            raise BackendRegistrationError(f"backend {self.name!r} sets no codegen: give it a JsonRuntime, CLibrary or CustomFormat")
+        self._check_codegen()
+
+    def _check_codegen(self) -> None:
+        if not isinstance(self.codegen, Codegen):
+            raise BackendRegistrationError(
+                f"backend {self.name!r}: codegen must be a code format object (JsonRuntime, CLibrary or CustomFormat from "
+                f"byoc.codegen_json, byoc.codegen_c, byoc.custom_formats), not {self.codegen!r}")

@@ -13,7 +13,7 @@ import tvm
 from byoc import models as zoo
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
-from byoc.errors import ModelLoadError, PartitionError
+from byoc.errors import ModelLoadError, OptionError, PartitionError
 from byoc.flow import declared_options, describe_options, partition_for
 from byoc.frontend import from_onnx
 from byoc.processing.passes import needs_calibration
@@ -120,3 +120,25 @@ def partition(args: argparse.Namespace, mod: tvm.IRModule, model: onnx.ModelProt
     elif args.rpc_tracker or args.rpc_key or args.budget_s is not None:
         raise PartitionError("--budget-s and --rpc-* apply to --placement auto only")
     return partition_for(mod, backends, **options)
+
+
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend-option", action="append", default=[], metavar="VENDOR.NAME=VALUE", dest="backend_options",
+                        help="a vendor's build and run option (repeatable; `byoc vendors` lists them)")
+
+
+def backend_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """`--backend-option VENDOR.NAME=VALUE` items as `backend_options`, each value read by the
+    option its vendor declares."""
+    found: dict[str, dict[str, Any]] = {}
+    for item in args.backend_options:
+        key, sep, text = item.partition("=")
+        vendor, dot, name = key.partition(".")
+        if not sep or not dot or not vendor or not name:
+            raise OptionError(f"--backend-option expects VENDOR.NAME=VALUE, got {item!r}")
+        backend = get_backend(vendor)
+        option = next((o for o in backend.build_options if o.name == name), None)
+        if option is None:
+            backend.checked_build_options({name: text})  # raises, naming what the vendor takes
+        found.setdefault(vendor, {})[name] = option.from_text(vendor, text, OptionError)
+    return found

@@ -16,12 +16,12 @@ import onnxruntime as ort
 
 from byoc import models as zoo
 from byoc.backend.registry import list_backends
-from byoc.bench import median_seconds
 from byoc.flow import partition_for
 from byoc.frontend import from_onnx
 from byoc.partition import report
 from byoc.runtime_metadata.build import build
 from byoc.runtime_metadata.model import load
+from byoc.timing import spread, time_runs
 
 _PREFERRED_VENDORS = ("dnnl", "onnxruntime", "reference")
 
@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
             ok &= equal
             print(f"output {index}: {'identical to' if equal else 'DIFFERENT from'} onnxruntime")
 
-    byoc_ms = median_seconds(lambda: loaded.run(**inputs), args.repeat) * 1e3
-    ort_ms = median_seconds(lambda: session.run(None, inputs), args.repeat) * 1e3
+    byoc_ms = spread(time_runs(lambda: loaded.run(**inputs), args.repeat)).median_ms
+    ort_ms = spread(time_runs(lambda: session.run(None, inputs), args.repeat)).median_ms
     print(f"\n{'system':<24}{'median ms':>10}{'vs onnxruntime':>16}")
     print(f"{'onnxruntime':<24}{ort_ms:>10.2f}{1.0:>15.2f}x")
     print(f"{'byoc + ' + vendor:<24}{byoc_ms:>10.2f}{byoc_ms / ort_ms:>15.2f}x")

@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from byoc.accuracy import measure_accuracy
-from byoc.cli.common import add_model_argument, add_partition_options, load_model, partition
+from byoc.cli.common import add_backend_options, add_model_argument, add_partition_options, backend_options, load_model, partition
 from byoc.cli.common import random_inputs as model_random_inputs
 from byoc.errors import InputError
 from byoc.models import random_inputs
@@ -30,6 +30,7 @@ def add_parser(commands) -> None:
                                      "loading machine is like this one: TensorRT release, GPU, platform)")
     compile_parser.add_argument("--accuracy-samples", type=int, default=0, metavar="N",
                                 help="compare with onnxruntime on N seeded random inputs and print the error")
+    add_backend_options(compile_parser)
     compile_parser.set_defaults(run=run_compile)
 
     run_parser = commands.add_parser("run", help="run an artifact")
@@ -40,6 +41,7 @@ def add_parser(commands) -> None:
     run_parser.add_argument("--repeat", type=int, default=10, help="runs to profile")
     run_parser.add_argument("--strict-engines", action="store_true",
                             help="fail, instead of rebuilding, when an embedded engine was built for another machine")
+    add_backend_options(run_parser)
     run_parser.set_defaults(run=run_artifact)
 
     inspect_parser = commands.add_parser("inspect", help="show an artifact's regions, formats and sizes")
@@ -51,7 +53,8 @@ def add_parser(commands) -> None:
 def run_compile(args: argparse.Namespace) -> int:
     model, mod, label = load_model(args.model, args.small)
     partitioned = partition(args, mod, model)
-    compiled = build(partitioned, strict=args.strict, engines="embed" if args.embed_engines else "lazy")
+    compiled = build(partitioned, strict=args.strict, engines="embed" if args.embed_engines else "lazy",
+                     backend_options=backend_options(args))
     compiled.export(args.output)
     result = report(partitioned)
     print(
@@ -85,7 +88,7 @@ def _inputs(specs, given: list[str]) -> dict[str, np.ndarray]:
 
 
 def run_artifact(args: argparse.Namespace) -> int:
-    model = load(args.artifact, strict_engines=args.strict_engines)
+    model = load(args.artifact, strict_engines=args.strict_engines, backend_options=backend_options(args))
     inputs = _inputs(model.inputs, args.input)
     outputs = model.run(**inputs)
     for index, value in enumerate(outputs):

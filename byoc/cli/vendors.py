@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from byoc.backend.registry import backend_origin, get_backend, list_backends
+from byoc.backend.options import Option
+from byoc.backend.registry import backend_origin, get_backend, list_backends, missing_vendors
 from byoc.flow import declared_options
 
 
@@ -17,13 +18,21 @@ def run(args: argparse.Namespace) -> int:
     for name in list_backends():
         backend = get_backend(name)
         print(f"{name}: {backend.description or '(no description)'}")
-        print(f"  codegen {backend.codegen}, priority {backend.priority}, tolerance {backend.tolerance.describe()}, "
+        print(f"  codegen {backend.codegen.kind}, priority {backend.priority}, tolerance {backend.tolerance.describe()}, "
               f"from {backend_origin(name)}")
         missing = backend.missing_part()
         if missing:
             print(f"  partitions here, does not build here: {missing}")
         for option in declared_options(backend):
-            default = f" (default {option.default!r})" if option.default is not None else ""
-            choices = f" [{', '.join(option.choices)}]" if option.choices else ""
-            print(f"  --option {option.name}=...{choices}{default}: {option.help}")
+            print(_describe(f"--option {option.name}", option))
+        for option in backend.build_options:
+            print(_describe(f"--backend-option {name}.{option.name}", option))
+    for name, reason in sorted(missing_vendors().items()):
+        print(f"{name}: not installed here: {reason}")
     return 0
+
+
+def _describe(flag: str, option: Option) -> str:
+    default = f" (default {option.default!r})" if option.default is not None else ""
+    choices = f" [{', '.join(option.choices)}]" if option.choices else ""
+    return f"  {flag}=...{choices}{default}: {option.help}"

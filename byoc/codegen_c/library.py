@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+
+from byoc.backend.codegen import Codegen, RegionCode, RegionSource
 
 C_TYPES = {
     "float32": "float",
@@ -90,12 +92,19 @@ Emitter = Callable[[KernelCall], KernelCode]
 
 
 @dataclass
-class CLibrary:
-    """A kernel library: how to compile against it and how to emit calls into it."""
+class CLibrary(Codegen):
+    """A kernel library: how to compile against it and how to emit calls into it. Its regions
+    are C linked into the host library: the host calls them directly, with no engine."""
+
+    kind: ClassVar[str] = "c"
+    extension: ClassVar[str] = "c"
+    links_into_host: ClassVar[bool] = True
 
     name: str
     version: str
-    emitters: dict[str, Emitter]  # by pattern name (without backend prefix) or op name
+    # By pattern name (without backend prefix) or op name; a backend's `pattern` and `supports`
+    # bind them as they declare what the backend takes (`emit=`).
+    emitters: dict[str, Emitter] = field(default_factory=dict)
     headers: Sequence[str] = ()
     include_dirs: Callable[[], Sequence[str]] = lambda: ()
     library_dirs: Callable[[], Sequence[str]] = lambda: ()
@@ -109,6 +118,26 @@ class CLibrary:
     # Called before a host library with regions of this library initialises them, at least once
     # per process (process-wide settings of the library: its thread limit).
     runtime_setup: Callable[[], None] | None = None
+
+    @property
+    def library_version(self) -> str:
+        return self.version
+
+    def generate(self, region: RegionSource) -> RegionCode:
+        from byoc.codegen_c.generate import generate_c_source  # the generator uses this module's types
+
+        source = generate_c_source(region.graph, self, region.constants, region.settings)
+        return RegionCode(source.encode(), "c", tuple(region.constants))
+
+    def bind(self, name: str, emitter: Emitter) -> None:
+        self.emitters[name] = emitter
+
+    def link_flags(self) -> list[str]:
+        return self.compile_flags()
+
+    def prepare_runtime(self) -> None:
+        if self.runtime_setup is not None:
+            self.runtime_setup()
 
     def compile_flags(self) -> list[str]:
         flags = [f"-I{d}" for d in self.include_dirs()]

@@ -4,20 +4,24 @@ engines) and load it back."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from byoc.runtime_metadata.engine import Engine
+from byoc.backend.codegen import TARGET_ATTR, Codegen, RegionCode, RegionSignature, RegionSource, vendor_call
+from byoc.backend.engine import Engine
+from byoc.codegen_json.graph import value_spec
+from byoc.codegen_json.schema import load_graph
 
 JsonGraph = Mapping[str, Any]
 Constants = Mapping[str, np.ndarray]
 
 
 @dataclass(frozen=True)
-class JsonRuntime:
+class JsonRuntime(Codegen):
     """`build_engine(graph, constants, options)` makes the engine of one region.
 
     When `save_engine` and `load_engine` are given, built engines are cached on disk under a key
@@ -29,6 +33,9 @@ class JsonRuntime:
     loaded where it is the same.
     """
 
+    kind: ClassVar[str] = "json"
+    extension: ClassVar[str] = "json"
+
     build_engine: Callable[[JsonGraph, Constants, dict], Engine]
     version: str
     save_engine: Callable[[Engine], bytes] | None = None
@@ -36,9 +43,46 @@ class JsonRuntime:
     environment: Callable[[], dict[str, str]] | None = None
 
     @property
+    def library_version(self) -> str:
+        return self.version
+
+    def generate(self, region: RegionSource) -> RegionCode:
+        graph = region.graph
+        target = region.settings.get(TARGET_ATTR)
+        if target:  # the configuration the engine is built for (TensorRT's version, precision)
+            graph = {**graph, "target": target}
+        payload = json.dumps(graph, sort_keys=True, separators=(",", ":")).encode()
+        return RegionCode(payload, "json", tuple(region.constants))
+
+    def make_engine(self, code: RegionCode, constants: Constants, options: dict, where: str) -> Engine:
+        graph = load_graph(code.payload, where)
+        return vendor_call(f"{where}: building the engine (build_engine) failed", self.build_engine, graph, constants, options)
+
+    @property
     def saves_engines(self) -> bool:
         return self.save_engine is not None and self.load_engine is not None
+
+    def saved_engine(self, engine: Engine) -> bytes:
+        return self.save_engine(engine)
+
+    def engine_from_saved(self, saved: bytes, code: RegionCode, constants: Constants, options: dict, where: str) -> Engine:
+        return self.load_engine(saved, load_graph(code.payload, where), constants, options)
 
     def machine(self) -> dict[str, str]:
         """What a saved engine is bound to on this machine (empty when nothing is declared)."""
         return dict(self.environment()) if self.environment is not None else {}
+
+    @classmethod
+    def check_code(cls, payload: bytes, expected: RegionSignature, where: str) -> None:
+        graph = load_graph(payload, where)
+        if (graph["symbol"], graph["backend"]) != (expected.symbol, expected.backend):
+            raise ValueError(f"{where}: its JSON graph is region {graph['symbol']} ({graph['backend']})")
+        inputs = [(tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
+        if inputs != list(expected.inputs):
+            raise ValueError(f"{where}: its JSON graph takes inputs {inputs}; the manifest records {list(expected.inputs)}")
+        outputs = [(tuple(value_spec(graph, ref)["shape"]), value_spec(graph, ref)["dtype"]) for ref in graph["outputs"]]
+        if outputs != list(expected.outputs):
+            raise ValueError(f"{where}: its JSON graph gives outputs {outputs}; the manifest records {list(expected.outputs)}")
+        table = {name: (tuple(c["shape"]), c["dtype"]) for name, c in graph["constants"].items()}
+        if table != dict(expected.constants):
+            raise ValueError(f"{where}: its JSON graph's constants differ from what the manifest records for the region")

@@ -9,17 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from byoc.runtime_metadata.engine import Engine
+from byoc.backend.codegen import Codegen, RegionCode, RegionSignature, RegionSource, vendor_call
+from byoc.backend.engine import Engine
+from byoc.custom_formats.container import read_header, unwrap, wrap
 
 Graph = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
-class CustomFormat:
+class CustomFormat(Codegen):
+    kind: ClassVar[str] = "custom"
+    extension: ClassVar[str] = "bin"
+    engine_source: ClassVar[str] = "deserialized"
+
     name: str
     version: int
     serialize: Callable[[Graph, Mapping[str, np.ndarray], dict], bytes]
@@ -35,3 +41,30 @@ class CustomFormat:
 
     def versions(self) -> tuple[int, ...]:
         return self.readable_versions or (self.version,)
+
+    @property
+    def library_version(self) -> str:
+        return f"{self.name}-{self.version}"
+
+    def generate(self, region: RegionSource) -> RegionCode:
+        settings = dict(region.settings)
+        raw = self.serialize(region.graph, region.constants, settings)
+        payload = wrap(raw, self.name, self.version, region.symbol, region.backend, self.config(settings) or "",
+                       [[list(shape), dtype] for shape, dtype in region.inputs], [[list(shape), dtype] for shape, dtype in region.outputs])
+        # The blob carries its constants: none go to byoc's constant store.
+        return RegionCode(payload, self.name, (), self.describe(raw, settings) if self.describe else {})
+
+    def make_engine(self, code: RegionCode, constants, options: dict, where: str) -> Engine:
+        config = vendor_call(f"{where}: the vendor's options ({self.name}.config) failed", self.config, options)
+        _, payload = unwrap(code.payload, self.name, self.versions(), where, config=config)
+        return vendor_call(f"{where}: loading the vendor's binary ({self.name}.deserialize) failed", self.deserialize, payload, options)
+
+    @classmethod
+    def check_code(cls, payload: bytes, expected: RegionSignature, where: str) -> None:
+        header = read_header(payload, where)
+        if (header.symbol, header.backend, header.format) != (expected.symbol, expected.backend, expected.format_name):
+            raise ValueError(f"{where}: its blob belongs to region {header.symbol} ({header.backend}, {header.format})")
+        for kind, recorded, specs in (("inputs", header.inputs, expected.inputs), ("outputs", header.outputs, expected.outputs)):
+            if recorded is not None and recorded != [[list(shape), dtype] for shape, dtype in specs]:
+                raise ValueError(f"{where}: its blob was built for {kind} {recorded}; the manifest records "
+                                 f"{[[list(shape), dtype] for shape, dtype in specs]}")

@@ -26,7 +26,6 @@ CODEGEN_ATTR = "Codegen"
 SYMBOL_ATTR = "global_symbol"
 # The hardware configuration a region is compiled for (a DPU size, an Ethos-U variant), read by
 # custom formats at code generation.
-TARGET_ATTR = "byoc.target"
 
 
 @dataclass

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 import tvm
 from tvm import relax
 
+from byoc.backend.codegen import SETTINGS_ATTR, TARGET_ATTR
 from byoc.backend.cost import CostRules
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
@@ -20,7 +21,7 @@ from byoc.partition.fallback import fallback_reason
 from byoc.partition.graph import COMPOSITE, OP, OPAQUE, BlockGraph, build_block_graph, composite_infos
 from byoc.partition.group import PlacementPolicy, group_patterns
 from byoc.partition.merge import Region, merge_regions
-from byoc.partition.outline import CODEGEN_ATTR, TARGET_ATTR, BlockPlan, RegionPlan, outline_regions
+from byoc.partition.outline import CODEGEN_ATTR, BlockPlan, RegionPlan, outline_regions
 from byoc.partition.reasons import HostReasons
 from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord
 from byoc.partition.regions import RegionBoundary, region_boundary, summarize
@@ -148,15 +149,20 @@ def _member_ops(members) -> list[list]:
 
 
 def _tag_targets(mod: tvm.IRModule, backends: list[Backend]) -> tvm.IRModule:
-    """Regions carry the hardware configuration their backend stands for to code generation."""
-    targets = {b.name: b.target for b in backends if b.target}
-    if not targets:
+    """Regions carry to code generation the hardware configuration their backend stands for,
+    and the option values it was configured with (build configures it with them again)."""
+    tags = {b.name: {TARGET_ATTR: b.target} if b.target else {} for b in backends}
+    for b in backends:
+        if b.settings:
+            tags[b.name][SETTINGS_ATTR] = json.dumps(dict(b.settings), sort_keys=True)
+    if not any(tags.values()):
         return mod
     tagged = mod.clone()
     for gvar, func in mod.functions.items():
         backend = func.attrs.get(CODEGEN_ATTR) if isinstance(func, relax.Function) and func.attrs is not None else None
-        if backend is not None and str(backend) in targets:
-            tagged[gvar] = func.with_attr(TARGET_ATTR, targets[str(backend)])
+        for name, value in tags.get(str(backend), {}).items() if backend is not None else ():
+            func = func.with_attr(name, value)
+        tagged[gvar] = func
     return tagged
 
 

@@ -21,10 +21,10 @@ from byoc.partition.pipeline import partition_graph
 from byoc.partition.report import report
 from byoc.placement.cache import MeasurementCache, candidate_key, content_hash
 from byoc.placement.measure import Measurement
-from byoc.processing.calibration import calibrate
 from byoc.processing.passes import needs_calibration
 from byoc.progress import Progress
 from byoc.runtime_metadata.build import build, region_functions
+from byoc.runtime_metadata.calibration import calibrate
 
 GIVE_UP_FACTOR = 10.0  # a candidate this many times slower than the fastest so far gets one run
 

@@ -4,24 +4,24 @@ costs one candidate, not the search.
 `time_artifact` is what runs where the candidate is timed (this machine's worker, or a device
 behind an RPC tracker, see `byoc.placement.remote`): it loads the artifact, feeds the inputs
 (the values the model's own earlier segments made, so that data-dependent kernels such as
-NonMaxSuppression see realistic data), warms up, then takes the median of repeated runs.
+NonMaxSuppression see realistic data), warms up, then takes the median of repeated runs
+(`byoc.timing`).
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import socket
-import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import numpy as np
 
 from byoc.errors import one_line
+from byoc.timing import machine_description, spread, time_blocks, time_runs
 
 PROTOCOL = 1  # bump when what a measurement means changes: cached ones are then ignored
 WARMUP_RUNS = 2
@@ -39,18 +39,6 @@ class Measurement:
     runs: int = 0
 
 
-def machine_description() -> str:
-    """What a timing depends on besides the candidate: CPU model and thread count."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    threads = os.environ.get("OMP_NUM_THREADS") or os.environ.get("TVM_NUM_THREADS") or str(os.cpu_count())
-    return f"{model}; {threads} thread(s)"
-
-
 def time_artifact(artifact_path: str, inputs_path: str, outputs_path: str = "", timed: bool = True,
                   give_up_ms: float | None = None) -> dict:
     """Load and time one candidate artifact; with `outputs_path`, also save what it returns
@@ -59,9 +47,9 @@ def time_artifact(artifact_path: str, inputs_path: str, outputs_path: str = "", 
     seconds). Returns {"ms", "runs"}."""
     import tvm
 
-    import byoc
+    from byoc.runtime_metadata import load
 
-    model = byoc.load(artifact_path, engines="eager")
+    model = load(artifact_path, engines="eager")
     with np.load(inputs_path) as data:
         arrays = [data[f"arr_{i}"] for i in range(len(model.inputs))]
     if outputs_path:
@@ -71,18 +59,9 @@ def time_artifact(artifact_path: str, inputs_path: str, outputs_path: str = "", 
     vm = model.virtual_machine()
     tensors = [tvm.runtime.tensor(a) for a in arrays]
     time.sleep(IDLE_SECONDS)
-    for _ in range(WARMUP_RUNS):
-        start = time.perf_counter()
-        vm["main"](*tensors)
-        first_ms = (time.perf_counter() - start) * 1e3
-        if give_up_ms is not None and first_ms > give_up_ms:
-            return {"ms": first_ms, "runs": 1}
-    samples: list[float] = []
-    while len(samples) < MAX_RUNS and (len(samples) < MIN_RUNS or sum(samples) < MIN_SECONDS):
-        start = time.perf_counter()
-        vm["main"](*tensors)
-        samples.append(time.perf_counter() - start)
-    return {"ms": statistics.median(samples) * 1e3, "runs": len(samples)}
+    samples = time_runs(lambda: vm["main"](*tensors), MIN_RUNS, MAX_RUNS, MIN_SECONDS, warmup=WARMUP_RUNS,
+                        give_up_s=give_up_ms / 1e3 if give_up_ms is not None else None)
+    return {"ms": spread(samples).median_ms, "runs": len(samples)}
 
 
 COMPARE_ROUNDS = 8
@@ -95,34 +74,26 @@ def compare_artifacts(artifact_paths: list[str], inputs_path: str) -> dict:
     Returns {"results": [{"ms", "runs"} or {"error"}, ...]} in the order given."""
     import tvm
 
-    import byoc
+    from byoc.runtime_metadata import load
 
-    runners: dict[int, tuple] = {}
+    models = []  # each model stays alive while its virtual machine is timed
+    runners: dict[int, Callable[[], object]] = {}
     results: list[dict] = [{} for _ in artifact_paths]
     for index, path in enumerate(artifact_paths):
         try:
-            model = byoc.load(path, engines="eager")
+            model = load(path, engines="eager")
             with np.load(inputs_path) as data:
                 tensors = [tvm.runtime.tensor(data[f"arr_{i}"]) for i in range(len(model.inputs))]
             vm = model.virtual_machine()
             for _ in range(WARMUP_RUNS):
                 vm["main"](*tensors)
-            runners[index] = (model, vm, tensors)
+            runners[index] = lambda vm=vm, tensors=tensors: vm["main"](*tensors)
+            models.append(model)
         except Exception as error:  # reported per artifact; the others are still compared
             results[index] = {"error": one_line(error)}
-    samples: dict[int, list[float]] = {index: [] for index in runners}
-    order = list(runners)
-    for round_index in range(COMPARE_ROUNDS):
-        for index in order if round_index % 2 == 0 else reversed(order):
-            _, vm, tensors = runners[index]
-            time.sleep(IDLE_SECONDS)
-            vm["main"](*tensors)  # the first run after another system pays for its threads waking
-            for _ in range(RUNS_PER_ROUND):
-                start = time.perf_counter()
-                vm["main"](*tensors)
-                samples[index].append(time.perf_counter() - start)
+    samples = time_blocks(runners, COMPARE_ROUNDS * RUNS_PER_ROUND, passes=COMPARE_ROUNDS, idle_s=IDLE_SECONDS)
     for index, values in samples.items():
-        results[index] = {"ms": statistics.median(values) * 1e3, "runs": len(values)}
+        results[index] = {"ms": spread(values).median_ms, "runs": len(values)}
     return {"results": results}
 
 

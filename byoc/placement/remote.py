@@ -14,7 +14,8 @@ import socket
 import warnings
 
 from byoc.errors import PlacementError
-from byoc.placement.measure import LocalMeasurer, Measurement, answer, as_measurements, machine_description
+from byoc.placement.measure import LocalMeasurer, Measurement, answer, as_measurements
+from byoc.timing import machine_description
 
 TIME_FUNCTION = "byoc.placement.time_artifact"
 COMPARE_FUNCTION = "byoc.placement.compare_artifacts"

@@ -1,7 +1,6 @@
 """Accelerator-specific processing (paper section 3.2), applied inside regions only: partial
 quantization with calibration, layout transformation, casting to float16."""
 
-from byoc.processing.calibration import calibrate
 from byoc.processing.cast import to_float16
 from byoc.processing.layout import to_nhwc
 from byoc.processing.passes import Float16Pass, LayoutPass, QuantizePass, RegionContext, RegionPass
@@ -16,7 +15,6 @@ __all__ = [
     "RegionCalibration",
     "RegionContext",
     "RegionPass",
-    "calibrate",
     "quantize_graph",
     "to_float16",
     "to_nhwc",

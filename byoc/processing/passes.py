@@ -5,33 +5,14 @@ the backend's format. Only region graphs are touched: the host part never is."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-
+from byoc.backend.region_pass import Constants, Graph, RegionContext, RegionPass
 from byoc.processing.cast import to_float16
 from byoc.processing.layout import to_nhwc
 from byoc.processing.quantize import CALIBRATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph
 
-Graph = dict[str, Any]
-Constants = dict[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class RegionContext:
-    symbol: str
-    backend: str
-    attrs: Mapping[str, str]  # the region function's byoc attributes (calibration ranges)
-    options: Mapping[str, Any]  # the backend's build options
-
-
-class RegionPass(Protocol):
-    """One processing step: (graph, constants, context) -> (graph, constants)."""
-
-    name: str
-
-    def __call__(self, graph: Graph, constants: Constants, context: RegionContext) -> tuple[Graph, Constants]: ...
+__all__ = ["Float16Pass", "LayoutPass", "QuantizePass", "RegionContext", "RegionPass", "apply_passes"]
 
 
 class LayoutPass:

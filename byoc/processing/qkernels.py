@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from byoc.codegen_json.graph import kernels, ref_key
+from byoc.errors import CodegenError
 
 _QDQ = {"relax.quantize", "relax.dequantize"}
 
@@ -54,6 +55,16 @@ class QKernel:
         """What argument `index` of `node` is: a QTensor (int8 activation), QWeights, a float
         constant (ndarray), "internal" (computed inside the kernel) or the literal reference."""
         return self.operands[(node["id"], index)]
+
+    def bias(self, where: str) -> np.ndarray | None:
+        """The constant operand of the kernel's add (its fused bias), or None without an add."""
+        add = self.node("relax.add")
+        if add is None:
+            return None
+        constants = [value for value in (self.operand(add, 0), self.operand(add, 1)) if isinstance(value, np.ndarray)]
+        if not constants:
+            raise CodegenError(f"{where}: node {add['name']!r} adds a computed tensor, not a constant bias, to {self.nodes[0]['name']!r}")
+        return np.asarray(constants[0], np.float64)
 
     def inputs(self) -> list[QTensor]:
         """The int8 activations the kernel reads, in argument order (tuple arguments unpacked)."""

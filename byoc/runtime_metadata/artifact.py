@@ -37,9 +37,8 @@ import jsonschema
 import numpy as np
 import tvm
 
-from byoc.custom_formats.container import read_header
 from byoc.errors import ArtifactError, ByocError
-from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, RegionArtifact, TensorSpec
+from byoc.runtime_metadata.artifact_types import FORMATS, DirectCall, EmbeddedEngine, ModelParts, RegionArtifact, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore, content_key
 from byoc.runtime_metadata.elf import check_shared_library
 from byoc.runtime_metadata.signing import SIGNATURE_FILE, PrivateKey, PublicKey, sign, verify
@@ -48,7 +47,6 @@ FORMAT = "byoc.artifact"
 VERSION = 2
 MANIFEST = "manifest.json"
 HOST_LIBRARY = "host.so"
-_EXTENSIONS = {"json": "json", "c": "c", "custom": "bin"}
 
 
 def _sha256(data: bytes) -> str:
@@ -96,7 +94,7 @@ def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
         "host_library": {"file": HOST_LIBRARY, "machine": check_shared_library(parts.host_library, "the host library"),
                          "bytes": len(parts.host_library)},
         "regions": [
-            {**a.describe(), "file": f"regions/{a.symbol}.{_EXTENSIONS[a.codegen]}",
+            {**a.describe(), "file": f"regions/{a.symbol}.{FORMATS[a.codegen].extension}",
              "inputs": [_spec(s) for s in a.inputs], "outputs": [_spec(s) for s in a.outputs],
              "constant_specs": [_spec(s) for s in a.constant_specs],
              **({"engine": {"file": _engine_file(a.symbol), "environment": parts.engines[a.symbol].environment}}
@@ -105,6 +103,7 @@ def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
         ],
         "partition": parts.partition,
         "build_fallbacks": parts.build_fallbacks,
+        "direct_call": parts.direct_call.to_dict() if parts.direct_call is not None else None,
     }
 
 
@@ -118,7 +117,7 @@ def write_artifact(parts: ModelParts, path: str | os.PathLike, sign_key: Private
         np.save(buffer, array, allow_pickle=False)
         files[f"constants/{key}.npy"] = buffer.getvalue()
     for artifact in parts.artifacts:
-        files[f"regions/{artifact.symbol}.{_EXTENSIONS[artifact.codegen]}"] = artifact.payload
+        files[f"regions/{artifact.symbol}.{FORMATS[artifact.codegen].extension}"] = artifact.payload
     symbols = {artifact.symbol for artifact in parts.artifacts}
     for symbol, embedded in parts.engines.items():
         if symbol not in symbols:
@@ -270,7 +269,7 @@ class _Reader:
 def check_region(artifact: RegionArtifact, store: ConstantStore, where: str) -> None:
     """Raise ArtifactError, naming `where`, unless the region's constants, inputs and outputs
     agree with its sub-module and with the constants it is given."""
-    if artifact.codegen != "custom" and [s.name for s in artifact.constant_specs] != artifact.constants:
+    if [s.name for s in artifact.constant_specs] != artifact.constants:
         raise ArtifactError(f"{where}: records what its code expects of {len(artifact.constant_specs)} constant(s), "
                             f"but is given {len(artifact.constants)}")
     names = store.names()
@@ -281,42 +280,10 @@ def check_region(artifact: RegionArtifact, store: ConstantStore, where: str) -> 
         if str(array.dtype) != spec.dtype or tuple(array.shape) != spec.shape:
             raise ArtifactError(f"{where}: constant {spec.name!r} is {array.dtype}{tuple(array.shape)}; "
                                 f"the region's code expects {spec.dtype}{spec.shape}")
-    if artifact.codegen == "json":
-        _check_graph(artifact, where)
-    elif artifact.codegen == "custom":
-        try:
-            header = read_header(artifact.payload, where)
-        except ByocError as error:
-            raise ArtifactError(str(error)) from error
-        if (header.symbol, header.backend, header.format) != (artifact.symbol, artifact.backend, artifact.format_name):
-            raise ArtifactError(f"{where}: its blob belongs to region {header.symbol} ({header.backend}, {header.format})")
-        for kind, recorded, specs in (("inputs", header.inputs, artifact.inputs), ("outputs", header.outputs, artifact.outputs)):
-            if recorded is not None and recorded != [[list(s.shape), s.dtype] for s in specs]:
-                raise ArtifactError(f"{where}: its blob was built for {kind} {recorded}; the manifest records "
-                                    f"{[[list(s.shape), s.dtype] for s in specs]}")
-
-
-def _check_graph(artifact: RegionArtifact, where: str) -> None:
-    from byoc.codegen_json.graph import value_spec
-    from byoc.codegen_json.schema import load_graph
-
     try:
-        graph = load_graph(artifact.payload, where)
-    except ByocError as error:
+        FORMATS[artifact.codegen].check_code(artifact.payload, artifact.signature(), where)
+    except (ByocError, ValueError) as error:
         raise ArtifactError(str(error)) from error
-    if (graph["symbol"], graph["backend"]) != (artifact.symbol, artifact.backend):
-        raise ArtifactError(f"{where}: its JSON graph is region {graph['symbol']} ({graph['backend']})")
-    inputs = [(tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
-    if inputs != [(s.shape, s.dtype) for s in artifact.inputs]:
-        raise ArtifactError(f"{where}: its JSON graph takes inputs {inputs}; the manifest records "
-                            f"{[(s.shape, s.dtype) for s in artifact.inputs]}")
-    outputs = [(tuple(value_spec(graph, ref)["shape"]), value_spec(graph, ref)["dtype"]) for ref in graph["outputs"]]
-    if outputs != [(s.shape, s.dtype) for s in artifact.outputs]:
-        raise ArtifactError(f"{where}: its JSON graph gives outputs {outputs}; the manifest records "
-                            f"{[(s.shape, s.dtype) for s in artifact.outputs]}")
-    table = {name: (tuple(c["shape"]), c["dtype"]) for name, c in graph["constants"].items()}
-    if table != {s.name: (s.shape, s.dtype) for s in artifact.constant_specs}:
-        raise ArtifactError(f"{where}: its JSON graph's constants differ from what the manifest records for the region")
 
 
 def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | None = None) -> tuple[ModelParts, dict]:
@@ -344,6 +311,9 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         backend_options=manifest["backend_options"],
         partition=manifest["partition"],
         build_fallbacks=manifest["build_fallbacks"],
+        direct_call=DirectCall.from_dict(manifest["direct_call"]) if manifest.get("direct_call") else None,
         engines=engines,
     )
+    if parts.direct_call is not None:
+        parts.direct_call.check(parts.artifacts, parts.inputs, parts.outputs, label)
     return parts, manifest

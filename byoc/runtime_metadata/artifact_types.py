@@ -6,9 +6,18 @@ import nothing from each other in a circle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from byoc.backend.codegen import Codegen, RegionCode, RegionSignature
+from byoc.codegen_c.library import CLibrary
+from byoc.codegen_json.runtime import JsonRuntime
+from byoc.custom_formats.format import CustomFormat
+from byoc.errors import ArtifactError
 from byoc.runtime_metadata.constants import ConstantStore
+
+# The code formats by the kind an artifact records for each region.
+FORMATS: dict[str, type[Codegen]] = {fmt.kind: fmt for fmt in (JsonRuntime, CLibrary, CustomFormat)}
 
 
 @dataclass(frozen=True)
@@ -43,11 +52,56 @@ class RegionArtifact:
     # checked on load against the stored arrays, and by C regions themselves when initialised.
     constant_specs: list[TensorSpec] = field(default_factory=list)
 
+    @property
+    def linked_into_host(self) -> bool:
+        """Whether the region's code is compiled into the host library (no engine)."""
+        return FORMATS[self.codegen].links_into_host
+
+    def code(self) -> RegionCode:
+        return RegionCode(self.payload, self.format_name, tuple(self.constants), self.info)
+
+    def signature(self) -> RegionSignature:
+        return RegionSignature(self.symbol, self.backend, self.format_name, [(s.shape, s.dtype) for s in self.inputs],
+                               [(s.shape, s.dtype) for s in self.outputs], {s.name: (s.shape, s.dtype) for s in self.constant_specs})
+
     def describe(self) -> dict:
         data = asdict(self)
         del data["payload"]
         data["payload_bytes"] = len(self.payload)
         return data
+
+
+@dataclass(frozen=True)
+class DirectCall:
+    """The region the model is, which model input each of its inputs is, and which region
+    output each model output is."""
+
+    symbol: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    def to_dict(self) -> dict:
+        return {"symbol": self.symbol, "inputs": list(self.inputs), "outputs": list(self.outputs)}
+
+    @staticmethod
+    def from_dict(data: dict) -> DirectCall:
+        return DirectCall(str(data["symbol"]), tuple(int(i) for i in data["inputs"]), tuple(int(o) for o in data["outputs"]))
+
+    def check(self, artifacts: Sequence[RegionArtifact], inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+              where: str) -> None:
+        """Raise ArtifactError unless this call fits the model's region and tensors."""
+        region = next((a for a in artifacts if a.symbol == self.symbol), None)
+        if region is None or region.linked_into_host:
+            raise ArtifactError(f"{where}: the direct call names region {self.symbol!r}, which is not a region with an engine")
+        ok = (len(self.inputs) == len(region.inputs) and len(self.outputs) == len(outputs)
+              and all(0 <= i < len(inputs) and _same(inputs[i], spec) for i, spec in zip(self.inputs, region.inputs))
+              and all(0 <= o < len(region.outputs) and _same(region.outputs[o], spec) for o, spec in zip(self.outputs, outputs)))
+        if not ok:
+            raise ArtifactError(f"{where}: the direct call of region {self.symbol} does not match the model's inputs and outputs")
+
+
+def _same(a: TensorSpec, b: TensorSpec) -> bool:
+    return (tuple(a.shape), a.dtype) == (tuple(b.shape), b.dtype)
 
 
 @dataclass(frozen=True)
@@ -78,3 +132,5 @@ class ModelParts:
     partition: dict | None = None  # the partition record, when the module came from partition_for
     build_fallbacks: dict[str, str] = field(default_factory=dict)  # region symbol -> why it runs on the host
     engines: dict[str, EmbeddedEngine] = field(default_factory=dict)  # region symbol -> its engine, built ahead
+    # The model as one region called with its inputs (see byoc.runtime_metadata.direct), or None.
+    direct_call: DirectCall | None = None

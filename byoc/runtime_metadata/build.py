@@ -13,7 +13,9 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from byoc.backend.registry import backend_origin, get_backend
+from byoc.backend.codegen import SETTINGS_ATTR
+from byoc.backend.engine import EngineContext
+from byoc.backend.registry import backend_origin, checked_backend_options, get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError, EngineError, UnknownBackendError
@@ -25,7 +27,7 @@ from byoc.partition.record import PARTITION_ATTR, PartitionRecord, RegionRecord
 from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact, TensorSpec
 from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.constants import ConstantStore
-from byoc.runtime_metadata.engine import EngineContext, creating_engine
+from byoc.runtime_metadata.direct import find_direct_call
 from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
 from byoc.runtime_metadata.engine_check import check_engine
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
@@ -95,16 +97,29 @@ def _fall_back(message: str, symbol: str, regions: dict[str, RegionRecord]) -> N
                   "(build with strict=True to make this an error)", stacklevel=4)
 
 
-def _generate(mod, strict, backend_options, store, backends, regions: dict[str, RegionRecord]):
+def _region_backends(mod: tvm.IRModule, overrides: Mapping[str, Backend]) -> dict[str, Backend | None]:
+    """Each vendor with regions in `mod`, configured with the settings its regions record (the
+    backend that partitioned them), or None when no such vendor is registered here."""
+    found: dict[str, Backend | None] = dict(overrides)  # used as given (calibration probes, tests)
+    for _, name, func in region_functions(mod):
+        if name in found:
+            continue
+        backend = _registered(name)
+        settings = func.attrs.get(SETTINGS_ATTR)
+        found[name] = backend.configured(json.loads(str(settings))) if backend is not None and settings is not None else backend
+    return found
+
+
+def _generate(mod, strict, backend_options, store, backends: Mapping[str, Backend | None], regions: dict[str, RegionRecord]):
     artifacts: list[RegionArtifact] = []
     failed: dict[str, str] = {}
     for symbol, backend_name, func in region_functions(mod):
-        backend = backends.get(backend_name) or _registered(backend_name)
+        backend = backends.get(backend_name)
         missing = backend.missing_part() if backend is not None else None
         if missing:  # not a code generation failure to fall back from: the machine lacks the vendor's part
             raise BuildError(f"region {symbol} ({backend_name}) cannot be built on this machine: {missing}")
         try:
-            backend = backends.get(backend_name) or get_backend(backend_name)
+            backend = backend or get_backend(backend_name)
             artifacts.append(generate_region(func, symbol, backend, store, backend_options.get(backend_name, {})))
         except Exception as error:
             message = f"region {symbol} ({backend_name}): code generation failed: {type(error).__name__}: {error}"
@@ -123,12 +138,12 @@ def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Back
     records: dict[str, EngineRecord] = {}
     failed: dict[str, str] = {}
     for artifact in artifacts:
-        if artifact.codegen == "c":  # linked into the host library, checked when it is initialised
+        if artifact.linked_into_host:  # no engine: checked when the host library initialises it
             continue
         where = f"region {artifact.symbol} ({artifact.backend})"
         try:
-            with creating_engine(EngineContext(artifact.symbol, sole_work)):
-                record = create_engine(artifact, backends[artifact.backend], store, backend_options.get(artifact.backend, {}), cache)
+            record = create_engine(artifact, backends[artifact.backend], store, backend_options.get(artifact.backend, {}), cache,
+                                   EngineContext(artifact.symbol, sole_work))
             check_engine(record.engine, artifact, where)
         except EngineError as error:  # the vendor's failure; an OptionError is the user's, and raised
             if strict:
@@ -164,7 +179,7 @@ def _c_modules_codegen(artifacts: dict[str, RegionArtifact]):
         modules = []
         for func in funcs:
             artifact = artifacts[str(func.attrs[SYMBOL_ATTR])]
-            if artifact.codegen == "c":
+            if artifact.linked_into_host:
                 symbol = artifact.symbol
                 # Constants are handed over from byoc's constant store through the init function,
                 # so the module reports none and TVM adds no constant loader of its own.
@@ -177,8 +192,8 @@ def _c_modules_codegen(artifacts: dict[str, RegionArtifact]):
 
 def _compile_flags(artifacts: list[RegionArtifact], backends: Mapping[str, Backend]) -> list[str]:
     flags: list[str] = []
-    for backend in {a.backend for a in artifacts if a.codegen == "c"}:
-        for flag in backends[backend].c_library.compile_flags():
+    for backend in sorted({a.backend for a in artifacts if a.linked_into_host}):
+        for flag in backends[backend].codegen.link_flags():
             if flag not in flags:
                 flags.append(flag)
     return flags
@@ -208,9 +223,20 @@ def _host_library(mod: tvm.IRModule, artifacts: list[RegionArtifact], backends: 
         try:
             executable.export_library(path, options=_compile_flags(artifacts, backends))
         except Exception as error:
-            raise BuildError(f"compiling the host library failed: {error}") from error
+            raise BuildError(f"compiling the host library failed: {_first_compiler_error(str(error))}") from error
         with open(path, "rb") as f:
             return f.read()
+
+
+def _first_compiler_error(text: str) -> str:
+    """TVM's message with the compiler's first error line brought to its first line: TVM starts
+    with "Compilation error:" and the compiler's output follows, where reports that keep one
+    line would lose it."""
+    lines = text.strip().splitlines()
+    first = next((line.strip() for line in lines if " error: " in line or line.startswith("error: ")), None)
+    if first is None or not lines or first == lines[0].strip():
+        return text
+    return f"{lines[0].strip()} {first}\n" + "\n".join(lines[1:])
 
 
 def build(
@@ -239,14 +265,15 @@ def build(
     """
     if engines not in ("lazy", "eager", "embed"):
         raise ByocError(f"engines must be 'lazy', 'eager' or 'embed', not {engines!r}")
-    backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
     store = ConstantStore()
     overrides = dict(backends or {})
+    configured = _region_backends(mod, overrides)
+    backend_options = checked_backend_options(backend_options or {}, configured)
     record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
     partition = json.loads(str(record)) if record is not None else None
     planned = {r.symbol: r for r in PartitionRecord.from_dict(partition).regions} if partition else {}
-    artifacts, failed = _generate(mod, strict, backend_options, store, overrides, planned)
-    backends = {a.backend: overrides.get(a.backend) or get_backend(a.backend) for a in artifacts}
+    artifacts, failed = _generate(mod, strict, backend_options, store, configured, planned)
+    backends = {a.backend: configured[a.backend] for a in artifacts}
     cache = EngineCache(cache_dir if cache_dir is not None else default_cache_dir())
     records: dict[str, EngineRecord] = {}
     if engines != "lazy":
@@ -259,7 +286,7 @@ def build(
         if failed:
             mod = inline_regions(partitioned, failed)
             store.keep_only({name for a in artifacts for name in a.constants})
-        backends = {a.backend: overrides.get(a.backend) or get_backend(a.backend) for a in artifacts}
+        backends = {a.backend: configured[a.backend] for a in artifacts}
         inputs, outputs = model_io(mod)
         parts = ModelParts(
             _host_library(mod, artifacts, backends, target, inputs, outputs),
@@ -272,6 +299,7 @@ def build(
             backend_options,
             partition=partition,
             build_fallbacks=failed,
+            direct_call=find_direct_call(mod, artifacts, region_symbol),
         )
         try:
             model = CompiledModel(parts, backends, cache, engines=records)

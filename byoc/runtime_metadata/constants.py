@@ -11,19 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-ALIGNMENT = 64  # what TVM's DLPack import requires, and what vector kernels like
-
-
-def aligned(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of `array` whose data starts on a 64-byte boundary (or `array`
-    itself when it already does), so that TVM can use it without another copy."""
-    if array.flags.c_contiguous and array.ctypes.data % ALIGNMENT == 0:
-        return array
-    raw = np.empty(array.nbytes + ALIGNMENT, dtype=np.uint8)
-    offset = -raw.ctypes.data % ALIGNMENT
-    result = raw[offset : offset + array.nbytes].view(array.dtype).reshape(array.shape)
-    np.copyto(result, array)
-    return result
+from byoc.backend.arrays import aligned
 
 
 def content_key(array: np.ndarray) -> str:

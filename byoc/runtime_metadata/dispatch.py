@@ -18,11 +18,11 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from byoc.backend.engine import EngineContext
 from byoc.backend.spec import Backend
 from byoc.errors import ArtifactError, ByocError, EngineError
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
-from byoc.runtime_metadata.engine import EngineContext, creating_engine
 from byoc.runtime_metadata.engine_cache import EngineCache
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
 
@@ -77,9 +77,8 @@ class RegionRuntime:
         if self.record is None:
             with self._lock:
                 if self.record is None:
-                    with creating_engine(self.context):
-                        self.record = create_engine(self.artifact, self.backend, self.store, self.options, self.cache,
-                                                    self.embedded, self.strict_engines)
+                    self.record = create_engine(self.artifact, self.backend, self.store, self.options, self.cache,
+                                                self.context, self.embedded, self.strict_engines)
         return self.record
 
     def _check(self, arrays: list[np.ndarray]) -> None:
@@ -92,23 +91,28 @@ class RegionRuntime:
         self._checked = True
 
     def __call__(self, *args: tvm.runtime.Tensor) -> None:
+        times = self.times
+        if times is None:
+            arrays = [np.from_dlpack(a) for a in args]
+            self.run_arrays(arrays[: self._num_inputs], arrays[self._num_inputs :])
+            return
+        start = time.perf_counter()
+        arrays = [np.from_dlpack(a) for a in args]
+        wrapped = time.perf_counter()
+        self.run_arrays(arrays[: self._num_inputs], arrays[self._num_inputs :])
+        done = time.perf_counter()
+        times.calls += 1
+        times.transfer += wrapped - start
+        times.execution += done - wrapped
+
+    def run_arrays(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        """The engine on the host's buffers (the VM's, or those `CompiledModel` keeps for a model
+        that is this region alone: see byoc.runtime_metadata.direct)."""
         try:
             record = self.record or self.ensure_engine()
-            times = self.times
-            if times is None:
-                arrays = [np.from_dlpack(a) for a in args]
-                if not self._checked:
-                    self._check(arrays)
-                record.engine.run(arrays[: self._num_inputs], arrays[self._num_inputs :])
-                return
-            start = time.perf_counter()
-            arrays = [np.from_dlpack(a) for a in args]
-            wrapped = time.perf_counter()
-            record.engine.run(arrays[: self._num_inputs], arrays[self._num_inputs :])
-            done = time.perf_counter()
-            times.calls += 1
-            times.transfer += wrapped - start
-            times.execution += done - wrapped
+            if not self._checked:
+                self._check([*inputs, *outputs])
+            record.engine.run(inputs, outputs)
         except ByocError as error:
             self._failure.error = error
             raise

@@ -12,10 +12,10 @@ import threading
 
 import numpy as np
 
+from byoc.backend.arrays import aligned
+from byoc.backend.engine import Engine
 from byoc.errors import EngineError
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
-from byoc.runtime_metadata.constants import aligned
-from byoc.runtime_metadata.engine import Engine
 
 
 def _mark(spec: TensorSpec, second: bool) -> np.generic:

@@ -46,7 +46,7 @@ def load_host_library(parts: ModelParts, where: str = "the host library") -> tvm
     """The host library of `parts`, loaded once per process, checked against the model's parts
     (see `signature`), its C regions initialised with their constants."""
     check_shared_library(parts.host_library, where)
-    initialised_with = [(a.symbol, [parts.store.key(n) for n in a.constants]) for a in parts.artifacts if a.codegen == "c"]
+    initialised_with = [(a.symbol, [parts.store.key(n) for n in a.constants]) for a in parts.artifacts if a.linked_into_host]
     variant = hashlib.sha256(repr(initialised_with).encode()).hexdigest()[:16] if initialised_with else ""
     path = library_file(parts.host_library, variant)
     try:
@@ -57,7 +57,7 @@ def load_host_library(parts: ModelParts, where: str = "the host library") -> tvm
     store = parts.store
     with _lock:
         for artifact in parts.artifacts:
-            if artifact.codegen != "c" or (str(path), artifact.symbol) in _initialised:
+            if not artifact.linked_into_host or (str(path), artifact.symbol) in _initialised:
                 continue
             constants = [tvm.runtime.from_dlpack(store.get(name)) for name in artifact.constants]
             init = module.get_function(init_symbol(artifact.symbol), query_imports=True)

@@ -16,7 +16,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from byoc.backend.registry import get_backend, list_backends
+from byoc.backend.registry import checked_backend_options, get_backend, list_backends
 from byoc.backend.spec import Backend
 from byoc.errors import ArtifactError, ByocError, InputError, MissingVendorError, UnknownBackendError
 from byoc.host.index_ranges import engine_index_error, take_index_error
@@ -47,12 +47,10 @@ class CompiledModel:
             a.symbol: RegionRuntime(a, backends[a.backend], parts.store, parts.backend_options.get(a.backend, {}), cache,
                                     parts.engines.get(a.symbol), strict_engines, sole_work, engines.get(a.symbol))
             for a in parts.artifacts
-            if a.codegen != "c"
+            if not a.linked_into_host
         }
-        for backend in {a.backend for a in parts.artifacts if a.codegen == "c"}:
-            setup = backends[backend].c_library.runtime_setup
-            if setup is not None:
-                setup()
+        for backend in sorted({a.backend for a in parts.artifacts}):
+            backends[backend].codegen.prepare_runtime()
         self.host = load_host_library(parts, f"{source}: the host library")
         self._input_kinds = [(spec.name, tuple(spec.shape), np.dtype(spec.dtype)) for spec in parts.inputs]
         self._local = threading.local()
@@ -101,6 +99,25 @@ class CompiledModel:
             entry = self._local.entry = (self._vm()["main"], buffers, [np.from_dlpack(b) for b in buffers])
         return entry
 
+    def _direct_entry(self) -> tuple[RegionRuntime, list[np.ndarray], list[np.ndarray]]:
+        """This thread's buffers for the direct call (the model is one region): numpy views of
+        TVM-allocated tensors, aligned as engines are promised, the same ones run after run."""
+        entry = getattr(self._local, "direct", None)
+        if entry is None:
+            region = self.regions[self.parts.direct_call.symbol]
+            tensors = [tvm.runtime.empty(s.shape, s.dtype) for s in [*region.artifact.inputs, *region.artifact.outputs]]
+            views = [np.from_dlpack(t) for t in tensors]
+            count = len(region.artifact.inputs)
+            entry = self._local.direct = (region, views[:count], views[count:], tensors)
+        return entry[:3]
+
+    def _run_direct(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        region, inputs, outputs = self._direct_entry()
+        for buffer, index in zip(inputs, self.parts.direct_call.inputs):
+            np.copyto(buffer, arrays[index])
+        region.run_arrays(inputs, outputs)
+        return [outputs[index].copy() for index in self.parts.direct_call.outputs]
+
     def create_engines(self) -> None:
         """Build every engine now rather than on first use."""
         for region in self.regions.values():
@@ -146,10 +163,12 @@ class CompiledModel:
     def run(self, *inputs, **named_inputs) -> list[np.ndarray]:
         """Run the model; inputs by position or by name. Returns every output as numpy."""
         arrays = self._arrange_inputs(inputs, named_inputs)
-        main, buffers, views = self._entry()
-        for view, array in zip(views, arrays):
-            np.copyto(view, array)
         try:
+            if self.parts.direct_call is not None:
+                return self._run_direct(arrays)
+            main, buffers, views = self._entry()
+            for view, array in zip(views, arrays):
+                np.copyto(view, array)
             return _as_arrays(main(*buffers))
         except Exception as error:
             index_error = take_index_error()  # a stale one (from a profile run) does not match this error
@@ -285,15 +304,16 @@ def load(
                 f"{label} needs vendor {name!r}, registered by {origin}; install that package. "
                 f"Registered vendors here: {', '.join(list_backends())}"
             ) from None
-        if backends[name].codegen != next(a.codegen for a in parts.artifacts if a.backend == name):
-            raise ArtifactError(f"{label}: vendor {name!r} here generates {backends[name].codegen!r} code; the artifact's "
-                                f"regions for it are {next(a.codegen for a in parts.artifacts if a.backend == name)!r}")
+        recorded = next(a.codegen for a in parts.artifacts if a.backend == name)
+        if backends[name].codegen.kind != recorded:
+            raise ArtifactError(f"{label}: vendor {name!r} here generates {backends[name].codegen.kind!r} code; the artifact's "
+                                f"regions for it are {recorded!r}")
     if parts.partition is not None:
         try:
             PartitionRecord.from_dict(parts.partition)
         except (KeyError, TypeError, ValueError) as error:
             raise ArtifactError(f"{label}: the partition record is malformed ({type(error).__name__}: {error})") from error
-    parts.backend_options = {**parts.backend_options, **(backend_options or {})}
+    parts.backend_options = {**parts.backend_options, **checked_backend_options(backend_options or {}, backends)}
     model = CompiledModel(parts, backends, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()), label,
                           strict_engines)
     if engines == "eager":

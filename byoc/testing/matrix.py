@@ -5,7 +5,7 @@ against float32 onnxruntime and whether it is within the vendor's stated toleran
 against onnxruntime on the whole model in the same run (or the vendor's own estimate where the
 device is simulated), and build time; optionally onnx's float32 and integer node cases per vendor.
 
-Latency is timed in alternating blocks of runs (see `byoc.bench.block_medians`), with the same
+Latency is timed in alternating blocks of runs (see `byoc.timing.time_blocks`), with the same
 thread count for byoc and onnxruntime. Zoo models are the reduced variants, light graphs are at
 their published size: the matrix is about where each op runs and whether results agree; the
 end-to-end benchmark (`byoc bench`) times full-size models.
@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,8 +28,9 @@ from byoc.models import exported
 from byoc.progress import Progress
 from byoc.testing import conformance
 from byoc.testing.kit import Evaluation, all_model_names, evaluate, exported_model_names, model_case, onnxruntime_session
+from byoc.timing import pin_threads, spread, time_blocks, time_runs
 
-SLOW_RUN_S = 0.5  # a system this slow per run is timed on 3 runs, not `rounds`
+SLOW_RUN_S = 0.5  # a system this slow per run is timed on `byoc.timing.SLOW_RUNS` runs, not `rounds`
 
 
 @dataclass
@@ -81,19 +81,12 @@ def _row(evaluation: Evaluation, precision: str) -> MatrixRow:
 
 
 def _time(evaluation: Evaluation, rounds: int, threads: int, row: MatrixRow) -> None:
-    from byoc.bench import block_medians
-
     session = onnxruntime_session(evaluation.model_proto, threads)
     sample = evaluation.samples[0]
     runners = {"onnxruntime": lambda: session.run(None, sample), "byoc": lambda: evaluation.compiled.run(**sample)}
-    slow = set()
-    for name, run in runners.items():
-        start = time.perf_counter()
-        run()
-        if time.perf_counter() - start > SLOW_RUN_S:
-            slow.add(name)
-    medians = block_medians(runners, rounds, slow)
-    row.byoc_ms, row.onnxruntime_ms = medians["byoc"], medians["onnxruntime"]
+    slow = {name for name, run in runners.items() if time_runs(run, 1, warmup=0)[0] > SLOW_RUN_S}
+    samples = time_blocks(runners, rounds, slow)
+    row.byoc_ms, row.onnxruntime_ms = spread(samples["byoc"]).median_ms, spread(samples["onnxruntime"]).median_ms
 
 
 def run_matrix(vendors: Sequence[str], models: Sequence[str], samples: int = 2, int8_samples: int = 10,
@@ -273,8 +266,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="write the matrix as Markdown (docs/matrix.md)")
     args = parser.parse_args(argv)
-    from byoc.bench import pin_threads
-
     pin_threads(args.threads, "byoc.testing.matrix", argv)
     vendors = args.vendors or list_backends()
     missing = {}  # vendors whose library or device this machine lacks: listed with the reason, not run

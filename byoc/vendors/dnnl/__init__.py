@@ -3,10 +3,10 @@
 Data sheet: float32, NCHW activations and OIHW weights. Convolutions (grouped and depthwise
 included) with bias, residual add and ReLU/clip fused as post-ops; matrix products (constant or
 activation weights, batched) with bias and ReLU, GELU or a residual add fused, or scaled by a
-constant (attention scores); max and average pooling; mean reductions with
-kept dimensions (global pooling); element-wise ops and broadcasting binary ops; softmax, layer
-normalisation, GELU (erf form), concatenation, reshape and transpose. Regions without MACs stay
-on the host: a reorder-only region costs more than it saves.
+constant (attention scores); max and average pooling; mean reductions over any axes, all by
+default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
+layer normalisation, GELU (erf form), concatenation, reshape and transpose. Regions without MACs
+stay on the host: a reorder-only region costs more than it saves.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tvm
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from byoc.annotate import fused_pattern
-from byoc.backend import Backend, CostRules, Limits, register_backend
+from byoc.backend import Backend, CostRules, Limits, Option, register_backend
 from byoc.codegen_c import CLibrary
 from byoc.flow import partition_for
 from byoc.vendors.dnnl import emitters, library, threads
@@ -38,13 +38,30 @@ from byoc.vendors.dnnl.predicates import (
     take_constant_index,
 )
 
+# The kernel library; each pattern and op below binds its emitter as it is declared.
+onednn = CLibrary(
+    name="onednn",
+    version=library.version() if library.installed() else "not installed",
+    headers=["oneapi/dnnl/dnnl.h", "math.h"],
+    include_dirs=lambda: [library.include_dir()],
+    library_dirs=library.library_dirs,
+    libraries=list(library.LIBRARIES),
+    prologue=library.PROLOGUE,
+    bind_buffer=library.bind_buffer,
+    runtime_setup=threads.limit_threads,
+)
+
 dnnl = Backend(
     name="dnnl",
-    codegen="c",
+    codegen=onednn,
     priority=10,
     description="Intel oneDNN on the CPU (C API, fused post-ops, blocked layouts inside regions)",
     limits=Limits(dtypes=("float32",), max_rank=6),
     cost=CostRules(fallback_without_macs=True),
+    build_options=[Option("layout", "activation layouts inside a region: follow the producer's, let each primitive "
+                          "choose, or follow only in regions with a grouped convolution (auto)", default="auto",
+                          choices=emitters.LAYOUT_POLICIES)],
+    unavailable=lambda: None if library.installed() else f"oneDNN is not installed ({library.RUNTIME_PACKAGE}): pip install 'byoc[dnnl]'",
 )
 
 # ---------------------------------------------------------------- composites
@@ -126,72 +143,45 @@ def _softmax_nan_to_zero():
     return is_op("relax.where")(is_op("relax.isnan")(probabilities), zero, probabilities), {"root": probabilities, "zero": zero}
 
 
-for _conv, _op in _CONVOLUTIONS.items():
-    dnnl.pattern(f"{_conv}_bias_add_relu", *_conv_with_residual(_op, "relax.nn.relu", False), check=fused_conv)
-    dnnl.pattern(f"{_conv}_bias_add_relu_swapped", *_conv_with_residual(_op, "relax.nn.relu", True), check=fused_conv)
-    dnnl.pattern(f"{_conv}_bias_add", *_conv_with_residual(_op, None, False), check=fused_conv)
-    dnnl.pattern(f"{_conv}_bias_add_swapped", *_conv_with_residual(_op, None, True), check=fused_conv)
-    dnnl.pattern(f"{_conv}_bias_act", *fused_pattern(_op, bias=True, activation=_ACTIVATIONS, constant_weight=True), check=fused_conv)
-    dnnl.pattern(f"{_conv}_bias", *fused_pattern(_op, bias=True, constant_weight=True), check=fused_conv)
-    dnnl.pattern(f"{_conv}_act", *fused_pattern(_op, activation=_ACTIVATIONS, constant_weight=True), check=fused_conv)
+_conv = emitters.convolution
+for _name, _op in _CONVOLUTIONS.items():
+    dnnl.pattern(f"{_name}_bias_add_relu", *_conv_with_residual(_op, "relax.nn.relu", False), check=fused_conv, emit=_conv)
+    dnnl.pattern(f"{_name}_bias_add_relu_swapped", *_conv_with_residual(_op, "relax.nn.relu", True), check=fused_conv, emit=_conv)
+    dnnl.pattern(f"{_name}_bias_add", *_conv_with_residual(_op, None, False), check=fused_conv, emit=_conv)
+    dnnl.pattern(f"{_name}_bias_add_swapped", *_conv_with_residual(_op, None, True), check=fused_conv, emit=_conv)
+    dnnl.pattern(f"{_name}_bias_act", *fused_pattern(_op, bias=True, activation=_ACTIVATIONS, constant_weight=True), check=fused_conv,
+                 emit=_conv)
+    dnnl.pattern(f"{_name}_bias", *fused_pattern(_op, bias=True, constant_weight=True), check=fused_conv, emit=_conv)
+    dnnl.pattern(f"{_name}_act", *fused_pattern(_op, activation=_ACTIVATIONS, constant_weight=True), check=fused_conv, emit=_conv)
+_dense = emitters.matmul
 for _form, (_, _values) in _GELU_FORMS.items():
     _check = expected_constants(_values, f"the {_form} form of GELU")
-    dnnl.pattern(f"dense_bias_{_form}", *_dense_bias_then(_form), check=lambda m, c=_check: dense_constant_weight(m) or c(m))
-dnnl.pattern("dense_bias_add", *_dense_bias_then("add"), check=dense_residual)
-dnnl.pattern("matmul_divide", *_scaled_matmul("relax.divide"), check=scaled_matmul)
-dnnl.pattern("matmul_multiply", *_scaled_matmul("relax.multiply"), check=scaled_matmul)
-dnnl.pattern("dense_bias_act", *fused_pattern("relax.matmul", bias=True, activation=_ACTIVATIONS, constant_weight=True), check=dense_constant_weight)
-dnnl.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=dense_constant_weight)
+    dnnl.pattern(f"dense_bias_{_form}", *_dense_bias_then(_form), check=lambda m, c=_check: dense_constant_weight(m) or c(m), emit=_dense)
+dnnl.pattern("dense_bias_add", *_dense_bias_then("add"), check=dense_residual, emit=_dense)
+dnnl.pattern("matmul_divide", *_scaled_matmul("relax.divide"), check=scaled_matmul, emit=_dense)
+dnnl.pattern("matmul_multiply", *_scaled_matmul("relax.multiply"), check=scaled_matmul, emit=_dense)
+dnnl.pattern("dense_bias_act", *fused_pattern("relax.matmul", bias=True, activation=_ACTIVATIONS, constant_weight=True),
+             check=dense_constant_weight, emit=_dense)
+dnnl.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=dense_constant_weight, emit=_dense)
 for _form, (_build, _values) in _GELU_FORMS.items():
-    dnnl.pattern(_form, *_build(wildcard()), check=expected_constants(_values, f"the {_form} form of GELU"))
-dnnl.pattern("softmax_nan_to_zero", *_softmax_nan_to_zero(), check=nan_to_zero)
+    dnnl.pattern(_form, *_build(wildcard()), check=expected_constants(_values, f"the {_form} form of GELU"), emit=emitters.eltwise)
+dnnl.pattern("softmax_nan_to_zero", *_softmax_nan_to_zero(), check=nan_to_zero, emit=emitters.softmax)
 
 # ------------------------------------------------------------------ single ops
-dnnl.supports(*_CONVOLUTIONS.values(), check=conv_channels_first)
-dnnl.supports("relax.matmul", check=matmul_shapes)
-dnnl.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=pool_nchw)
-dnnl.supports("relax.mean")
-dnnl.supports("relax.add", "relax.subtract", "relax.multiply", "relax.divide", check=binary_broadcast)
-dnnl.supports("relax.power", check=power_scalar)
-dnnl.supports(*emitters.ELTWISE_OPS, "relax.nn.softmax")
-dnnl.supports("relax.concat", check=concat_same_rank)
-dnnl.supports("relax.split")
-dnnl.supports("relax.take", check=take_constant_index)
-dnnl.supports("relax.nn.layer_norm", check=layer_norm_last_axis)
-dnnl.supports("relax.reshape", "relax.permute_dims")
-
-# ---------------------------------------------------------------------- codegen
-_conv_emitters = dict.fromkeys([*(p.name for p in dnnl.patterns if p.name.startswith("conv")), *_CONVOLUTIONS.values()], emitters.convolution)
-_dense_emitters = dict.fromkeys([*(p.name for p in dnnl.patterns if p.name.startswith(("dense", "matmul"))), "relax.matmul"], emitters.matmul)
-dnnl.c_library = CLibrary(
-    name="onednn",
-    version=library.version() if library.installed() else "not installed",
-    headers=["oneapi/dnnl/dnnl.h", "math.h"],
-    include_dirs=lambda: [library.include_dir()],
-    library_dirs=library.library_dirs,
-    libraries=list(library.LIBRARIES),
-    prologue=library.PROLOGUE,
-    bind_buffer=library.bind_buffer,
-    runtime_setup=threads.limit_threads,
-    emitters={
-        **_conv_emitters,
-        **_dense_emitters,
-        **dict.fromkeys(_GELU_FORMS, emitters.eltwise),
-        "relax.nn.max_pool2d": emitters.pooling,
-        "relax.nn.avg_pool2d": emitters.pooling,
-        "relax.mean": emitters.mean,
-        **dict.fromkeys(["relax.add", "relax.subtract", "relax.multiply", "relax.divide"], emitters.binary),
-        **dict.fromkeys([*emitters.ELTWISE_OPS, "relax.power"], emitters.eltwise),
-        "relax.nn.softmax": emitters.softmax,
-        "softmax_nan_to_zero": emitters.softmax,
-        "relax.concat": emitters.concat,
-        "relax.split": emitters.split,
-        "relax.take": emitters.take,
-        "relax.nn.layer_norm": emitters.layer_norm,
-        "relax.reshape": emitters.reshape,
-        "relax.permute_dims": emitters.permute_dims,
-    },
-)
+dnnl.supports(*_CONVOLUTIONS.values(), check=conv_channels_first, emit=_conv)
+dnnl.supports("relax.matmul", check=matmul_shapes, emit=_dense)
+dnnl.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=pool_nchw, emit=emitters.pooling)
+dnnl.supports("relax.mean", emit=emitters.mean)
+dnnl.supports("relax.add", "relax.subtract", "relax.multiply", "relax.divide", check=binary_broadcast, emit=emitters.binary)
+dnnl.supports("relax.power", check=power_scalar, emit=emitters.eltwise)
+dnnl.supports(*emitters.ELTWISE_OPS, emit=emitters.eltwise)
+dnnl.supports("relax.nn.softmax", emit=emitters.softmax)
+dnnl.supports("relax.concat", check=concat_same_rank, emit=emitters.concat)
+dnnl.supports("relax.split", emit=emitters.split)
+dnnl.supports("relax.take", check=take_constant_index, emit=emitters.take)
+dnnl.supports("relax.nn.layer_norm", check=layer_norm_last_axis, emit=emitters.layer_norm)
+dnnl.supports("relax.reshape", emit=emitters.reshape)
+dnnl.supports("relax.permute_dims", emit=emitters.permute_dims)
 
 register_backend(dnnl, origin="byoc (built-in)")
 

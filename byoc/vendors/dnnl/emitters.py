@@ -26,6 +26,9 @@ _BINARY = {"relax.add": "dnnl_binary_add", "relax.subtract": "dnnl_binary_sub", 
 
 
 def _float(value: float) -> str:
+    """A C float literal of `value`, which may be an int: TVM's ONNX importer writes the clip of
+    HardSigmoid with integer bounds, and `0f` is no C literal."""
+    value = float(value)
     if math.isinf(value):
         return "INFINITY" if value > 0 else "-INFINITY"
     return f"{value!r}f"
@@ -435,7 +438,8 @@ def mean(call: KernelCall) -> KernelCode:
     kernel = _Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
-    axes = sorted(a % len(x.shape) for a in node["attrs"]["axis"])
+    axis = node["attrs"]["axis"]  # None: every axis (ONNX ReduceMean without axes, a loss's mean)
+    axes = list(range(len(x.shape))) if axis is None else sorted(a % len(x.shape) for a in axis)
     kept = tuple(1 if a in axes else d for a, d in enumerate(x.shape))
     if kept == out.shape and len(x.shape) == 4 and axes == [2, 3]:
         return _global_average_pool(kernel, x, out)

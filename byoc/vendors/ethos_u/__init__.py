@@ -21,6 +21,7 @@ import tvm
 from byoc.annotate import fused_pattern
 from byoc.annotate.predicates import (
     channel_concat,
+    constant_channel_bias,
     flatten_only,
     fused_relu6,
     global_average_pool,
@@ -29,11 +30,11 @@ from byoc.annotate.predicates import (
     two_dimensional_weights,
 )
 from byoc.backend import Backend, Limits, Option, register_backend
+from byoc.backend.codegen import TARGET_ATTR
 from byoc.backend.tolerance import INT8
 from byoc.custom_formats import CustomFormat
 from byoc.errors import CustomFormatError
 from byoc.flow import partition_for
-from byoc.partition.outline import TARGET_ATTR
 from byoc.processing import LayoutPass, QuantizationConfig, QuantizePass
 from byoc.vendors.ethos_u import payload
 from byoc.vendors.ethos_u.executor import EthosUExecutor
@@ -107,6 +108,7 @@ def _pool(call) -> str | None:
 
 
 OPTIONS = [Option("accelerator", "Ethos-U configuration", default=DEFAULT_ACCELERATOR, choices=tuple(ACCELERATORS), target=True)]
+BUILD_OPTIONS = [Option("accelerator", "the Ethos-U this machine has: a blob built for another is refused at load", choices=tuple(ACCELERATORS))]
 
 
 def ethos_u_backend(accelerator: str = DEFAULT_ACCELERATOR) -> Backend:
@@ -115,25 +117,26 @@ def ethos_u_backend(accelerator: str = DEFAULT_ACCELERATOR) -> Backend:
     _check_accelerator(accelerator)
     backend = Backend(
         name="ethos_u",
-        codegen="custom",
         priority=8,
         description="Arm Ethos-U NPU (Vela command streams; reference int8 executor, no NPU here)",
         limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True, max_rank=4),
         processing=[LayoutPass(), QuantizePass(QuantizationConfig(per_channel=True))],
-        custom_format=ETHOS_U_PAYLOAD,
+        codegen=ETHOS_U_PAYLOAD,
         options=OPTIONS,
+        build_options=BUILD_OPTIONS,
         configure=ethos_u_backend,
         target=accelerator,
         tolerance=INT8,
     )
 
     def fused_conv(match):
-        return _conv(match["root"]) or fused_relu6(match)
+        return _conv(match["root"]) or constant_channel_bias(match) or fused_relu6(match)
 
     backend.pattern("conv2d_bias_act", *fused_pattern("relax.nn.conv2d", bias=True, activation=("relax.nn.relu", "relax.clip")), check=fused_conv)
-    backend.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True), check=lambda m: _conv(m["root"]))
-    backend.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True))
-    backend.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True))
+    backend.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True), check=lambda m: _conv(m["root"]) or constant_channel_bias(m))
+    backend.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True),
+                     check=constant_channel_bias)
+    backend.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=constant_channel_bias)
     backend.pattern("add_relu", *fused_pattern("relax.add", activation="relax.nn.relu"), check=lambda m: same_shape_add(m["root"]))
     backend.supports("relax.nn.conv2d", check=_conv)
     backend.supports("relax.matmul", check=two_dimensional_weights)

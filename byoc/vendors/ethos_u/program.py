@@ -99,11 +99,8 @@ class _Compiler:
         source_id = self.tensor(source)
         channels = self.tensors[out].shape[-1]
         scales = np.broadcast_to(weights.scale.reshape(-1), (channels,)).astype(np.float64)
-        add = kernel.node("relax.add")
-        bias = np.zeros(channels, np.float64)
-        if add is not None:
-            bias = np.asarray(next(kernel.operand(add, i) for i in (0, 1) if isinstance(kernel.operand(add, i), np.ndarray)), np.float64)
-            bias = np.broadcast_to(bias.reshape(-1), (channels,))
+        bias = kernel.bias(self.where)
+        bias = np.zeros(channels) if bias is None else np.broadcast_to(bias.reshape(-1), (channels,))
         in_scale, out_scale = self.tensors[source_id].scale, self.tensors[out].scale
         bias_int = np.clip(np.round(bias / (in_scale * scales)), -(2**31), 2**31 - 1).astype(np.int32)
         pairs = [quantize_multiplier(in_scale * s / out_scale) for s in scales]

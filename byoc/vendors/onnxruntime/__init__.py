@@ -25,7 +25,7 @@ from byoc.codegen_json import JsonRuntime
 from byoc.codegen_json.to_onnx import LATEST_OPSET, graph_to_onnx, onnx_checks
 from byoc.flow import partition_for
 from byoc.ir.types import dtype_name
-from byoc.vendors.onnxruntime.engine import SessionEngine
+from byoc.vendors.onnxruntime.engine import BUILD_OPTIONS, SessionEngine
 
 # Types ONNX allows but onnxruntime's CPU execution provider has no kernel for (the ONNX op of
 # every translation, one-node sessions on float32, int32, int64 and bool, onnxruntime 1.32).
@@ -52,12 +52,12 @@ def build_engine(graph, constants, options) -> SessionEngine:
 
 onnxruntime = Backend(
     name="onnxruntime",
-    codegen="json",
     priority=5,
     description=f"ONNX Runtime {ort.__version__}, CPU execution provider",
     limits=Limits(dtypes=("float32", "int32", "int64", "bool")),
     cost=CostRules(fallback_without_macs=True),
-    json_runtime=JsonRuntime(build_engine=build_engine, version=f"onnxruntime-{ort.__version__}"),
+    codegen=JsonRuntime(build_engine=build_engine, version=f"onnxruntime-{ort.__version__}"),
+    build_options=BUILD_OPTIONS,
 )
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from byoc.backend.engine import engine_context
+from byoc.backend.options import Option, parse_bool
 from byoc.errors import OptionError
-from byoc.runtime_metadata.engine import engine_context
 
 LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -20,7 +21,6 @@ LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
-OPTIONS = ("intra_op_num_threads", "graph_optimization_level", "allow_spinning")
 
 # Spinning. "auto" (the default): "always" when the region is all the model computes (see
 # `EngineContext.sole_work`), True otherwise. True: threads spin while a run is in progress and
@@ -45,6 +45,22 @@ SPINNING = {
     True: {"session.intra_op.allow_spinning": "1", "session.force_spinning_stop": "1"},
     "always": {"session.intra_op.allow_spinning": "1", "session.force_spinning_stop": "0"},
 }
+
+
+def _spinning(text: str) -> bool | str:
+    lowered = text.strip().lower()
+    return lowered if lowered in ("auto", "always") else parse_bool(lowered)
+
+
+# Session options, given per build or load (`backend_options={"onnxruntime": {...}}`).
+BUILD_OPTIONS = [
+    Option("intra_op_num_threads", "threads of each session (default: every core)", parse=int),
+    Option("graph_optimization_level", "onnxruntime's graph optimizations", default="all", choices=tuple(LEVELS)),
+    Option("allow_spinning", "threads spin while a run is in progress (true), also after it (always), never (false), "
+           "or always when the region is all the model computes and while running otherwise (auto)", default="auto",
+           parse=_spinning),
+]
+OPTIONS = tuple(option.name for option in BUILD_OPTIONS)
 
 
 # IO bindings kept per thread, by the buffers they bind: the VM hands a region the same few

@@ -11,17 +11,16 @@ from __future__ import annotations
 import tvm
 
 from byoc.annotate.patterns import fused_pattern
-from byoc.backend import Backend, Limits, register_backend
-from byoc.codegen_json import JsonRuntime
+from byoc.backend import Backend, Limits, Option, register_backend
+from byoc.codegen_json import JsonRuntime, tvm_engine
 from byoc.flow import partition_for
-from byoc.vendors.reference import tvm_engine
 
 reference = Backend(
     name="reference",
-    codegen="json",
     description="regions compiled by TVM (LLVM, untuned); the runnable stand-in for an accelerator",
     limits=Limits(dtypes=("float32",)),
-    json_runtime=JsonRuntime(
+    build_options=[Option("target", "the TVM target regions are compiled for", default=tvm_engine.TARGET)],
+    codegen=JsonRuntime(
         build_engine=tvm_engine.build_engine,
         version=f"tvm-{tvm.__version__}-{tvm_engine.TARGET}",
         save_engine=tvm_engine.save_engine,

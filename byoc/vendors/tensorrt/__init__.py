@@ -21,13 +21,13 @@ from __future__ import annotations
 import tvm
 
 from byoc.backend import Backend, CostRules, Limits, Option, register_backend
+from byoc.backend.codegen import TARGET_ATTR
 from byoc.backend.options import parse_bool
 from byoc.backend.tolerance import FP16, FP32
 from byoc.codegen_json import JsonRuntime
 from byoc.codegen_json.to_onnx import EMITTERS, ONNX_CHECKS, ONNX_OPS
 from byoc.flow import partition_for
 from byoc.ir.types import is_tensor_constant
-from byoc.partition.outline import TARGET_ATTR
 from byoc.processing import Float16Pass
 from byoc.vendors.tensorrt import engine
 from byoc.vendors.tensorrt.engine import Settings
@@ -80,12 +80,11 @@ def tensorrt_backend(fp16: bool = False, workspace_bytes: int = 1 << 30, min_blo
     settings = Settings(version, fp16, workspace_bytes)
     backend = Backend(
         name="tensorrt",
-        codegen="json",
         priority=9,
         description=f"NVIDIA TensorRT {format_version(version)} ({origin}), {'fp16' if fp16 else 'fp32'}",
         limits=Limits(dtypes=("float32", "float16", "int64", "bool")),
         cost=CostRules(min_ops_per_region=min_block_size, fallback_without_macs=remove_no_mac_subgraphs),
-        json_runtime=JsonRuntime(build_engine=engine.build_engine, version=f"tensorrt-{format_version(version)}",
+        codegen=JsonRuntime(build_engine=engine.build_engine, version=f"tensorrt-{format_version(version)}",
                                  save_engine=engine.save_engine, load_engine=engine.load_engine,
                                  environment=engine.environment),
         processing=[_Precision()],

@@ -8,7 +8,8 @@ Data sheet (public DPU data, UG1414 / PG338): convolution with kernels up to 16x
 8, padding under the kernel size; depthwise convolution (strides up to 4) on edge DPUs
 (DPUCZDX8G) only; max and average pooling with windows up to 8x8; element-wise add; channel
 concatenation; ReLU and ReLU6; fully connected layers; flatten. Weights and activations int8,
-per-tensor power-of-two scales calibrated at compile time.
+per-tensor power-of-two scales calibrated at compile time, each activation's by least error as
+Vitis AI's quantizer does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tvm
 from byoc.annotate import fused_pattern
 from byoc.annotate.predicates import (
     channel_concat,
+    constant_channel_bias,
     flatten_only,
     fused_relu6,
     global_average_pool,
@@ -29,12 +31,12 @@ from byoc.annotate.predicates import (
     two_dimensional_weights,
 )
 from byoc.backend import Backend, CostRules, Limits, Option, register_backend
+from byoc.backend.codegen import TARGET_ATTR
 from byoc.backend.options import parse_bool
 from byoc.backend.tolerance import INT8
 from byoc.custom_formats import CustomFormat
 from byoc.errors import CustomFormatError
 from byoc.flow import partition_for
-from byoc.partition.outline import TARGET_ATTR
 from byoc.processing import QuantizationConfig, QuantizePass
 from byoc.vendors.vitis_ai import bitstream
 from byoc.vendors.vitis_ai.configs import DpuConfig, dpu_config
@@ -107,6 +109,8 @@ OPTIONS = [
     Option("single_region", "keep only the region with the most MACs, as the BYOC paper's integration does",
            default=False, parse=parse_bool),
 ]
+BUILD_OPTIONS = [Option("dpu", "the DPU this machine has (family or family-architecture): a program built for another is "
+                        "refused at load")]
 
 
 def vitis_ai_backend(config: DpuConfig, single_region: bool = False) -> Backend:
@@ -115,26 +119,30 @@ def vitis_ai_backend(config: DpuConfig, single_region: bool = False) -> Backend:
     conv = _conv_limits(config)
     backend = Backend(
         name="vitis_ai",
-        codegen="custom",
         priority=8,
         description=f"simulated Xilinx {config.name}, {config.description}",
         limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True),
         cost=CostRules(max_regions=1) if single_region else CostRules(),
+        # Vitis AI's own quantizer picks each fixed-point position by least error (`min_diffs` here), which
+        # lowers the error of most models but ties a classifier's saturated top scores (byoc.processing.ranges):
+        # until calibration keeps model outputs unclipped, minmax stays the default and min_diffs an option.
         processing=[QuantizePass(QuantizationConfig(power_of_two=True, per_channel=False))],
-        custom_format=DPU_PROGRAM,
+        codegen=DPU_PROGRAM,
         options=OPTIONS,
+        build_options=BUILD_OPTIONS,
         configure=lambda dpu, single_region: vitis_ai_backend(dpu_config(dpu), single_region),
         target=config.name,
         tolerance=INT8,
     )
 
     def fused_conv(match):
-        return conv(match["root"]) or fused_relu6(match)
+        return conv(match["root"]) or constant_channel_bias(match) or fused_relu6(match)
 
     backend.pattern("conv2d_bias_act", *fused_pattern("relax.nn.conv2d", bias=True, activation=("relax.nn.relu", "relax.clip")), check=fused_conv)
-    backend.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True), check=lambda m: conv(m["root"]))
-    backend.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True))
-    backend.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True))
+    backend.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True), check=lambda m: conv(m["root"]) or constant_channel_bias(m))
+    backend.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True),
+                     check=constant_channel_bias)
+    backend.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=constant_channel_bias)
     backend.pattern("add_relu", *fused_pattern("relax.add", activation="relax.nn.relu"), check=lambda m: same_shape_add(m["root"]))
     backend.supports("relax.nn.conv2d", check=conv)
     backend.supports("relax.matmul", check=two_dimensional_weights)

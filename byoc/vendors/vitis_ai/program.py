@@ -90,10 +90,9 @@ class _Compiler:
         fix_in = self.tensors[self.tensor(source)].fix
         fix_w = fix_position(float(weights.scale.reshape(-1)[0]), f"{self.where}, weights of {root['name']!r}")
         out = self.tensor(kernel.output)
-        add = kernel.node("relax.add")
-        bias = np.zeros(weights.data.shape[0 if op != Op.DENSE else 1], np.float64)
-        if add is not None:
-            bias = np.asarray(next(kernel.operand(add, i) for i in (0, 1) if isinstance(kernel.operand(add, i), np.ndarray)), np.float64).reshape(-1)
+        channels = weights.data.shape[0 if op != Op.DENSE else 1]
+        bias = kernel.bias(self.where)
+        bias = np.zeros(channels) if bias is None else np.broadcast_to(bias.reshape(-1), (channels,))
         act, act_param = self._activation(kernel, self.tensors[out])
         bias_int = np.round(bias * 2.0 ** (fix_in + fix_w)).astype(np.int64)
         shift = fix_in + fix_w - self.tensors[out].fix

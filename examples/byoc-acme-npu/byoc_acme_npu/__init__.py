@@ -16,7 +16,6 @@ from byoc.codegen_json import JsonRuntime
 
 backend = byoc.Backend(
     name="acme_npu",
-    codegen="json",
     priority=5,
     description="ACME NPU (NumPy simulator)",
     limits=byoc.Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True),
@@ -94,4 +93,4 @@ class Simulator:
             np.copyto(out, read(ref))
 
 
-backend.json_runtime = JsonRuntime(build_engine=lambda graph, constants, options: Simulator(graph, constants), version="acme-sim-1")
+backend.codegen = JsonRuntime(build_engine=lambda graph, constants, options: Simulator(graph, constants), version="acme-sim-1")

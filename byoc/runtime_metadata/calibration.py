@@ -15,14 +15,16 @@ from typing import Any
 import numpy as np
 import tvm
 
+from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
-from byoc.codegen_json import JsonRuntime
+from byoc.codegen_json import JsonRuntime, tvm_engine
 from byoc.codegen_json.graph import kernels
 from byoc.errors import QuantizationError
 from byoc.partition.outline import CODEGEN_ATTR
 from byoc.processing.passes import RegionContext, apply_passes, default_calibration_method, passes_before_quantization
 from byoc.processing.quantize import CALIBRATION_ATTR, RegionCalibration
 from byoc.processing.ranges import METHODS, TensorRange
+from byoc.runtime_metadata.build import build, region_functions, region_symbol
 
 PROBE_BACKEND = "calibration_probe"
 
@@ -42,13 +44,11 @@ class _ProbeEngine:
     """Runs a region in float32 and records the ranges of its inputs and kernel outputs."""
 
     def __init__(self, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], ranges: _Ranges) -> None:
-        from byoc.vendors.reference.tvm_engine import build_engine
-
         self.kernels = kernels(graph)
         self.extra = [(k.index, i, o) for k in self.kernels for i, (ref, o) in enumerate(zip(k.output_refs(), k.result["outputs"]))]
         probe = dict(graph)
         probe["outputs"] = [*graph["outputs"], *(ref for k in self.kernels for ref in k.output_refs())]
-        self.engine = build_engine(probe, constants, {})
+        self.engine = tvm_engine.build_engine(probe, constants, {})
         self.ranges = ranges
         self.lock = threading.Lock()
 
@@ -73,8 +73,8 @@ def _probe_backend(collected: dict[str, _Ranges], target: Backend, options: Mapp
         ranges = collected.setdefault(graph["symbol"], _Ranges(len(graph["inputs"]), [len(k.result["outputs"]) for k in kernels(graph)], method))
         return _ProbeEngine(graph, constants, ranges)
 
-    return Backend(name=PROBE_BACKEND, codegen="json", description="float32 probe for calibration",
-                   json_runtime=JsonRuntime(build_engine=build_engine, version="probe"))
+    return Backend(name=PROBE_BACKEND, description="float32 probe for calibration",
+                   codegen=JsonRuntime(build_engine=build_engine, version="probe"))
 
 
 def calibrate(
@@ -89,9 +89,6 @@ def calibrate(
     taken on the region graphs as the backend's processing passes before quantization leave
     them; `options` are the backend's build options those passes may read. `method` turns the
     values seen into ranges (`byoc.processing.ranges`); by default the backend's own."""
-    from byoc.backend.registry import get_backend
-    from byoc.runtime_metadata.build import build, region_functions, region_symbol
-
     target = get_backend(backend)
     method = method or default_calibration_method(target.processing, options or {})
     if method not in METHODS:

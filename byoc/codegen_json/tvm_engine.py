@@ -17,12 +17,25 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from byoc.backend.arrays import aligned
 from byoc.codegen_json.to_relax import graph_to_relax
 
 TARGET = "llvm"
 # TVM's VirtualMachine constructor is not thread-safe: threads creating VMs at once aborted the
 # process (SIGABRT in _setup_device). Creation is once per thread, so one lock costs nothing.
 _VM_CREATION = threading.Lock()
+
+
+def _tensor(array: np.ndarray) -> tvm.runtime.Tensor:
+    """`array` as a TVM tensor: a view where TVM takes one (the host's buffers), an aligned copy
+    where its DLPack import refuses the memory (a slice, a transposed or read-only array,
+    memory numpy allocated) or its kernels the strides (an empty array: numpy's are not dense)."""
+    if array.size:
+        try:
+            return tvm.runtime.from_dlpack(array)
+        except (RuntimeError, BufferError):
+            pass
+    return tvm.runtime.from_dlpack(aligned(array))
 
 
 class TvmEngine:
@@ -39,7 +52,7 @@ class TvmEngine:
         return vm
 
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        result = self._vm()["main"](*[tvm.runtime.from_dlpack(x) for x in inputs])
+        result = self._vm()["main"](*[_tensor(x) for x in inputs])
         results = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
         for out, value in zip(outputs, results):
             np.copyto(out, np.from_dlpack(value))

@@ -1,0 +1,75 @@
+"""Models that are one region called with the model's inputs: run without the virtual machine.
+
+When the host function only hands the model's inputs to one region that runs through an engine
+and returns that region's outputs (an ONNX file the onnxruntime vendor takes whole, an exported
+transformer), the VM adds nothing but its call path: for each run, the VM's call, a Python
+callback, DLPack views of every buffer and the outputs read back through the FFI, 20-30 us in
+all, 5-13% of a tiny model's 0.2-0.5 ms. `CompiledModel.run` then calls the engine directly on
+buffers it keeps (the same ones run after run, as the VM's are, so an engine that binds them,
+like onnxruntime's, binds once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tvm
+from tvm import relax
+
+from byoc.runtime_metadata.artifact_types import DirectCall, RegionArtifact
+
+
+def find_direct_call(mod: tvm.IRModule, artifacts: Sequence[RegionArtifact], region_symbol) -> DirectCall | None:
+    """The direct call `mod`'s main function amounts to, or None when it does anything else
+    (host ops, several regions, a region linked into the host, an input passed through)."""
+    main = mod["main"]
+    count = int(main.attrs["num_input"]) if main.attrs is not None and "num_input" in main.attrs else len(main.params)
+    params = list(main.params[:count])
+    engines = {a.symbol for a in artifacts if not a.linked_into_host}
+    body = main.body
+    if not isinstance(body, relax.SeqExpr):
+        return None
+    call: tuple[str, tuple[int, ...]] | None = None
+    values: dict[relax.Var, object] = {}  # var -> "call" | output index | tuple of those
+
+    def resolve(expr):
+        if isinstance(expr, relax.Var):
+            return values.get(expr)
+        if isinstance(expr, relax.Tuple):
+            items = tuple(resolve(field) for field in expr.fields)
+            return None if any(item is None for item in items) else items
+        if isinstance(expr, relax.TupleGetItem) and resolve(expr.tuple_value) == "call":
+            return int(expr.index)
+        return None
+
+    for block in body.blocks:
+        for binding in block.bindings:
+            if not isinstance(binding, relax.VarBinding):
+                return None
+            value = binding.value
+            if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) and call is None:
+                symbol = region_symbol(value.op, mod[value.op])
+                if symbol not in engines or not all(any(arg.same_as(p) for p in params) for arg in value.args):
+                    return None
+                positions = tuple(next(i for i, p in enumerate(params) if p.same_as(arg)) for arg in value.args)
+                call = (symbol, positions)
+                values[binding.var] = "call"
+                continue
+            resolved = resolve(value)
+            if resolved is None:
+                return None
+            values[binding.var] = resolved
+    if call is None:
+        return None
+    region = next(a for a in artifacts if a.symbol == call[0])
+    result = resolve(body.body)
+    if result == "call":  # the region's one output, or its tuple returned as the model's
+        outputs = (0,) if len(region.outputs) == 1 and not isinstance(main.ret_ty, relax.TupleType) else None
+        outputs = outputs or tuple(range(len(region.outputs)))
+    elif isinstance(result, int):
+        outputs = (result,)
+    elif isinstance(result, tuple) and all(isinstance(item, int) for item in result):
+        outputs = result
+    else:
+        return None
+    return DirectCall(call[0], call[1], outputs)
