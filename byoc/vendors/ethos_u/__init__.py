@@ -18,17 +18,8 @@ import struct
 
 import tvm
 
-from byoc.annotate import fused_pattern
-from byoc.annotate.predicates import (
-    channel_concat,
-    constant_channel_bias,
-    flatten_only,
-    fused_relu6,
-    global_average_pool,
-    same_shape_add,
-    shape,
-    two_dimensional_weights,
-)
+from byoc.annotate.int8_cnn import declare_int8_cnn
+from byoc.annotate.predicates import shape
 from byoc.backend import Backend, Limits, Option, register_backend
 from byoc.backend.codegen import TARGET_ATTR
 from byoc.backend.tolerance import INT8
@@ -129,22 +120,7 @@ def ethos_u_backend(accelerator: str = DEFAULT_ACCELERATOR) -> Backend:
         tolerance=INT8,
     )
 
-    def fused_conv(match):
-        return _conv(match["root"]) or constant_channel_bias(match) or fused_relu6(match)
-
-    backend.pattern("conv2d_bias_act", *fused_pattern("relax.nn.conv2d", bias=True, activation=("relax.nn.relu", "relax.clip")), check=fused_conv)
-    backend.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True), check=lambda m: _conv(m["root"]) or constant_channel_bias(m))
-    backend.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True),
-                     check=constant_channel_bias)
-    backend.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=constant_channel_bias)
-    backend.pattern("add_relu", *fused_pattern("relax.add", activation="relax.nn.relu"), check=lambda m: same_shape_add(m["root"]))
-    backend.supports("relax.nn.conv2d", check=_conv)
-    backend.supports("relax.matmul", check=two_dimensional_weights)
-    backend.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=_pool)
-    backend.supports("relax.mean", check=global_average_pool(256))
-    backend.supports("relax.add", check=same_shape_add)
-    backend.supports("relax.concat", check=channel_concat)
-    backend.supports("relax.reshape", check=flatten_only)
+    declare_int8_cnn(backend, _conv, _pool, mean_window=256)
     return backend
 
 
