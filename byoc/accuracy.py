@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.runtime_metadata.model import CompiledModel
 
 Reference = Callable[[Mapping[str, np.ndarray]], Sequence[np.ndarray]]
@@ -50,16 +51,22 @@ class AccuracyReport:
         return self.to_table()
 
 
-def onnxruntime_reference(model: onnx.ModelProto) -> Reference:
+def onnxruntime_reference(model: onnx.ModelProto, names: Sequence[str] | None = None) -> Reference:
+    """onnxruntime on `model`, fed inputs by byoc's names: `names` are the compiled model's input
+    names, in the order of the ONNX model's run-time inputs (the importer renames inputs whose
+    names are not identifiers: `input.1` becomes `input_1`)."""
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return lambda inputs: session.run(None, dict(inputs))
+    onnx_names = [value.name for value in bind_inputs(model).graph.input]
+    rename = dict(zip(names, onnx_names)) if names is not None and len(names) == len(onnx_names) else {}
+    return lambda inputs: session.run(None, {rename.get(name, name): value for name, value in inputs.items()})
 
 
 def measure_accuracy(compiled: CompiledModel, reference: onnx.ModelProto | Reference, samples: Sequence[Mapping[str, np.ndarray]]) -> AccuracyReport:
     """Compare `compiled` with `reference` on `samples` (inputs by name)."""
     if not samples:
         raise ValueError("accuracy needs at least one sample")
-    run_reference = onnxruntime_reference(reference) if isinstance(reference, onnx.ModelProto) else reference
+    run_reference = (onnxruntime_reference(reference, [spec.name for spec in compiled.inputs])
+                     if isinstance(reference, onnx.ModelProto) else reference)
     max_error, squared_error, squared_norm, agreements = 0.0, 0.0, 0.0, []
     shared_rows, all_rows = 0, 0
     classifier = True

@@ -2,7 +2,10 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from byoc.cli import main
 
@@ -109,3 +112,24 @@ def test_node_case_rates_are_the_same_in_several_processes():
     alone = node_case_rates(["onnxruntime", "dnnl"], pattern)
     shared = node_case_rates(["onnxruntime", "dnnl"], pattern, jobs=2)
     assert alone == shared and [r.handled - r.not_taken for r in alone[0]] == [3, 2]
+
+
+def test_a_dynamic_file_compiles_with_shapes_and_checks_its_accuracy(tmp_path, capsys):
+    """`--shapes` fixes dynamic dimensions; the accuracy check runs on any file, also one whose
+    input names the importer renames (`input.1`)."""
+    x = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["batch", 8])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 4], np.linspace(-1, 1, 32, dtype=np.float32))
+    nodes = [helper.make_node("MatMul", ["input.1", "w"], ["m"], name="m"), helper.make_node("Relu", ["m"], ["y"], name="y")]
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [w])
+    path = tmp_path / "dynamic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    artifact = str(tmp_path / "dynamic.byoc")
+    assert main(["compile", str(path), "--vendor", "onnxruntime", "-o", artifact]) == 2
+    assert "input 'input.1' has dynamic dim 0 (batch)" in capsys.readouterr().err
+    assert main(["compile", str(path), "--vendor", "onnxruntime", "-o", artifact, "--shapes", "input.1=3x8",
+                 "--accuracy-samples", "2"]) == 0
+    assert "relative L2 0.00%" in capsys.readouterr().out
+    assert main(["run", artifact]) == 0
+    assert "output 0: shape (3, 4) float32" in capsys.readouterr().out
+    assert main(["partition", str(path), "--vendor", "dnnl", "--shapes", "input.1=3x9"]) == 2
+    assert "dim 1 is 8 in the model, not 9" in capsys.readouterr().err

@@ -84,8 +84,47 @@ def test_dynamic_input_needs_a_shape():
 
 
 def test_shapes_for_unknown_inputs_are_refused():
-    with pytest.raises(ModelLoadError, match="unknown inputs"):
+    with pytest.raises(ModelLoadError, match=r"unknown input\(s\) \['z'\]; the model's inputs are \['x'\]"):
         byoc.from_onnx(_dynamic_model(), shapes={"x": [1, 4], "z": [1]})
+    # A misspelt name is refused even where the real input is left dynamic.
+    with pytest.raises(ModelLoadError, match=r"unknown input\(s\) \['X'\]"):
+        byoc.from_onnx(_dynamic_model(), shapes={"X": [1, 4]})
+
+
+def _two_dynamic_inputs():
+    """input_ids and attention_mask as exporters write them: both [batch, seq]."""
+    values = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", "seq"]) for name in ("ids", "mask")]
+    node = helper.make_node("Mul", ["ids", "mask"], ["y"], name="mul")
+    graph = helper.make_graph([node], "g", values, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_every_dynamic_input_is_named_at_once_and_named_dimensions_are_shared():
+    with pytest.raises(DynamicShapeError, match=r"input 'ids' has dynamic dim 0 \(batch\), dim 1 \(seq\); input 'mask' has "
+                                                r"dynamic dim 0 \(batch\), dim 1 \(seq\)\. .*shapes=\{'ids': \[...\], 'mask': \[...\]\}"):
+        byoc.from_onnx(_two_dynamic_inputs())
+    # One input's shape gives `batch` and `seq` for the other.
+    mod = byoc.from_onnx(_two_dynamic_inputs(), shapes={"ids": [2, 16]})
+    assert [[int(d) for d in p.ty.shape.values] for p in mod["main"].params] == [[2, 16], [2, 16]]
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ({"ids": [2, 16], "mask": [2, 8]}, r"dimension 'seq' is 16 for input 'ids' dim 1 but 8 for input 'mask' dim 1"),
+    ({"ids": [2, -1]}, r"dim 1 \(seq\) is -1; every dimension must be a positive integer"),
+    ({"ids": [0, 16]}, r"dim 0 \(batch\) is 0; every dimension must be a positive integer"),
+    ({"ids": [2, 16, 1]}, r"has 3 dimension\(s\); the model's input 'ids' has 2"),
+    ({"ids": "2x16"}, r"expected a list of integers"),
+])
+def test_contradicting_shapes_are_named_before_conversion(shapes, message):
+    with pytest.raises(ModelLoadError, match=message):
+        byoc.from_onnx(_two_dynamic_inputs(), shapes=shapes)
+
+
+def test_shapes_that_contradict_a_static_file_are_refused():
+    model = small_model("mlp")
+    name = model.graph.input[0].name
+    with pytest.raises(ModelLoadError, match=rf"shapes\['{name}'\] = \[2, 64\]: dim 0 is 1 in the model, not 2"):
+        byoc.from_onnx(model, shapes={name: [2, 64]})
 
 
 def test_batch_norm_folding_keeps_numerics():

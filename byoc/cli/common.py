@@ -16,6 +16,8 @@ from byoc.backend.spec import Backend
 from byoc.errors import ModelLoadError, OptionError, PartitionError
 from byoc.flow import declared_options, describe_options, partition_for
 from byoc.frontend import from_onnx
+from byoc.frontend.onnx_import import load_onnx_model
+from byoc.frontend.onnx_shapes import parse_shapes
 from byoc.processing.passes import needs_calibration
 from byoc.runtime_metadata.build import model_io
 
@@ -23,15 +25,20 @@ from byoc.runtime_metadata.build import model_io
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="an ONNX file, or the name of a zoo model (see `byoc models`)")
     parser.add_argument("--small", action="store_true", help="zoo models only: the reduced test-size configuration")
+    parser.add_argument("--shapes", nargs="+", default=[], metavar="INPUT=DIMxDIM",
+                        help="static shapes for inputs with dynamic dimensions, e.g. input_ids=1x32 (a named dimension "
+                             "given for one input holds for every input that has it)")
 
 
-def load_model(name: str, small: bool = False) -> tuple[onnx.ModelProto | None, tvm.IRModule, str]:
-    """(ONNX model, Relax module, label) for a file path or a zoo name."""
+def load_model(name: str, small: bool = False, shapes: list[str] | None = None) -> tuple[onnx.ModelProto | None, tvm.IRModule, str]:
+    """(ONNX model, Relax module, label) for a file path or a zoo name, with `--shapes` items."""
+    fixed = parse_shapes(shapes or [])
     if os.path.exists(name) or name.endswith(".onnx"):
-        return None, from_onnx(name), os.path.basename(name)
+        model = load_onnx_model(name)
+        return model, from_onnx(model, shapes=fixed), os.path.basename(name)
     if name in zoo.names():
         model = zoo.get(name, small=small)
-        return model, from_onnx(model), name + (" (small)" if small else "")
+        return model, from_onnx(model, shapes=fixed), name + (" (small)" if small else "")
     raise ModelLoadError(f"{name!r} is neither an ONNX file nor a zoo model; zoo models: {', '.join(zoo.names())}")
 
 
@@ -78,11 +85,11 @@ def vendors(args: argparse.Namespace) -> list[str]:
 
 
 def random_inputs(mod: tvm.IRModule, model: onnx.ModelProto | None, seed: int) -> dict[str, np.ndarray]:
-    """Seeded random inputs: the zoo's (which know vocabulary sizes) or from the input types."""
-    if model is not None:
-        return zoo.sample_inputs(model, seed=seed)
+    """Seeded random inputs at the shapes the module was imported with, in the value ranges the
+    model's metadata gives (the zoo's and the exported suite's know vocabulary sizes)."""
     inputs, _ = model_io(mod)
-    return zoo.random_inputs([(s.name, s.shape, s.dtype) for s in inputs], seed)
+    ranges = zoo.input_ranges(model) if model is not None else {}
+    return zoo.random_inputs([(s.name, s.shape, s.dtype) for s in inputs], seed, ranges)
 
 
 def vendor_options(args: argparse.Namespace, backends: list[Backend]) -> dict[str, Any]:

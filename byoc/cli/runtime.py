@@ -51,7 +51,7 @@ def add_parser(commands) -> None:
 
 
 def run_compile(args: argparse.Namespace) -> int:
-    model, mod, label = load_model(args.model, args.small)
+    model, mod, label = load_model(args.model, args.small, args.shapes)
     partitioned = partition(args, mod, model)
     compiled = build(partitioned, strict=args.strict, engines="embed" if args.embed_engines else "lazy",
                      backend_options=backend_options(args))

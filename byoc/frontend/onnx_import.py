@@ -16,12 +16,13 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
-from byoc.errors import DynamicShapeError, ModelLoadError
+from byoc.errors import ModelLoadError
 from byoc.frontend.cleanup import cleanup
 from byoc.frontend.onnx_constants import fold_onnx_constants
 from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.frontend.onnx_ops import CONVERTERS
+from byoc.frontend.onnx_shapes import static_input_shapes
 from byoc.frontend.onnx_support import expand, unsupported_ops
 from byoc.ir.rewrite import rebuild_function
 
@@ -73,27 +74,6 @@ def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelPr
     return model
 
 
-def _static_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
-    resolved = {}
-    for value in model.graph.input:
-        if value.name in shapes:
-            resolved[value.name] = [int(d) for d in shapes[value.name]]
-            continue
-        dims = value.type.tensor_type.shape.dim
-        unknown = [i for i, d in enumerate(dims) if not d.HasField("dim_value") or d.dim_value < 0]
-        if unknown:
-            described = ", ".join(f"dim {i} ({dims[i].dim_param or '?'})" for i in unknown)
-            raise DynamicShapeError(
-                f"input {value.name!r} has dynamic {described}; byoc compiles for static shapes: "
-                f"pass shapes={{{value.name!r}: [...]}}"
-            )
-        resolved[value.name] = [d.dim_value for d in dims]
-    unknown_names = set(shapes) - set(resolved)
-    if unknown_names:
-        raise ModelLoadError(f"shapes given for unknown inputs {sorted(unknown_names)}; the model's inputs are {sorted(resolved)}")
-    return resolved
-
-
 def from_onnx(
     source: str | os.PathLike | onnx.ModelProto,
     shapes: Mapping[str, Sequence[int]] | None = None,
@@ -108,13 +88,13 @@ def from_onnx(
     Inputs that have an initializer are constants; inputs that no node reads are dropped.
     """
     model = bind_inputs(load_onnx_model(source), constants)
+    input_shapes = static_input_shapes(model, shapes or {})
     refused = unsupported_ops(model)
     if refused:
         listed = "; ".join(f"node {name!r} ({op}): {why}" for name, op, why in refused[:10])
         more = f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
         raise ModelLoadError(f"model {model.graph.name!r} has ops the ONNX frontend cannot import: {listed}{more}")
     model = expand(model)
-    input_shapes = _static_input_shapes(model, shapes or {})
     model = fold_batch_norms(fold_onnx_constants(model, input_shapes))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     importer = _NamingImporter(input_shapes, "float32", keep_params_in_input=False, sanitize=True)

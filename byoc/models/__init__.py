@@ -92,13 +92,18 @@ def random_inputs(specs: Iterable[tuple[str, Sequence[int], str]], seed: int = 0
     return inputs
 
 
-def sample_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded random inputs that fit the model's input shapes, dtypes and value ranges."""
-    ranges = {
+def input_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
+    """The value range of each integer input the model's metadata records (token ids)."""
+    return {
         prop.key[len(INPUT_RANGE_KEY) :]: tuple(int(v) for v in prop.value.split(","))
         for prop in model.metadata_props
         if prop.key.startswith(INPUT_RANGE_KEY)
     }
+
+
+def sample_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random inputs that fit the model's input shapes, dtypes and value ranges."""
+    ranges = input_ranges(model)
     initializers = {init.name for init in model.graph.initializer}
     specs = [
         (value.name, [d.dim_value for d in value.type.tensor_type.shape.dim],

@@ -154,7 +154,11 @@ def _tag_targets(mod: tvm.IRModule, backends: list[Backend]) -> tvm.IRModule:
     tags = {b.name: {TARGET_ATTR: b.target} if b.target else {} for b in backends}
     for b in backends:
         if b.settings:
-            tags[b.name][SETTINGS_ATTR] = json.dumps(dict(b.settings), sort_keys=True)
+            try:
+                tags[b.name][SETTINGS_ATTR] = json.dumps(dict(b.settings), sort_keys=True)
+            except TypeError as error:
+                raise PartitionError(f"backend {b.name!r}: its option values are recorded on its regions as JSON, and "
+                                     f"{dict(b.settings)!r} is not JSON ({error})") from error
     if not any(tags.values()):
         return mod
     tagged = mod.clone()
