@@ -72,6 +72,10 @@ KEPT_BINDINGS = 4
 class _Bindings(threading.local):
     def __init__(self) -> None:
         self.by_buffers: dict[tuple[int, ...], ort.IOBinding] = {}
+        # The arrays of the last run and their binding: a model that is this region alone hands
+        # the same array objects every run (see byoc.runtime_metadata.direct), and comparing them
+        # by identity skips reading four addresses (5 us a run).
+        self.last: tuple[tuple[np.ndarray, ...], ort.IOBinding] | None = None
 
 
 class SessionEngine:
@@ -105,14 +109,21 @@ class SessionEngine:
         # A binding made per run cost 20 to 30 us (bert's region: 383 -> 360 us a run with the
         # binding kept; onnxruntime's own `run` on the file: 400 us). Shapes and dtypes are
         # static, checked by the caller on its first call, so the addresses name a binding.
-        key = tuple(array.ctypes.data for array in (*inputs, *outputs))
-        bindings = self._bindings.by_buffers
+        arrays = (*inputs, *outputs)
+        kept = self._bindings
+        last = kept.last
+        if last is not None and len(last[0]) == len(arrays) and all(a is b for a, b in zip(last[0], arrays)):
+            self.session.run_with_iobinding(last[1])
+            return
+        key = tuple(array.ctypes.data for array in arrays)
+        bindings = kept.by_buffers
         io = bindings.get(key)
         if io is None:
             io = self._bind(inputs, outputs)
             if len(bindings) == KEPT_BINDINGS:
                 del bindings[next(iter(bindings))]
             bindings[key] = io
+        kept.last = (arrays, io)
         self.session.run_with_iobinding(io)
 
     def _bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> ort.IOBinding:
