@@ -8,7 +8,7 @@ from byoc import models
 from byoc.backend import Backend, CostRules, Limits, Option, Pattern, Tolerance, get_backend, list_backends, register_backend, unregister_backend
 from byoc.backend.registry import BUILTIN_VENDORS
 from byoc.flow import partition_for
-from byoc.frontend import cleanup, from_onnx
+from byoc.frontend import cleanup, from_onnx, from_torch
 from byoc.partition import PartitionReport, RegionSummary, report
 from byoc.placement.report import PlacementReport, placement_report
 from byoc.runtime_metadata import CompiledModel, Engine, build, load
@@ -30,6 +30,7 @@ __all__ = [
     "build",
     "cleanup",
     "from_onnx",
+    "from_torch",
     "get_backend",
     "list_backends",
     "load",

@@ -105,7 +105,7 @@ def from_onnx(
         raise
     except Exception as error:
         raise ModelLoadError(f"cannot convert model {model.graph.name!r}: {error}") from error
-    mod["main"] = _name_helper_bindings(mod["main"], importer.node_of_var)
+    mod["main"] = name_helper_bindings(mod["main"], importer.node_of_var)
     return cleanup(mod) if clean else mod
 
 
@@ -115,7 +115,7 @@ def _declare_input_dtypes(importer: ONNXGraphImporter, model: onnx.ModelProto) -
     }
 
 
-def _name_helper_bindings(func: relax.Function, node_of_var: dict[int, str]) -> relax.Function:
+def name_helper_bindings(func: relax.Function, node_of_var: dict[int, str]) -> relax.Function:
     """Name every binding after the ONNX node whose conversion made it: a node's result is
     known, and the helper bindings made while converting it come right before it."""
     names: dict[int, str] = {}

@@ -1,0 +1,91 @@
+"""PyTorch modules imported directly (`byoc.from_torch`): numerics against torch itself, the
+module's qualified names in reports, ops TVM cannot convert refused by node, and a clear error
+where torch is absent."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import byoc
+from byoc.errors import ModelLoadError
+from byoc.models import exported
+
+from conftest import assert_fp32_close
+
+needs_torch = pytest.mark.skipif(exported.available() is not None, reason=exported.available() or "")
+
+
+def _mlp():
+    import torch
+
+    class Mlp(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            return torch.softmax(self.fc2(torch.nn.functional.gelu(self.fc1(x))), dim=-1)
+
+    torch.manual_seed(0)
+    return Mlp()
+
+
+@needs_torch
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_a_module_runs_like_torch_with_its_parts_named(vendor):
+    import torch
+
+    module, x = _mlp(), torch.randn(2, 16, generator=torch.Generator().manual_seed(1))
+    partitioned = byoc.partition_for(byoc.from_torch(module, [x]), vendor)
+    report = byoc.report(partitioned)
+    assert report.offload_ratio_macs == 1.0
+    assert any(name.startswith("fc1.") for region in report.regions for name in region.nodes)
+    with torch.no_grad():
+        assert_fp32_close(byoc.build(partitioned).run(x.numpy()), [module(x).numpy()])
+
+
+@needs_torch
+def test_a_transformers_model_imports_by_keyword_with_every_mac_offloaded():
+    import torch
+    import transformers
+
+    arch = exported.describe("bert")
+    config = exported._config(arch, "tiny")
+    torch.manual_seed(0)
+    model = getattr(transformers, arch.model_class)(config, **arch.model_arguments).eval()
+    ids = torch.randint(0, config.vocab_size, (1, 32), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones(1, 32, dtype=torch.int64)
+    partitioned = byoc.partition_for(byoc.from_torch(model, {"input_ids": ids, "attention_mask": mask}), "dnnl")
+    report = byoc.report(partitioned)
+    assert report.offload_ratio_macs == 1.0
+    # What stays on the host is named after the module it belongs to, and says why.
+    assert any(op.node.startswith("embeddings.") for op in report.host_ops) and all(op.reasons for op in report.host_ops)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask)
+    assert_fp32_close(byoc.build(partitioned).run(ids.numpy(), mask.numpy()),
+                      [out.last_hidden_state.numpy(), out.pooler_output.numpy()])
+
+
+@needs_torch
+def test_ops_tvm_cannot_convert_are_refused_by_node():
+    import torch
+
+    class Running(torch.nn.Module):
+        def forward(self, x):
+            return torch.cummax(x, dim=1)[0] + torch.kthvalue(x, 2, dim=1, keepdim=True)[0]
+
+    with pytest.raises(ModelLoadError, match=r"Running has ops TVM's PyTorch frontend cannot convert: "
+                                             r"node 'cummax' \(cummax.default\); node 'kthvalue' \(kthvalue.default\)"):
+        byoc.from_torch(Running(), [torch.randn(2, 8)])
+    with pytest.raises(ModelLoadError, match="torch.export could not export Running"):
+        byoc.from_torch(Running(), [np.zeros((2, 8))])  # not a tensor
+
+
+def test_without_torch_the_error_names_the_extra():
+    code = ("import sys; sys.modules['torch'] = None\nimport byoc\n"
+            "try:\n    byoc.from_torch(object(), [])\nexcept byoc.errors.ModelLoadError as error:\n    print(error)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "from_torch needs PyTorch: pip install 'byoc[torch]'" in done.stdout
