@@ -17,14 +17,13 @@ from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.errors import ModelLoadError
-from byoc.frontend.cleanup import cleanup
+from byoc.frontend.naming import named_module
 from byoc.frontend.onnx_constants import fold_onnx_constants
 from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.frontend.onnx_ops import CONVERTERS
 from byoc.frontend.onnx_shapes import static_input_shapes
 from byoc.frontend.onnx_support import expand, unsupported_ops
-from byoc.ir.rewrite import rebuild_function
 
 
 class _NamingImporter(ONNXGraphImporter):
@@ -99,37 +98,10 @@ def from_onnx(
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     importer = _NamingImporter(input_shapes, "float32", keep_params_in_input=False, sanitize=True)
     _declare_input_dtypes(importer, model)
-    try:
-        mod = importer.from_onnx(model.graph, opset)
-    except ModelLoadError:
-        raise
-    except Exception as error:
-        raise ModelLoadError(f"cannot convert model {model.graph.name!r}: {error}") from error
-    mod["main"] = name_helper_bindings(mod["main"], importer.node_of_var)
-    return cleanup(mod) if clean else mod
+    return named_module(lambda: importer.from_onnx(model.graph, opset), importer.node_of_var, f"model {model.graph.name!r}", clean)
 
 
 def _declare_input_dtypes(importer: ONNXGraphImporter, model: onnx.ModelProto) -> None:
     importer._dtype = {
         value.name: onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name for value in model.graph.input
     }
-
-
-def name_helper_bindings(func: relax.Function, node_of_var: dict[int, str]) -> relax.Function:
-    """Name every binding after the ONNX node whose conversion made it: a node's result is
-    known, and the helper bindings made while converting it come right before it."""
-    names: dict[int, str] = {}
-    pending: list[int] = []
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            var_id = binding.var.id_
-            pending.append(var_id)
-            if isinstance(binding.value, relax.Var) and binding.value.id_ in node_of_var:
-                # A graph output is an alias (`gv`) of its node's result, and clean-up keeps the
-                # alias's variable: it takes the node's name, or reports and errors say "gv".
-                node_of_var[var_id] = node_of_var[binding.value.id_]
-            if var_id in node_of_var:
-                for helper_id in pending:
-                    names[helper_id] = node_of_var[var_id]
-                pending.clear()
-    return rebuild_function(func, name_of=lambda var: names.get(var.id_))

@@ -18,8 +18,7 @@ import tvm
 from tvm import relax
 
 from byoc.errors import ModelLoadError, one_line
-from byoc.frontend.cleanup import cleanup
-from byoc.frontend.onnx_import import name_helper_bindings
+from byoc.frontend.naming import named_module
 
 
 def _torch():
@@ -85,11 +84,4 @@ def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], c
         listed = "; ".join(f"node {name!r} ({op})" for name, op in refused[:10])
         more = f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
         raise ModelLoadError(f"{label} has ops TVM's PyTorch frontend cannot convert: {listed}{more}")
-    try:
-        mod = importer.from_exported_program(program, False, True, False, None)
-    except ModelLoadError:
-        raise
-    except Exception as error:
-        raise ModelLoadError(f"cannot convert {label}: {one_line(error)}") from error
-    mod["main"] = name_helper_bindings(mod["main"], importer.node_of_var)
-    return cleanup(mod) if clean else mod
+    return named_module(lambda: importer.from_exported_program(program, False, True, False, None), importer.node_of_var, label, clean)
