@@ -119,13 +119,21 @@ class Backend:
     def checked_build_options(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """`values` checked against the declared build options: an unknown name or a value
         outside an option's choices is an OptionError naming the vendor and what it takes."""
+        known = self._build_options(values)
+        return {name: known[name].check(self.name, value, OptionError) for name, value in values.items()}
+
+    def build_option(self, name: str) -> Option:
+        """The declared build option `name`; an unknown one is an OptionError, as above."""
+        return self._build_options([name])[name]
+
+    def _build_options(self, names) -> dict[str, Option]:
         known = {option.name: option for option in self.build_options}
-        unknown = sorted(set(values) - set(known))
+        unknown = sorted(set(names) - set(known))
         if unknown:
             takes = f"it takes {', '.join(sorted(known))}" if known else "it takes none"
             raise OptionError(f"vendor {self.name!r} has no build option {', '.join(map(repr, unknown))}; {takes} "
                               "(see `byoc vendors`)")
-        return {name: known[name].check(self.name, value, OptionError) for name, value in values.items()}
+        return known
 
     # --------------------------------------------------------------- patterns
     def pattern(

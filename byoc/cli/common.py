@@ -143,9 +143,5 @@ def backend_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         vendor, dot, name = key.partition(".")
         if not sep or not dot or not vendor or not name:
             raise OptionError(f"--backend-option expects VENDOR.NAME=VALUE, got {item!r}")
-        backend = get_backend(vendor)
-        option = next((o for o in backend.build_options if o.name == name), None)
-        if option is None:
-            backend.checked_build_options({name: text})  # raises, naming what the vendor takes
-        found.setdefault(vendor, {})[name] = option.from_text(vendor, text, OptionError)
+        found.setdefault(vendor, {})[name] = get_backend(vendor).build_option(name).from_text(vendor, text, OptionError)
     return found

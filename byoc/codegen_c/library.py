@@ -132,14 +132,11 @@ class CLibrary(Codegen):
     def bind(self, name: str, emitter: Emitter) -> None:
         self.emitters[name] = emitter
 
-    def link_flags(self) -> list[str]:
-        return self.compile_flags()
-
     def prepare_runtime(self) -> None:
         if self.runtime_setup is not None:
             self.runtime_setup()
 
-    def compile_flags(self) -> list[str]:
+    def link_flags(self) -> list[str]:
         flags = [f"-I{d}" for d in self.include_dirs()]
         for directory in self.library_dirs():
             flags += [f"-L{directory}", f"-Wl,-rpath,{directory}"]

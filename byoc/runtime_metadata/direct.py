@@ -63,9 +63,8 @@ def find_direct_call(mod: tvm.IRModule, artifacts: Sequence[RegionArtifact], reg
         return None
     region = next(a for a in artifacts if a.symbol == call[0])
     result = resolve(body.body)
-    if result == "call":  # the region's one output, or its tuple returned as the model's
-        outputs = (0,) if len(region.outputs) == 1 and not isinstance(main.ret_ty, relax.TupleType) else None
-        outputs = outputs or tuple(range(len(region.outputs)))
+    if result == "call":  # the region's result returned as the model's: its outputs in order
+        outputs = tuple(range(len(region.outputs)))
     elif isinstance(result, int):
         outputs = (result,)
     elif isinstance(result, tuple) and all(isinstance(item, int) for item in result):
