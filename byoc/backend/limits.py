@@ -26,6 +26,7 @@ WEIGHT_OPS = frozenset(
     }
 )
 _LAYOUT_ATTRS = ("data_layout", "layout")
+_QDQ_OPS = ("relax.quantize", "relax.dequantize")
 
 
 def _parameter(arg: relax.Expr) -> bool:
@@ -44,6 +45,10 @@ class Limits:
     max_rank: int | None = None
     constant_weights: bool = False
     static_shapes: bool = True
+    # Integer dtypes taken on the integer side of quantize and dequantize ops: a backend that
+    # lists any takes a quantized model's own quantization (its weights stay int8, see
+    # byoc.frontend.quantized); one that lists none gets the weights folded to float.
+    quantized: tuple[str, ...] = ()
 
     def violation(self, call: relax.Call, inside: Callable[[relax.Expr], bool] | None = None, output: bool = True) -> str | None:
         """Why `call` breaks these limits, or None. In a composite, values that never leave it
@@ -55,11 +60,12 @@ class Limits:
                     if not (inside is not None and inside(arg)) and not _parameter(arg) for t in tensor_types(arg.ty)]
         if output:
             operands += [("output", i, t) for i, t in enumerate(tensor_types(call.ty))]
+        dtypes = (*self.dtypes, *self.quantized) if self.dtypes is not None and op_name in _QDQ_OPS else self.dtypes
         for role, index, ty in operands:
             if self.static_shapes and not has_static_shape(ty):
                 return f"{role} {index} has a dynamic shape"
-            if self.dtypes is not None and dtype_name(ty) not in self.dtypes:
-                return f"{role} {index} has dtype {dtype_name(ty)}; supported: {', '.join(self.dtypes)}"
+            if dtypes is not None and dtype_name(ty) not in dtypes:
+                return f"{role} {index} has dtype {dtype_name(ty)}; supported: {', '.join(dtypes)}"
             if self.max_rank is not None and ty.ndim > self.max_rank:
                 return f"{role} {index} has rank {ty.ndim}; at most {self.max_rank} supported"
         if self.layouts is not None and call.attrs is not None:

@@ -6,6 +6,7 @@ import tvm
 from tvm import relax
 
 from byoc.frontend.fold_constants import fold_constants_numpy
+from byoc.frontend.quantized import keep_weights
 
 
 def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
@@ -13,6 +14,7 @@ def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
 
     Batch norms that follow a convolution were folded on the ONNX graph already; any other is
     decomposed into multiply/add here, so that no backend sees a training-style batch_norm tuple.
+    A quantized model's weights stay int8 behind their dequantize (see byoc.frontend.quantized).
     """
     passes = tvm.transform.Sequential(
         [
@@ -23,4 +25,4 @@ def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
             relax.transform.DeadCodeElimination(["main"]),
         ]
     )
-    return passes(mod)
+    return keep_weights(passes)(mod)

@@ -115,10 +115,13 @@ class _PatternChecker:
             for name in names:
                 self.policy.reasons.add(name, f"{self.backend.name}: pattern {self.pattern.name}: {reason}")
             return False
-        # The composite is named after its first op (the conv of conv+bias+relu, say).
+        # The composite is named after its first op (the conv of conv+bias+relu, say), past the
+        # dequantizes a quantized kernel starts with.
         positions = self.policy.positions
         root = ctx.value_to_bound_var[ctx.matched_expr]
-        first = min(ctx.matched_bindings.keys(), key=lambda var: positions[var.id_])
+        computing = [var for var, value in ctx.matched_bindings.items()
+                     if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.dequantize")]
+        first = min(computing or ctx.matched_bindings.keys(), key=lambda var: positions[var.id_])
         members = tuple(sorted(positions[var.id_] for var in ctx.matched_bindings.keys()))
         self.policy.accepted_roots.append((positions[root.id_], first.name, members))
         return True

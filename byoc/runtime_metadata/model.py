@@ -139,6 +139,8 @@ class CompiledModel:
         Run on every call: a tiny model runs in a few hundred microseconds, so the common case
         (numpy arrays of the right kind) costs a few comparisons per input."""
         expected = self.inputs
+        if len(args) == 1 and isinstance(args[0], Mapping) and not named:  # run({"input": x}), as onnxruntime takes them
+            args, named = (), dict(args[0])
         if args and named:
             raise InputError("give inputs either by position or by name, not both")
         if named:

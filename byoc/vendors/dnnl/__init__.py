@@ -20,7 +20,7 @@ from byoc.annotate import fused_pattern
 from byoc.backend import Backend, CostRules, Limits, Option, register_backend
 from byoc.codegen_c import CLibrary
 from byoc.flow import partition_for
-from byoc.vendors.dnnl import emitters, library, threads
+from byoc.vendors.dnnl import emitters, int8, library, threads
 from byoc.vendors.dnnl.predicates import (
     binary_broadcast,
     concat_same_rank,
@@ -56,7 +56,7 @@ dnnl = Backend(
     codegen=onednn,
     priority=10,
     description="Intel oneDNN on the CPU (C API, fused post-ops, blocked layouts inside regions)",
-    limits=Limits(dtypes=("float32",), max_rank=6),
+    limits=Limits(dtypes=("float32",), max_rank=6, quantized=("int8", "uint8")),
     cost=CostRules(fallback_without_macs=True),
     build_options=[Option("layout", "activation layouts inside a region: follow the producer's, let each primitive "
                           "choose, or follow only in regions with a grouped convolution (auto)", default="auto",
@@ -65,6 +65,7 @@ dnnl = Backend(
 )
 
 # ---------------------------------------------------------------- composites
+int8.declare(dnnl)
 _ACTIVATIONS = ("relax.nn.relu", "relax.clip", "relax.nn.gelu", "relax.nn.gelu_tanh")
 _CONVOLUTIONS = {"conv2d": "relax.nn.conv2d", "conv1d": "relax.nn.conv1d"}
 

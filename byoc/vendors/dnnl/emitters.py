@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
 from byoc.vendors.dnnl.library import dims, rank
+from byoc.vendors.dnnl.quantization import DNNL_TYPES, KernelQuantization, Scales, dequantized, kernel_quantization, scales_of
 
 _ELTWISE = {
     "relax.nn.relu": ("dnnl_eltwise_relu", "0.f", "0.f"),
@@ -81,7 +84,7 @@ class _Kernel:
         return f'DNNL_CHECK({call}, "{self.where}: {what}");'
 
     # ------------------------------------------------------ memory descriptors
-    def md(self, shape: tuple[int, ...], tag: str = "any") -> str:
+    def md(self, shape: tuple[int, ...], tag: str = "any", dtype: str = "float32") -> str:
         """A local memory descriptor of `shape`: any layout, plain, or a oneDNN format tag ("acdb")."""
         name = self._name("md")
         self.local_mds.append(name)
@@ -89,10 +92,10 @@ class _Kernel:
         self.setup.append("{")
         self.setup.append(f"  dnnl_dims_t shape = {dims(shape)};")
         if tag == "plain":
-            self.setup.append("  " + self.check(f"byoc_plain_md(&{name}, {rank(shape)}, shape, dnnl_f32)", f"descriptor {shape}"))
+            self.setup.append("  " + self.check(f"byoc_plain_md(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]})", f"descriptor {shape}"))
         else:
             format_tag = "dnnl_format_tag_any" if tag == "any" else f"dnnl_{tag}"
-            create = f"dnnl_memory_desc_create_with_tag(&{name}, {rank(shape)}, shape, dnnl_f32, {format_tag})"
+            create = f"dnnl_memory_desc_create_with_tag(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]}, {format_tag})"
             self.setup.append("  " + self.check(create, f"descriptor {shape}"))
         self.setup.append("}")
         return name
@@ -105,7 +108,7 @@ class _Kernel:
         """A memory over a constant's data with another (plain) shape, e.g. a bias [1, C, 1, 1]
         seen as [C]. Returns the memory's C name."""
         name = self._name("view")
-        md = self.md(shape, "plain")
+        md = self.md(shape, "plain", buffer.dtype)
         self.state.append(f"static dnnl_memory_t {name} = NULL;")
         self.setup.append(self.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {buffer.name})", f"view of {buffer.name}"))
         return name
@@ -146,7 +149,7 @@ class _Kernel:
         reordered per call. Returns the memory."""
         name = self._name("plain")
         self.state.append(f"static byoc_conversion {name};")
-        self.setup.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {self.md(buffer.shape, 'plain')})",
+        self.setup.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {self.md(buffer.shape, 'plain', buffer.dtype)})",
                                      f"plain layout of {buffer.name}"))
         self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
         return f"{name}.memory"
@@ -178,7 +181,7 @@ class _Kernel:
         name = self._name("result")
         self.state += [f"static dnnl_memory_t {name}_view = NULL;", f"static byoc_conversion {name};"]
         size = f"&{buffer.name}_bytes" if buffer.kind == "intermediate" else "NULL"
-        out_md = self.md(buffer.shape, "plain")
+        out_md = self.md(buffer.shape, "plain", buffer.dtype)
         self.setup.append(self.check(f"byoc_result_init(&{name}, &{buffer.name}_mem, {size}, {out_md})", "result layout"))
         self.setup.append(self.check(f"dnnl_memory_create(&{name}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "output view"))
         self.point(f"{name}_view", f"{name}.memory")
@@ -226,6 +229,34 @@ class _Kernel:
             self.setup.append("}")
         return attr
 
+    # ---------------------------------------------------------- quantization
+    def array(self, what: str, values: np.ndarray, dtype: str) -> str:
+        """A memory over values fixed at code generation (scales, zero points); returns its name."""
+        name = self._name(what)
+        ctype, literal = ("float", _float) if dtype == "float32" else ("int32_t", lambda v: str(int(v)))
+        self.state.append(f"static {ctype} {name}_data[{values.size}] = {{{', '.join(literal(v) for v in values.reshape(-1))}}};")
+        self.state.append(f"static dnnl_memory_t {name} = NULL;")
+        md = self.md((values.size,), "plain", dtype)
+        self.setup.append(self.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {name}_data)", what))
+        return name
+
+    def scales(self, attr: str, arg: str, scales: Scales, mask: int) -> None:
+        """The scale (and a zero point other than 0) of argument `arg` ("DNNL_ARG_SRC"), set on
+        `attr` with `mask` (0: one value; a bit per dimension the values run along)."""
+        self.setup.append(self.check(f"dnnl_primitive_attr_set_scales_mask({attr}, {arg}, {mask})", "scales"))
+        self.exec_args.append((f"DNNL_ARG_ATTR_SCALES | {arg}", self.array("scale", scales.scale, "float32")))
+        if scales.has_zero_point:
+            self.setup.append(self.check(f"dnnl_primitive_attr_set_zero_points_mask({attr}, {arg}, 0)", "zero points"))
+            self.exec_args.append((f"DNNL_ARG_ATTR_ZERO_POINTS | {arg}", self.array("zero", scales.zero_point[:1], "int32")))
+
+    def quantization(self, attr: str, q: KernelQuantization, weight_mask: int) -> None:
+        """The scales of an int8 kernel's source, weights and result, set on `attr`."""
+        self.scales(attr, "DNNL_ARG_SRC", q.source_scales, 0)
+        if q.weight_scales is not None:
+            self.scales(attr, "DNNL_ARG_WEIGHTS", q.weight_scales, weight_mask if q.weight_scales.per_channel else 0)
+        if q.output_scales is not None:
+            self.scales(attr, "DNNL_ARG_DST", q.output_scales, 0)
+
     # ------------------------------------------------------------------ code
     def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = ()) -> KernelCode:
         """`retry` creates the descriptor again (into `retry_pd`) with other layouts, in order,
@@ -263,6 +294,8 @@ def _fused_tail(call: KernelCall, root: dict) -> tuple[CBuffer | None, list[dict
     post: list[dict] = []
     operands: list[tuple[CBuffer, int]] = []
     for node in call.nodes[call.nodes.index(root) + 1 :]:
+        if node["op"] == "relax.quantize":  # the result's quantization, not a post-op (see dnnl.quantization)
+            continue
         form = call.pattern.removeprefix("dense_bias_") if call.pattern else None
         if form in GELU_FORMS and bias is not None:
             post.append({"op": form, "algorithm": GELU_FORMS[form]})  # the rest of the composite is the GELU
@@ -305,18 +338,21 @@ def convolution(call: KernelCall) -> KernelCode:
     conv = next(n for n in call.nodes if n["op"] in ("relax.nn.conv2d", "relax.nn.conv1d"))
     attrs = conv["attrs"]
     x, w = call.arg(conv, 0), call.arg(conv, 1)
+    quantized = kernel_quantization(call, conv)
+    if quantized is not None:  # an int8 convolution: its operands are the int8 tensors behind the dequantizes
+        x, w = quantized.source, quantized.weights
     out = call.outputs[0]
     groups = attrs["groups"]
     oc, icg, *window = w.shape
     weight_shape = (groups, oc // groups, icg, *window) if groups > 1 else w.shape
     bias, post, residuals = _fused_tail(call, conv)
     followed = x.kind == "intermediate" and _follow_layouts(call)
-    src_md = kernel.md_of(x) if followed else kernel.md(x.shape)
-    weights_any = kernel.md(weight_shape)
+    src_md = kernel.md_of(x) if followed else kernel.md(x.shape, dtype=x.dtype)
+    weights_any = kernel.md(weight_shape, dtype=w.dtype)
     weights_plain = kernel.view(w, weight_shape)
     bias_memory = kernel.view(bias, (oc,)) if bias is not None else None
     bias_md = kernel.md((oc,), "plain") if bias is not None else "NULL"
-    dst_md = kernel.md(out.shape)
+    dst_md = kernel.md(out.shape, dtype=out.dtype)
     # A residual that comes in plain NCHW from outside the region, against the NHWC or blocked
     # result the convolution runs in, sent it to oneDNN's reference code: a ResNet-50 block cut
     # at a residual took 133 ms instead of 2, MobileNetV2 blocks 8-21 ms instead of 0.1-0.3. It
@@ -325,6 +361,8 @@ def convolution(call: KernelCall) -> KernelCode:
     spatial = len(window)  # padding lists the starts of every spatial axis, then the ends
     channels_last = "acb" if spatial == 1 else "acdb"
     attr = kernel.post_ops(post, residuals, len(out.shape), "any" if followed else channels_last)
+    if quantized is not None:  # per output channel: the weights' first dimension (groups: the first two)
+        kernel.quantization(attr, quantized, 0b11 if groups > 1 else 0b1)
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_strides = {dims(tuple(attrs['strides']))};")
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_dilates = {dims(tuple(d - 1 for d in attrs['dilation']))};")
     kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_l = {dims(tuple(attrs['padding'][:spatial]))};")
@@ -342,8 +380,8 @@ def convolution(call: KernelCall) -> KernelCode:
     # another layout: MobileNetV2 ran 35x slower; ConvNeXt's depthwise convolutions after a
     # transpose to plain NCHW ran im2col), then take plain NCHW, where its GEMM kernels take grouped
     # convolutions with few channels per group (ShuffleNet ran 400x slower in its reference code).
-    chosen = (create("retry_pd", kernel.md(x.shape), kernel.md(out.shape)),) if followed else ()
-    retry = (*chosen, create("retry_pd", kernel.md(x.shape, "plain"), kernel.md(out.shape, "plain")))
+    chosen = (create("retry_pd", kernel.md(x.shape, dtype=x.dtype), kernel.md(out.shape, dtype=out.dtype)),) if followed else ()
+    retry = (*chosen, create("retry_pd", kernel.md(x.shape, "plain", x.dtype), kernel.md(out.shape, "plain", out.dtype)))
     kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
     kernel.weights("DNNL_ARG_WEIGHTS", weights_plain, "dnnl_query_weights_md")
     if bias_memory is not None:
@@ -357,6 +395,9 @@ def matmul(call: KernelCall) -> KernelCode:
     kernel = _Kernel(call)
     node = call.node("relax.matmul")
     x, w = call.arg(node, 0), call.arg(node, 1)
+    quantized = kernel_quantization(call, node)
+    if quantized is not None:  # an int8 product of the int8 tensors behind the dequantizes
+        x, w = quantized.source, quantized.weights or w
     out = call.outputs[0]
     bias, post, residuals = _fused_tail(call, node)
     # The rows of an input of rank > 2 times 2-D constant weights are one matrix product: oneDNN
@@ -377,12 +418,14 @@ def matmul(call: KernelCall) -> KernelCode:
         bias_shape = (1, channels) if rows else (1,) * (len(out_shape) - len(bias.shape)) + bias.shape
         bias_md, bias_memory = kernel.md(bias_shape, "plain"), kernel.view(bias, bias_shape)
     attr = kernel.post_ops(post, residuals, len(out_shape))
-    weights_md = kernel.md(weight_shape)
+    if quantized is not None:  # per output column: the weights' last dimension
+        kernel.quantization(attr, quantized, 1 << (len(weight_shape) - 1))
+    weights_md = kernel.md(weight_shape, dtype=w.dtype)
     if rows:
-        src_md, dst_md = kernel.md(x_shape, "plain"), kernel.md(out_shape, "plain")
+        src_md, dst_md = kernel.md(x_shape, "plain", x.dtype), kernel.md(out_shape, "plain", out.dtype)
         kernel.direct("DNNL_ARG_SRC", kernel.rows_view(x, src_md))
     else:
-        src_md, dst_md = kernel.md(x_shape), kernel.md(out_shape)
+        src_md, dst_md = kernel.md(x_shape, dtype=x.dtype), kernel.md(out_shape, dtype=out.dtype)
         kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
     if w.kind == "constant":
         kernel.weights("DNNL_ARG_WEIGHTS", kernel.view(w, weight_shape), "dnnl_query_weights_md")
@@ -401,8 +444,13 @@ def matmul(call: KernelCall) -> KernelCode:
 def pooling(call: KernelCall) -> KernelCode:
     kernel = _Kernel(call)
     node = call.nodes[0]
+    if call.pattern == "qmax_pool2d":  # on the int8 data: the quantization is the same on both sides
+        node = call.node("relax.nn.max_pool2d")
     attrs = node["attrs"]
     x, out = call.arg(node, 0), call.outputs[0]
+    source = dequantized(call, x)
+    if source is not None:
+        x = call.arg(source, 0)
     if node["op"] == "relax.nn.max_pool2d":
         algorithm = "dnnl_pooling_max"
     else:
@@ -422,7 +470,7 @@ def pooling(call: KernelCall) -> KernelCode:
         f"dnnl_dims_t {k}_pad_l = {{{top}, {left}}};",
         f"dnnl_dims_t {k}_pad_r = {{{bottom}, {right}}};",
     ]
-    dst_md = kernel.md(out.shape)
+    dst_md = kernel.md(out.shape, dtype=out.dtype)
     create = (
         f"dnnl_pooling_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {algorithm}, {kernel.md_of(x)}, "
         f"{dst_md}, {k}_strides, {k}_kernel, {k}_dilation, {k}_pad_l, {k}_pad_r, NULL)"
@@ -665,3 +713,68 @@ def permute_dims(call: KernelCall) -> KernelCode:
         return name
 
     return _relayout(call, view)
+
+
+def requantize(call: KernelCall) -> KernelCode:
+    """A quantize or dequantize on its own (a region's input quantized, a float op between
+    int8 kernels): a reorder between float32 and int8 with the node's scale and zero point."""
+    kernel = _Kernel(call)
+    node = call.nodes[0]
+    x, out = call.arg(node, 0), call.outputs[0]
+    scales = scales_of(call, node)
+    attr = kernel._name("attr")
+    kernel.setup.append(f"dnnl_primitive_attr_t {attr};")
+    kernel.setup.append(kernel.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"))
+    arg = "DNNL_ARG_DST" if node["op"] == "relax.quantize" else "DNNL_ARG_SRC"
+    kernel.scales(attr, arg, scales, 1 << (scales.axis % len(x.shape)) if scales.per_channel else 0)
+    dst_md = kernel._name("md")
+    kernel.local_mds.append(dst_md)
+    kernel.setup.append(f"dnnl_memory_desc_t {dst_md};")
+    kernel.setup.append(kernel.check(f"byoc_like_md(&{dst_md}, {kernel.md_of(x)}, {DNNL_TYPES[out.dtype]})", "result descriptor"))
+    kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
+    kernel.result(out)
+    create = f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {dst_md}, byoc_engine, {attr})"
+    return kernel.code(create, (attr,))
+
+
+def quantized_add(call: KernelCall) -> KernelCode:
+    """quantize(add(dequantize(a), dequantize(b))) as one binary primitive on the int8 data:
+    the operands' scales are oneDNN's source scales, and their zero points, the result's scale
+    and zero point fold into a linear post-op, y = (sa * a + sb * b - sa * za - sb * zb) / sy + zy,
+    after the ReLU when there is one; the conversion to int8 rounds and saturates."""
+    kernel = _Kernel(call)
+    add = call.node("relax.add")
+    quantize = call.node("relax.quantize")
+    sources = [call.arg(dequantized(call, call.arg(add, i)), 0) for i in (0, 1)]
+    scales = [scales_of(call, dequantized(call, call.arg(add, i))) for i in (0, 1)]
+    result = scales_of(call, quantize)
+    a, b, out = sources[0], sources[1], call.outputs[0]
+    offset = sum(float(s.scale[0]) * float(s.zero_point[0]) for s in scales)
+    attr = kernel._name("attr")
+    kernel.setup.append(f"dnnl_primitive_attr_t {attr};")
+    kernel.setup.append(kernel.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"))
+    for arg, source_scales in zip(("DNNL_ARG_SRC_0", "DNNL_ARG_SRC_1"), scales):
+        kernel.scales(attr, arg, Scales(source_scales.scale, np.zeros(1, np.int32), 0), 0)
+    inverse = 1.0 / float(result.scale[0])
+    kernel.setup.append("{")
+    kernel.setup.append("  dnnl_post_ops_t ops;")
+    kernel.setup.append("  " + kernel.check("dnnl_post_ops_create(&ops)", "post-ops"))
+    if any(n["op"] == "relax.nn.relu" for n in call.nodes):
+        kernel.setup.append("  " + kernel.check("dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_relu, 0.f, 0.f)", "ReLU"))
+    beta = float(result.zero_point[0]) - offset * inverse
+    kernel.setup.append("  " + kernel.check(f"dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_linear, {_float(inverse)}, {_float(beta)})",
+                                            "requantization"))
+    kernel.setup.append("  " + kernel.check(f"dnnl_primitive_attr_set_post_ops({attr}, ops)", "post-ops"))
+    kernel.setup.append("  dnnl_post_ops_destroy(ops);")
+    kernel.setup.append("}")
+    mds = {}
+    for name, like, dtype in (("src1", a, b.dtype), ("dst", a, out.dtype)):
+        mds[name] = kernel._name("md")
+        kernel.local_mds.append(mds[name])
+        kernel.setup.append(f"dnnl_memory_desc_t {mds[name]};")
+        kernel.setup.append(kernel.check(f"byoc_like_md(&{mds[name]}, {kernel.md_of(like)}, {DNNL_TYPES[dtype]})", f"{name} descriptor"))
+    kernel.source("DNNL_ARG_SRC_0", a, "dnnl_query_src_md")
+    kernel.source("DNNL_ARG_SRC_1", b, "dnnl_query_src_md", index=1)
+    kernel.result(out)
+    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_add, {kernel.md_of(a)}, {mds['src1']}, {mds['dst']}, {attr})"
+    return kernel.code(create, (attr,))

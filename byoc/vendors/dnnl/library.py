@@ -27,6 +27,7 @@ from pathlib import Path
 
 from byoc.codegen_c.library import CBuffer, KernelCode
 from byoc.errors import BuildError
+from byoc.vendors.dnnl.quantization import DNNL_TYPES
 
 RUNTIME_PACKAGE = "onednn-cpu-tbb"
 HEADERS_PACKAGE = "onednn-devel-cpu-tbb"
@@ -105,6 +106,27 @@ static const_dnnl_memory_desc_t byoc_md(dnnl_memory_t memory) {
   const_dnnl_memory_desc_t md = NULL;
   dnnl_memory_get_memory_desc(memory, &md);
   return md;
+}
+
+/* A descriptor of `like`'s dims and layout with another data type: a quantize or dequantize
+   keeps its input's layout (NHWC between int8 convolutions), so that it is no transposition.
+   (A dequantize from NHWC u8 with a zero point into plain NCHW came out wrong in oneDNN 3.2 on
+   ResNet-50's last stage, 2048x7x7; without the transposition it is exact.) A blocked layout
+   (nChw16c) has no strided equivalent, and its result is plain. */
+static dnnl_status_t byoc_like_md(dnnl_memory_desc_t* md, const_dnnl_memory_desc_t like, dnnl_data_type_t type) {
+  int ndims = 0, inner_blocks = 0;
+  const dnnl_dims_t* dims = NULL;
+  const dnnl_dims_t* strides = NULL;
+  dnnl_format_kind_t kind = dnnl_format_kind_undef;
+  dnnl_memory_desc_query(like, dnnl_query_ndims_s32, &ndims);
+  dnnl_memory_desc_query(like, dnnl_query_dims, &dims);
+  dnnl_memory_desc_query(like, dnnl_query_format_kind, &kind);
+  if (kind == dnnl_blocked) {
+    dnnl_memory_desc_query(like, dnnl_query_inner_nblks_s32, &inner_blocks);
+    dnnl_memory_desc_query(like, dnnl_query_strides, &strides);
+  }
+  if (kind == dnnl_blocked && inner_blocks == 0 && strides != NULL) return dnnl_memory_desc_create_with_strides(md, ndims, *dims, type, *strides);
+  return byoc_plain_md(md, ndims, *dims, type);
 }
 
 static dnnl_status_t byoc_execute(dnnl_primitive_t primitive, int count, const dnnl_exec_arg_t* args) {
@@ -209,12 +231,15 @@ def bind_buffer(buffer: CBuffer) -> KernelCode:
     if buffer.kind == "intermediate":
         return KernelCode(state=state, init=f'DNNL_CHECK(dnnl_memory_set_data_handle({buffer.name}_mem, {buffer.name}), "bind {buffer.name}");')
     handle = buffer.name if buffer.kind == "constant" else "DNNL_MEMORY_NONE"
+    # A constant oneDNN never reads as a tensor (an int64 index, read at code generation) has no
+    # oneDNN type; its memory object is never used, and f32 describes it as well as any.
+    dnnl_type = DNNL_TYPES.get(buffer.dtype, "dnnl_f32")
     init = f"""
 DNNL_CHECK(byoc_dnnl_setup(), "oneDNN engine creation failed");
 {{
   dnnl_dims_t shape = {dims(buffer.shape)};
   dnnl_memory_desc_t md;
-  DNNL_CHECK(byoc_plain_md(&md, {rank(buffer.shape)}, shape, dnnl_f32), "memory descriptor of {buffer.name}");
+  DNNL_CHECK(byoc_plain_md(&md, {rank(buffer.shape)}, shape, {dnnl_type}), "memory descriptor of {buffer.name}");
   DNNL_CHECK(dnnl_memory_create(&{buffer.name}_mem, md, byoc_engine, {handle}), "memory of {buffer.name}");
   dnnl_memory_desc_destroy(md);
 }}"""

@@ -1,0 +1,199 @@
+"""A quantized model's int8 weights, kept int8 from import to the vendor that computes in int8.
+
+A QDQ model (onnxruntime's `quantize_static`, say) stores each weight as int8 data read through a
+DequantizeLinear. Constant folding would turn every such dequantize into an fp32 constant: the
+vendor would lose the scales the user chose, and the weights would grow back to four times
+their size (46.7 MB for ResNet-18) while TVM compiled a folding kernel for each (25-30 s for
+MobileNetV2 instead of 2). So clean-up folds everything but these dequantizes (`keep_weights`),
+and a backend that takes no quantized op gets them folded at partitioning
+(`fold_weight_dequantize`), exactly as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from byoc.frontend.fold_constants import fold_constants_numpy
+from byoc.ir.rewrite import VarSubstitution, rebuild_function
+from byoc.ir.types import constant_array, dtype_name, is_tensor_constant
+
+QDQ_OPS = ("relax.quantize", "relax.dequantize")
+WEIGHT_DTYPES = ("int8", "uint8")
+# Ops whose second operand an int8 kernel takes as int8 weights.
+_WEIGHT_READERS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.matmul")
+
+
+def _op(expr: relax.Expr) -> str | None:
+    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
+def is_weight_dequantize(expr: relax.Expr) -> bool:
+    """A dequantize of constant int8/uint8 data with constant scale and zero point: a weight."""
+    return (_op(expr) == "relax.dequantize" and all(is_tensor_constant(a) for a in expr.args)
+            and dtype_name(expr.args[0].ty) in WEIGHT_DTYPES)
+
+
+def _dequantized(call: relax.Call) -> np.ndarray:
+    """The float32 values of a weight dequantize: (data - zero point) * scale along its axis."""
+    data, scale, zero = (constant_array(a) for a in call.args)
+    axis = int(call.attrs.axis) % max(1, data.ndim)
+    shape = [1] * data.ndim
+    if scale.size > 1 and data.ndim:
+        shape[axis] = -1
+    values = (data.astype(np.float32) - zero.astype(np.float32).reshape(shape if zero.size > 1 else ())) \
+        * scale.astype(np.float32).reshape(shape if scale.size > 1 else ())
+    return values.astype(call.attrs.out_dtype if str(call.attrs.out_dtype) else np.float32)
+
+
+def _bound(expr: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
+    """The value a variable was bound to in the function being rebuilt, or `expr` itself."""
+    if isinstance(expr, relax.Var):
+        try:
+            value = builder.lookup_binding(expr)
+        except Exception:  # a parameter, or a variable of an earlier block: no binding to look at
+            value = None
+        return value if value is not None else expr
+    return expr
+
+
+def _transposed_weight(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
+    """permute_dims of a weight dequantize (Gemm's transposed B): the dequantize of the
+    transposed int8 data, its per-channel axis moved with it, so that the weight stays int8."""
+    if _op(value) != "relax.permute_dims":
+        return None
+    source = _bound(value.args[0], builder)
+    if not is_weight_dequantize(source):
+        return None
+    data, scale, zero = source.args
+    array = constant_array(data)
+    axes = list(range(array.ndim))[::-1] if value.attrs.axes is None else [int(a) for a in value.attrs.axes]
+    axis = axes.index(int(source.attrs.axis) % max(1, array.ndim))
+    transposed = relax.const(np.ascontiguousarray(np.transpose(array, axes)), dtype_name(data.ty))
+    return relax.op.dequantize(transposed, scale, zero, axis=axis, out_dtype=str(source.attrs.out_dtype))
+
+
+def _map_main(mod: tvm.IRModule, rule: Callable[[relax.Expr, relax.BlockBuilder], relax.Expr | None]) -> tvm.IRModule:
+    mod = mod.clone() if hasattr(mod, "clone") else mod
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and not (func.attrs and "Composite" in func.attrs):
+            mod[gvar] = rebuild_function(func, replace_value=rule)
+    return mod
+
+
+def keep_weights(passes: Callable[[tvm.IRModule], tvm.IRModule]) -> Callable[[tvm.IRModule], tvm.IRModule]:
+    """`passes` (constant folding among them) with weight dequantizes left as they are.
+
+    TVM's FoldConstant folds every call whose operands are all constant, and takes no list of
+    ops to spare. Each weight's int8 data is handed to `passes` as a function parameter, so
+    that its dequantize has an operand that is not constant, and bound back afterwards."""
+
+    def run(mod: tvm.IRModule) -> tvm.IRModule:
+        mod = _map_main(mod, _transposed_weight)
+        hidden: dict[str, np.ndarray] = {}
+        params: list[relax.Var] = []
+
+        def hide(value: relax.Expr, _builder: relax.BlockBuilder) -> relax.Expr | None:
+            if not is_weight_dequantize(value):
+                return None
+            data = value.args[0]
+            param = relax.Var(f"byoc_int8_weight_{len(hidden)}", data.ty)
+            hidden[param.name] = constant_array(data)
+            params.append(param)
+            return relax.op.dequantize(param, *value.args[1:], axis=int(value.attrs.axis), out_dtype=str(value.attrs.out_dtype))
+
+        main = rebuild_function(mod["main"], replace_value=hide)
+        if not hidden:
+            return passes(mod)
+        mod["main"] = relax.Function([*main.params, *params], main.body, main.ret_ty, main.is_pure, main.attrs)
+        mod = passes(mod)
+        return relax.transform.BindParams("main", hidden)(mod)
+
+    return run
+
+
+def fold_weight_dequantize(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every weight dequantize replaced by its float32 values: what a backend that takes no
+    quantized op partitions."""
+
+    def fold(value: relax.Expr, _builder: relax.BlockBuilder) -> relax.Expr | None:
+        return relax.const(_dequantized(value)) if is_weight_dequantize(value) else None
+
+    if not any(is_weight_dequantize(b.value) for block in mod["main"].body.blocks for b in block.bindings):
+        return mod
+    return relax.transform.CanonicalizeBindings()(fold_constants_numpy(_map_main(mod, fold)))
+
+
+def fold_float_weights(mod: tvm.IRModule) -> tvm.IRModule:
+    """Weight dequantizes read by anything but a convolution or matrix product as its weights (a
+    layer norm's scale, a bias added on its own: onnxruntime's tool quantizes those too) replaced,
+    for that reader, by their float32 values: no int8 kernel takes them."""
+
+    def fold(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
+        if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+            return None
+        args = list(value.args)
+        for index, arg in enumerate(args):
+            source = _bound(arg, builder) if isinstance(arg, relax.Var) else None
+            if source is not None and is_weight_dequantize(source) and not (value.op.name in _WEIGHT_READERS and index == 1):
+                args[index] = relax.const(_dequantized(source))
+        if all(a.same_as(b) for a, b in zip(args, value.args)):
+            return None
+        return relax.Call(value.op, args, value.attrs, value.ty_args)
+
+    return relax.transform.DeadCodeElimination(["main"])(_map_main(mod, fold))
+
+
+def dequantize_per_consumer(mod: tvm.IRModule) -> tvm.IRModule:
+    """A copy of every dequantize for each op that reads it.
+
+    A quantized kernel is dequantize -> op -> quantize, and a pattern can take the dequantize in
+    only where nothing else reads it; in a QDQ model a residual block's input is read by its
+    convolution and by the residual add through one DequantizeLinear. onnxruntime makes the same
+    copies before it fuses QDQ node units."""
+    func = mod["main"]
+    readers: dict[int, int] = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            for var in relax.analysis.free_vars(binding.value):
+                readers[var.id_] = readers.get(var.id_, 0) + 1
+    shared = {b.var.id_ for block in func.body.blocks for b in block.bindings
+              if _op(b.value) == "relax.dequantize" and readers.get(b.var.id_, 0) > 1}
+    if not shared:
+        return mod
+    substitution = VarSubstitution()
+    builder = relax.BlockBuilder()
+    seen: dict[int, int] = {}
+    with builder.function("main", params=list(func.params), attrs=dict(func.attrs) if func.attrs else None, pure=func.is_pure):
+        for block in func.body.blocks:
+            with builder.dataflow() if isinstance(block, relax.DataflowBlock) else contextlib.nullcontext():
+                for binding in block.bindings:
+                    value = binding.value
+                    if isinstance(value, relax.Call) and any(isinstance(a, relax.Var) and a.id_ in shared for a in value.args):
+                        args = []
+                        for arg in value.args:
+                            if isinstance(arg, relax.Var) and arg.id_ in shared:
+                                seen[arg.id_] = seen.get(arg.id_, 0) + 1
+                                if seen[arg.id_] > 1:  # the first reader keeps the original
+                                    source = builder.lookup_binding(substitution.substitute(arg))
+                                    # a new call, not the same object bound twice: FuseOpsByPattern maps
+                                    # each value object to one variable
+                                    source = relax.Call(source.op, source.args, source.attrs, source.ty_args)
+                                    arg = builder.emit(source, f"{arg.name}_{seen[arg.id_]}")
+                            args.append(arg)
+                        value = relax.Call(value.op, args, value.attrs, value.ty_args)
+                    value = builder.normalize(substitution.substitute(value))
+                    new_var = type(binding.var)(binding.var.name, value.ty)
+                    if isinstance(binding, relax.MatchCast):
+                        builder.emit_normalized(relax.MatchCast(new_var, value, binding.ty))
+                    else:
+                        builder.emit_normalized(relax.VarBinding(new_var, value))
+                    substitution.bind(binding.var, new_var)
+        builder.emit_func_output(substitution.substitute(func.body.body))
+    result = mod.clone() if hasattr(mod, "clone") else mod
+    result["main"] = builder.get()["main"]
+    return result

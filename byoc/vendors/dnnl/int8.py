@@ -1,0 +1,133 @@
+"""oneDNN int8: the kernels of a quantized (QDQ) model, computed in int8 with the model's own scales.
+
+A quantized model reads each convolution and matrix product as dequantize -> op -> quantize
+(onnxruntime's `quantize_static` writes them so). Each such chain, with its bias and activation,
+is one composite here and one int8 oneDNN primitive (see `dnnl.quantization`). A quantize or
+dequantize between them (around a residual add, a pooling, a reshape) is a reorder between int8
+and float32, so that a quantized model stays in one region where its float model does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
+
+from byoc.annotate.patterns import unary
+from byoc.backend import Backend
+from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_shape
+from byoc.vendors.dnnl import emitters
+
+_ACTIVATIONS = ("relax.nn.relu", "relax.clip")
+_OPS = {"conv2d": "relax.nn.conv2d", "conv1d": "relax.nn.conv1d", "dense": "relax.matmul"}
+
+
+def _dequantized(constant: bool) -> DFPattern:
+    return is_op("relax.dequantize")(is_const() if constant else wildcard(), is_const(), is_const())
+
+
+def _quantized_pattern(op: str, bias: bool, activation: bool, quantized_output: bool) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """dequantize(x), dequantize(constant w) -> `op` [-> add a constant bias] [-> ReLU or clip] [-> quantize]."""
+    source, weights = _dequantized(False), _dequantized(True)
+    out = root = is_op(op)(source, weights)
+    parts: dict[str, DFPattern] = {"root": root, "source": source, "weights": weights}
+    if bias:
+        parts["bias"] = is_const()
+        out = is_op("relax.add")(out, parts["bias"])
+    if activation:
+        out = unary(_ACTIVATIONS[0], out) | unary(_ACTIVATIONS[1], out)
+    if quantized_output:
+        out = parts["output"] = is_op("relax.quantize")(out, is_const(), is_const())
+    return out, parts
+
+
+def _per_tensor(call: relax.Call, what: str) -> str | None:
+    scale, zero = (constant_array(a) for a in call.args[1:3])
+    if scale.size != 1 or np.unique(zero).size != 1:
+        return f"the {what} is quantized per channel; oneDNN takes one scale and zero point for it"
+    return None
+
+
+def _weights(call: relax.Call, channel_axis: int) -> str | None:
+    data, scale, zero = call.args
+    if dtype_name(data.ty) != "int8":
+        return f"weights are {dtype_name(data.ty)}; oneDNN's int8 kernels take int8 weights"
+    if np.any(constant_array(zero) != 0):
+        return "weights have a zero point other than 0; oneDNN's int8 kernels take symmetric weights"
+    rank = len(static_shape(data.ty))
+    if constant_array(scale).size > 1 and int(call.attrs.axis) % rank != channel_axis % rank:
+        return f"weights are quantized along axis {int(call.attrs.axis)}, not per output channel"
+    return None
+
+
+def quantized_kernel(match) -> str | None:
+    """A quantized convolution or dense layer that oneDNN computes in int8."""
+    root = match["root"]
+    if root.op.name == "relax.matmul":
+        if len(static_shape(match["weights"].ty)) != 2:
+            return "a quantized matrix product takes 2-D constant weights"
+        channel_axis = -1
+    else:
+        attrs = root.attrs
+        if (attrs.data_layout, attrs.kernel_layout) not in (("NCHW", "OIHW"), ("NCW", "OIW")):
+            return f"layouts {attrs.data_layout}/{attrs.kernel_layout}; oneDNN kernels here take channels first"
+        channel_axis = 0
+    output = match.get("output")
+    return (_per_tensor(match["source"], "source") or _weights(match["weights"], channel_axis)
+            or (_per_tensor(output, "result") if output is not None else None))
+
+
+def _quantized_add() -> tuple[DFPattern, dict[str, DFPattern]]:
+    """quantize(add(dequantize(a), dequantize(b))), a ReLU before the quantize or not: a residual add."""
+    parts = {"a": _dequantized(False), "b": _dequantized(False)}
+    added = parts["root"] = is_op("relax.add")(parts["a"], parts["b"])
+    parts["output"] = is_op("relax.quantize")(added | unary("relax.nn.relu", added), is_const(), is_const())
+    return parts["output"], parts
+
+
+def quantized_add(match) -> str | None:
+    if static_shape(match["a"].ty) != static_shape(match["b"].ty):
+        return "the operands are broadcast; an int8 add takes two tensors of one shape"
+    return _per_tensor(match["a"], "first operand") or _per_tensor(match["b"], "second operand") or _per_tensor(match["output"], "result")
+
+
+def _quantized_pool() -> tuple[DFPattern, dict[str, DFPattern]]:
+    parts = {"source": _dequantized(False)}
+    parts["root"] = is_op("relax.nn.max_pool2d")(parts["source"])
+    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    return parts["output"], parts
+
+
+def quantized_max_pool(match) -> str | None:
+    """Max pooling commutes with a quantization that is the same on both sides: it runs on the int8 data."""
+    source, output = match["source"], match["output"]
+    reason = _per_tensor(source, "source") or _per_tensor(output, "result")
+    if reason is None and any(not np.array_equal(constant_array(source.args[i]), constant_array(output.args[i])) for i in (1, 2)):
+        return "the result is quantized with another scale than the source"
+    if reason is None and dtype_name(source.args[0].ty) != dtype_name(output.ty):
+        return "the result is quantized to another type than the source"
+    return reason or (None if match["root"].attrs.layout == "NCHW" else "pooling takes NCHW")
+
+
+def quantize_op(call: relax.Call) -> str | None:
+    """A quantize or dequantize on its own: a reorder between float32 and int8."""
+    if not all(is_tensor_constant(a) for a in call.args[1:3]):
+        return "scale and zero point must be constants"
+    if np.unique(constant_array(call.args[2])).size != 1:
+        return "zero points differ per channel; oneDNN's reorder takes one"
+    return None
+
+
+def declare(backend: Backend) -> None:
+    """The int8 composites and the quantize/dequantize reorders, declared before the float
+    patterns so that a quantized chain is matched whole."""
+    for name, op in _OPS.items():
+        emit = emitters.matmul if name == "dense" else emitters.convolution
+        for bias in (True, False):
+            for activation in (True, False):
+                for output in (True, False):
+                    suffix = "_bias" * bias + "_act" * activation + ("" if output else "_float")
+                    backend.pattern(f"q{name}{suffix}", *_quantized_pattern(op, bias, activation, output), check=quantized_kernel, emit=emit)
+    backend.pattern("qadd", *_quantized_add(), check=quantized_add, emit=emitters.quantized_add)
+    backend.pattern("qmax_pool2d", *_quantized_pool(), check=quantized_max_pool, emit=emitters.pooling)
+    backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.requantize)
