@@ -36,13 +36,10 @@ _NOT_FOLDED = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "R
 _MAX_FOLDED_ELEMENTS = 1 << 24
 _SMALL = 1024  # initializers up to this many elements are shown to shape inference with their values
 _SUBGRAPH = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-# A quantized weight stays int8 behind its DequantizeLinear: the quantization is the model's, and
-# a vendor that computes in int8 takes it as it is (see byoc.frontend.quantized).
-_QUANTIZED_WEIGHTS = (np.int8, np.uint8)
-
-
-def _quantized_weight(node: onnx.NodeProto, values: Mapping[str, np.ndarray]) -> bool:
-    return node.op_type == "DequantizeLinear" and node.input[0] in values and values[node.input[0]].dtype in _QUANTIZED_WEIGHTS
+# DequantizeLinear is folded after import, in numpy (byoc.frontend.fold_constants), where it is
+# not a quantized weight that stays int8 (byoc.frontend.quantized): onnx's reference evaluator
+# has no DequantizeLinear before opset 19.
+_AFTER_IMPORT = frozenset({"DequantizeLinear"})
 
 
 def _static(value_type: onnx.TypeProto | None) -> list[int] | None:
@@ -193,7 +190,7 @@ def _fold_once(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
                 start = next((a.i for a in node.attribute if a.name == "start"), 0)
                 end = next((a.i for a in node.attribute if a.name == "end"), len(shape))
                 result = [shape[slice(start, end)]]
-        elif (node.op_type not in _NOT_FOLDED and not _quantized_weight(node, values) and node.domain in ("", "ai.onnx")
+        elif (node.op_type not in _NOT_FOLDED and node.op_type not in _AFTER_IMPORT and node.domain in ("", "ai.onnx")
               and not any(a.type in _SUBGRAPH for a in node.attribute)
               and all(name in values for name in node.input if name)):
             result = _evaluate(node, values, model.opset_import)

@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from byoc.frontend.fold_constants import fold_constants_numpy
+from byoc.frontend.fold_constants import dequantized_values, fold_constants_numpy
 from byoc.ir.rewrite import VarSubstitution, rebuild_function
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant
 
@@ -36,18 +36,6 @@ def is_weight_dequantize(expr: relax.Expr) -> bool:
     """A dequantize of constant int8/uint8 data with constant scale and zero point: a weight."""
     return (_op(expr) == "relax.dequantize" and all(is_tensor_constant(a) for a in expr.args)
             and dtype_name(expr.args[0].ty) in WEIGHT_DTYPES)
-
-
-def _dequantized(call: relax.Call) -> np.ndarray:
-    """The float32 values of a weight dequantize: (data - zero point) * scale along its axis."""
-    data, scale, zero = (constant_array(a) for a in call.args)
-    axis = int(call.attrs.axis) % max(1, data.ndim)
-    shape = [1] * data.ndim
-    if scale.size > 1 and data.ndim:
-        shape[axis] = -1
-    values = (data.astype(np.float32) - zero.astype(np.float32).reshape(shape if zero.size > 1 else ())) \
-        * scale.astype(np.float32).reshape(shape if scale.size > 1 else ())
-    return values.astype(call.attrs.out_dtype if str(call.attrs.out_dtype) else np.float32)
 
 
 def _bound(expr: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
@@ -121,7 +109,7 @@ def fold_weight_dequantize(mod: tvm.IRModule) -> tvm.IRModule:
     quantized op partitions."""
 
     def fold(value: relax.Expr, _builder: relax.BlockBuilder) -> relax.Expr | None:
-        return relax.const(_dequantized(value)) if is_weight_dequantize(value) else None
+        return relax.const(dequantized_values(value)) if is_weight_dequantize(value) else None
 
     if not any(is_weight_dequantize(b.value) for block in mod["main"].body.blocks for b in block.bindings):
         return mod
@@ -140,7 +128,7 @@ def fold_float_weights(mod: tvm.IRModule) -> tvm.IRModule:
         for index, arg in enumerate(args):
             source = _bound(arg, builder) if isinstance(arg, relax.Var) else None
             if source is not None and is_weight_dequantize(source) and not (value.op.name in _WEIGHT_READERS and index == 1):
-                args[index] = relax.const(_dequantized(source))
+                args[index] = relax.const(dequantized_values(source))
         if all(a.same_as(b) for a, b in zip(args, value.args)):
             return None
         return relax.Call(value.op, args, value.attrs, value.ty_args)

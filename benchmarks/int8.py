@@ -1,0 +1,131 @@
+"""int8 on the CPU: byoc + dnnl on models quantized by onnxruntime's `quantize_static` (QDQ,
+per-channel int8 weights, calibrated on 8 seeded inputs), against onnxruntime and OpenVINO running
+the same files, and against the fp32 model. Both activation types are made (u8 and s8); for each
+int8 system the faster counts. All systems run in one process, timed against each other in
+alternating blocks (see `byoc.timing.time_blocks`). Prints a Markdown table per model, then the
+ratios the targets are stated in.
+
+    python -m benchmarks.int8 [--models resnet50,mobilenet_v2,bert_encoder] [--runs 40] [--threads 2] [--small]
+
+Error is relative L2 against onnxruntime running the same file (the fp32 systems: the fp32 model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from byoc.benchmarking.systems import openvino_runner
+from byoc.benchmarking.table import describe_machine
+from byoc.timing import pin_threads, spread, time_blocks
+
+MODELS = ("resnet50", "mobilenet_v2", "bert_encoder")
+ACTIVATIONS = {"u8": "uint8", "s8": "int8"}
+PEERS = ("onnxruntime", "openvino")
+
+
+@dataclass
+class Row:
+    system: str
+    median_ms: float = 0.0
+    p90_ms: float = 0.0
+    build_s: float = 0.0
+    relative_l2: float = 0.0
+    regions: int | None = None
+
+
+def _relative_l2(got, want) -> float:
+    return max(float(np.linalg.norm(g - w) / max(np.linalg.norm(w), 1e-30)) for g, w in zip(got, want))
+
+
+def _session(model, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _byoc(model, inputs: dict, want: list, name: str, runners: dict, rows: dict) -> None:
+    import byoc
+
+    start = time.perf_counter()
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    compiled = byoc.build(partitioned)
+    got = compiled.run(inputs)
+    rows[name] = Row(name, build_s=time.perf_counter() - start, relative_l2=_relative_l2(got, want),
+                     regions=len(byoc.report(partitioned).regions))
+    runners[name] = lambda: compiled.run(inputs)
+
+
+def benchmark(name: str, threads: int, runs: int, small: bool) -> list[Row]:
+    from byoc import models as zoo
+    from byoc.models.quantized import quantize_static
+
+    model = zoo.get(name, small=small)
+    calibration = [zoo.sample_inputs(model, seed=s) for s in range(8)]
+    inputs = zoo.sample_inputs(model, seed=1000)
+    runners: dict[str, Callable[[], object]] = {}
+    rows: dict[str, Row] = {}
+    fp32 = _session(model, threads)
+    want = fp32.run(None, inputs)
+    runners["onnxruntime fp32"], rows["onnxruntime fp32"] = lambda: fp32.run(None, inputs), Row("onnxruntime fp32")
+    _byoc(model, inputs, want, "byoc + dnnl fp32", runners, rows)
+    for label, activations in ACTIVATIONS.items():
+        quantized = quantize_static(model, calibration, activations)
+        session = _session(quantized, threads)
+        want = session.run(None, inputs)
+        runners[f"onnxruntime int8 {label}"] = lambda session=session: session.run(None, inputs)
+        rows[f"onnxruntime int8 {label}"] = Row(f"onnxruntime int8 {label}")
+        openvino = openvino_runner(quantized, threads, inputs)
+        if openvino is not None:
+            runners[f"openvino int8 {label}"] = openvino
+            rows[f"openvino int8 {label}"] = Row(f"openvino int8 {label}", relative_l2=_relative_l2(openvino(), want))
+        _byoc(quantized, inputs, want, f"byoc + dnnl int8 {label}", runners, rows)
+    for system, samples in time_blocks(runners, runs).items():
+        timing = spread(samples)
+        rows[system].median_ms, rows[system].p90_ms = timing.median_ms, timing.p90_ms
+    return list(rows.values())
+
+
+def _fastest(rows: list[Row], prefix: str) -> Row | None:
+    found = [r for r in rows if r.system.startswith(prefix)]
+    return min(found, key=lambda r: r.median_ms) if found else None
+
+
+def markdown(name: str, rows: list[Row]) -> str:
+    base = next(r for r in rows if r.system == "onnxruntime fp32").median_ms
+    lines = [f"### {name}", "", "| system | median ms | p90 ms | vs onnxruntime fp32 | rel. L2 | regions | build s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r.system} | {r.median_ms:.2f} | {r.p90_ms:.2f} | {r.median_ms / base:.2f}x | {r.relative_l2:.2%} | "
+                     f"{'' if r.regions is None else r.regions} | {r.build_s:.1f} |")
+    byoc_int8, byoc_fp32 = _fastest(rows, "byoc + dnnl int8"), _fastest(rows, "byoc + dnnl fp32")
+    peers = [p for p in (_fastest(rows, f"{peer} int8") for peer in PEERS) if p is not None]
+    best = min(peers, key=lambda r: r.median_ms)
+    lines += ["", f"byoc + dnnl int8 ({byoc_int8.system[-2:]}): {byoc_int8.median_ms / best.median_ms:.2f}x the fastest peer int8 "
+              f"({best.system}), {byoc_fp32.median_ms / byoc_int8.median_ms:.2f}x faster than byoc + dnnl fp32", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated zoo models (default: {','.join(MODELS)})")
+    parser.add_argument("--runs", type=int, default=40, help="timed runs per system (default: 40)")
+    parser.add_argument("--threads", type=int, default=2, help="threads for every system (default: 2)")
+    parser.add_argument("--small", action="store_true", help="the zoo's small configurations (a quick check)")
+    args = parser.parse_args(argv)
+    pin_threads(args.threads, "benchmarks.int8", argv)
+    print(f"int8 on the CPU: {describe_machine(args.threads, busy=False)}\n")
+    for name in args.models.split(","):
+        print(markdown(name, benchmark(name, args.threads, args.runs, args.small)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
