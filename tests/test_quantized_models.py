@@ -2,10 +2,14 @@
 per-channel int8 weights), imported with its quantization kept, and run by oneDNN in int8
 primitives in one region, against onnxruntime running the same file.
 
-Tolerance: onnxruntime and oneDNN requantize with the same scales but in a different order of
-float operations, so an element on a rounding boundary may land one step apart, and a step early
-in the network moves the logits of this random-weight model by a few steps. Relative L2 is at
-most 2% on average over the samples (about 1% measured) and 3% on any one of them.
+Tolerance: two int8 runs of one model differ by about as much as each differs from the float
+model. onnxruntime and oneDNN requantize with the same scales in a different order of float
+operations, and byoc fuses a residual add into its convolution (one rounding step fewer), so an
+element near a rounding boundary lands one step apart, and a step early in the network moves the
+logits of this random-weight model by a few. So: relative L2 against onnxruntime on the same
+file at most 3% on average over the samples (about 2% measured on these small models, 1.5% on
+the full ResNet-50), and against the float model no more than onnxruntime's own int8 error plus
+half a percent (both about 2% here).
 """
 
 from __future__ import annotations
@@ -33,24 +37,37 @@ def _quantized(name: str, activations: str) -> onnx.ModelProto:
     return quantize_static(model, [zoo.sample_inputs(model, seed=s) for s in range(4)], activations)
 
 
+FLOAT_RESNET = zoo.get("resnet18", small=True)
+
+
 @pytest.fixture(scope="module")
 def resnet_u8() -> onnx.ModelProto:
     return _quantized("resnet18", "uint8")
 
 
-def _relative_l2(compiled, model: onnx.ModelProto, seeds=(100, 101, 102)) -> list[float]:
+def _relative_l2(compiled, model: onnx.ModelProto, seeds=(100, 101, 102), float_model: onnx.ModelProto | None = None) -> list[float]:
+    """Per sample, relative L2 against onnxruntime running `model`, or, with `float_model`, the
+    excess of `compiled`'s error over onnxruntime's int8 error, both against the float model."""
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    reference = ort.InferenceSession(float_model.SerializeToString(), providers=["CPUExecutionProvider"]) if float_model else None
     errors = []
     for seed in seeds:
         inputs = zoo.sample_inputs(model, seed=seed)
-        want = session.run(None, inputs)[0]
-        got = compiled.run(inputs)[0]
-        errors.append(float(np.linalg.norm(got - want) / np.linalg.norm(want)))
+        want, got = session.run(None, inputs)[0], compiled.run(inputs)[0]
+        if reference is None:
+            errors.append(float(np.linalg.norm(got - want) / np.linalg.norm(want)))
+        else:
+            exact = reference.run(None, inputs)[0]
+            errors.append(float((np.linalg.norm(got - exact) - np.linalg.norm(want - exact)) / np.linalg.norm(exact)))
     return errors
 
 
 def _within_bound(errors: list[float]) -> bool:
-    return float(np.mean(errors)) <= 0.02 and max(errors) <= 0.03
+    return float(np.mean(errors)) <= 0.03 and max(errors) <= 0.04
+
+
+def _as_accurate_as_onnxruntime(compiled, model: onnx.ModelProto, float_model: onnx.ModelProto) -> bool:
+    return float(np.mean(_relative_l2(compiled, model, float_model=float_model))) <= 0.005
 
 
 _VERBOSE_RUN = """
@@ -69,10 +86,13 @@ def test_a_model_quantized_by_onnxruntime_runs_in_int8_primitives_in_one_region(
     assert len(report.regions) == 1 and report.offload_ratio_nodes == 1.0, report.to_table()
     patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
     convolutions = sum(1 for n in resnet_u8.graph.node if n.op_type == "Conv")
-    assert patterns["dnnl.qconv2d_bias"] == convolutions and patterns["dnnl.qadd"] > 0, patterns
+    # each convolution an int8 composite, the residual adds fused into them
+    assert sum(n for p, n in patterns.items() if p.startswith("dnnl.qconv2d")) == convolutions, patterns
+    assert patterns["dnnl.qconv2d_bias_add"] > 0, patterns
     compiled = byoc.build(partitioned)
     errors = _relative_l2(compiled, resnet_u8)
     assert _within_bound(errors), errors
+    assert _as_accurate_as_onnxruntime(compiled, resnet_u8, FLOAT_RESNET)
 
     # In a fresh process, from the exported artifact: oneDNN's own log shows what runs.
     compiled.export(tmp_path / "model.byoc")
@@ -91,8 +111,10 @@ def test_int8_activations_run_too():
     model = _quantized("resnet18", "int8")
     partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
     assert len(byoc.report(partitioned).regions) == 1
-    errors = _relative_l2(byoc.build(partitioned), model)
+    compiled = byoc.build(partitioned)
+    errors = _relative_l2(compiled, model)
     assert _within_bound(errors), errors
+    assert _as_accurate_as_onnxruntime(compiled, model, FLOAT_RESNET)
 
 
 def test_weights_stay_int8_from_import_to_the_artifact(resnet_u8, tmp_path):

@@ -40,8 +40,8 @@ def _float(value: float) -> str:
 def eltwise_args(call: KernelCall, node: dict) -> tuple[str, str, str]:
     """(algorithm, alpha, beta) of an element-wise node: one of `ELTWISE_OPS`, x ** c, or a
     scalar constant c as first operand (c / x, c - x)."""
-    if "algorithm" in node:  # a GELU composite fused after a matmul
-        return node["algorithm"], "0.f", "0.f"
+    if "algorithm" in node:  # a GELU composite fused after a matmul, a rescaling around a quantized residual
+        return node["algorithm"], node.get("alpha", "0.f"), node.get("beta", "0.f")
     op = node["op"]
     if op == "relax.clip":
         low, high = (node["args"][i]["prim"] for i in (1, 2))
@@ -287,6 +287,18 @@ def _outside_operand(call: KernelCall, node: dict) -> CBuffer:
     return next(call.arg(node, i) for i in (1, 0) if call.arg(node, i) in call.inputs)
 
 
+def _quantized_residual(call: KernelCall, node: dict) -> tuple[CBuffer, Scales] | None:
+    """The int8 operand from outside the kernel, and its quantization, of a quantized residual
+    add (dequantize(quantize(conv)) + dequantize(b)) inside a kernel; None for any other node."""
+    if node["op"] != "relax.add":
+        return None
+    for index in (0, 1):
+        source = dequantized(call, call.arg(node, index))
+        if source is not None and call.arg(source, 0) in call.inputs:
+            return call.arg(source, 0), scales_of(call, source)
+    return None
+
+
 def _fused_tail(call: KernelCall, root: dict) -> tuple[CBuffer | None, list[dict], list[tuple[CBuffer, int]]]:
     """The bias, the post-op nodes, and the operands of binary post-ops (by post-op index) of
     the nodes after the root of a fused kernel."""
@@ -294,7 +306,18 @@ def _fused_tail(call: KernelCall, root: dict) -> tuple[CBuffer | None, list[dict
     post: list[dict] = []
     operands: list[tuple[CBuffer, int]] = []
     for node in call.nodes[call.nodes.index(root) + 1 :]:
-        if node["op"] == "relax.quantize":  # the result's quantization, not a post-op (see dnnl.quantization)
+        if node["op"] in ("relax.quantize", "relax.dequantize"):  # quantization, not a post-op (see dnnl.quantization)
+            continue
+        residual = _quantized_residual(call, node)
+        if residual is not None:
+            # + (b - zb) * sb on the float result, b int8: a binary post-op adds b as it is,
+            # so the result is scaled by 1 / sb around it.
+            b, scales = residual
+            scale, zero = float(scales.scale[0]), float(scales.zero_point[0])
+            post.append({"op": "rescale", "algorithm": "dnnl_eltwise_linear", "alpha": _float(1.0 / scale)})
+            operands.append((b, len(post)))
+            post.append(node)
+            post.append({"op": "rescale", "algorithm": "dnnl_eltwise_linear", "alpha": _float(scale), "beta": _float(-scale * zero)})
             continue
         form = call.pattern.removeprefix("dense_bias_") if call.pattern else None
         if form in GELU_FORMS and bias is not None:

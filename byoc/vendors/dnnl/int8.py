@@ -41,6 +41,32 @@ def _quantized_pattern(op: str, bias: bool, activation: bool, quantized_output: 
     return out, parts
 
 
+def _quantized_residual(op: str, residual_first: bool, relu: bool) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """A quantized convolution whose quantized result is added to another quantized tensor and
+    quantized again (a residual block's end): quantize([ReLU](dequantize(quantize(conv + bias)) +
+    dequantize(b))). One pattern per operand order, as for the float residual patterns."""
+    convolution, parts = _quantized_pattern(op, bias=True, activation=False, quantized_output=True)
+    parts["inner_quantize"] = parts.pop("output")
+    parts["inner"] = is_op("relax.dequantize")(convolution, is_const(), is_const())
+    parts["residual"] = _dequantized(False)
+    added = is_op("relax.add")(*((parts["residual"], parts["inner"]) if residual_first else (parts["inner"], parts["residual"])))
+    out = parts["output"] = is_op("relax.quantize")(unary("relax.nn.relu", added) if relu else added, is_const(), is_const())
+    return out, parts
+
+
+def quantized_residual(match) -> str | None:
+    """The conv's result is quantized and read back with one scale and zero point: fused, that
+    rounding step is skipped (the result is nearer the float model's, within a step of onnxruntime's)."""
+    inner, quantize = match["inner"], match["inner_quantize"]
+    if any(not np.array_equal(constant_array(inner.args[i]), constant_array(quantize.args[i])) for i in (1, 2)):
+        return "the convolution's result is read back with another scale than it was quantized with"
+    if static_shape(match["residual"].ty) != static_shape(match["root"].ty):
+        return "the residual operand is broadcast; a fused residual add needs the full output shape"
+    if match["root"].attrs.groups > 1:
+        return "a grouped convolution does not take a fused residual add"  # oneDNN 3.2: reference code, see fused_conv
+    return _per_tensor(match["residual"], "residual") or quantized_kernel(match)
+
+
 def _per_tensor(call: relax.Call, what: str) -> str | None:
     scale, zero = (constant_array(a) for a in call.args[1:3])
     if scale.size != 1 or np.unique(zero).size != 1:
@@ -121,6 +147,11 @@ def quantize_op(call: relax.Call) -> str | None:
 def declare(backend: Backend) -> None:
     """The int8 composites and the quantize/dequantize reorders, declared before the float
     patterns so that a quantized chain is matched whole."""
+    for name in ("conv2d", "conv1d"):
+        for residual_first in (False, True):
+            for relu in (True, False):
+                backend.pattern(f"q{name}_bias_add{'_relu' * relu}{'_swapped' * residual_first}",
+                                *_quantized_residual(_OPS[name], residual_first, relu), check=quantized_residual, emit=emitters.convolution)
     for name, op in _OPS.items():
         emit = emitters.matmul if name == "dense" else emitters.convolution
         for bias in (True, False):

@@ -67,7 +67,7 @@ def kernel_quantization(call: KernelCall, root: dict) -> KernelQuantization | No
     if source is None:
         return None
     weights = dequantized(call, call.arg(root, 1))
-    quantize = next((n for n in call.nodes if n["op"] == "relax.quantize"), None)
+    quantize = next((n for n in reversed(call.nodes) if n["op"] == "relax.quantize"), None)  # the last: the result's
     return KernelQuantization(
         source=call.arg(source, 0),
         source_scales=scales_of(call, source),
