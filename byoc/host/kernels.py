@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tvm
-from tvm import relax, te, tirx
+from tvm import relax, te, tirx, topi
 from tvm.relax.block_builder import BlockBuilder
 
 from byoc.host.indices import check_indices
@@ -45,8 +45,19 @@ def _all_class_non_max_suppression(bb: BlockBuilder, call: relax.Call) -> relax.
     return relax.Tuple([trimmed, count])
 
 
+def _erf(bb: BlockBuilder, call: relax.Call) -> relax.Expr:
+    """float32 erf as TVM's rational approximation (`topi.fast_erf`, the one its GELU uses),
+    which LLVM vectorizes: TVM's default calls libm per element. Measured on 1x128x3072 (one BERT
+    layer's GELU, left on the host between the int8 kernels of a quantized BERT): 7.8 ms by default,
+    0.44 ms this way, at most 4e-7 from the exact erf (whose values lie in [-1, 1])."""
+    if call.args[0].ty.dtype != "float32":
+        return _tvm_default("relax.erf")(bb, call)
+    return bb.call_te(topi.fast_erf, call.args[0])
+
+
 HOST_LEGALIZATIONS: dict[str, Legalization] = {
     "relax.vision.all_class_non_max_suppression": _all_class_non_max_suppression,
+    "relax.erf": _erf,
 }
 
 
