@@ -150,3 +150,20 @@ def test_weights_with_a_zero_point_stay_float_and_say_why(resnet_u8):
     assert any("zero point other than 0" in r for r in reasons), reasons
     errors = _relative_l2(byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")), model)
     assert _within_bound(errors), errors
+
+
+def test_a_quantized_transformer_is_one_int8_region():
+    """BERT as onnxruntime's tool quantizes it: every intermediate of the erf GELU quantized (one
+    GELU kernel on the int8 data here), reshapes and transposes of the attention between a
+    quantize and a dequantize of one scale (moved on the int8 data, exactly)."""
+    model = zoo.get("bert_encoder", small=True)
+    quantized = quantize_static(model, [zoo.sample_inputs(model, seed=s) for s in range(4)], "uint8")
+    partitioned = byoc.partition_for(byoc.from_onnx(quantized), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
+    patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
+    layers = sum(1 for n in model.graph.node if n.op_type == "Erf")
+    assert patterns["dnnl.qgelu"] == layers, patterns
+    assert [h.ops for h in report.host_ops] == [["relax.take"]], report.host_reasons()  # the embedding's int64 token ids
+    compiled = byoc.build(partitioned)
+    assert _as_accurate_as_onnxruntime(compiled, quantized, model)

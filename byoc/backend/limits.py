@@ -26,7 +26,9 @@ WEIGHT_OPS = frozenset(
     }
 )
 _LAYOUT_ATTRS = ("data_layout", "layout")
-_QDQ_OPS = ("relax.quantize", "relax.dequantize")
+# Ops that take the integer side of a quantized model where `quantized` dtypes are declared: its
+# quantize and dequantize, and the layout ops that move its int8 data as they are.
+_QUANTIZED_DATA_OPS = ("relax.quantize", "relax.dequantize", "relax.reshape", "relax.permute_dims")
 
 
 def _parameter(arg: relax.Expr) -> bool:
@@ -45,9 +47,10 @@ class Limits:
     max_rank: int | None = None
     constant_weights: bool = False
     static_shapes: bool = True
-    # Integer dtypes taken on the integer side of quantize and dequantize ops: a backend that
-    # lists any takes a quantized model's own quantization (its weights stay int8, see
-    # byoc.frontend.quantized); one that lists none gets the weights folded to float.
+    # Integer dtypes taken on the integer side of quantize and dequantize ops, and by reshapes and
+    # transposes of int8 data: a backend that lists any takes a quantized model's own quantization
+    # (its weights stay int8, see byoc.frontend.quantized); one that lists none gets the weights
+    # folded to float.
     quantized: tuple[str, ...] = ()
 
     def violation(self, call: relax.Call, inside: Callable[[relax.Expr], bool] | None = None, output: bool = True) -> str | None:
@@ -60,7 +63,7 @@ class Limits:
                     if not (inside is not None and inside(arg)) and not _parameter(arg) for t in tensor_types(arg.ty)]
         if output:
             operands += [("output", i, t) for i, t in enumerate(tensor_types(call.ty))]
-        dtypes = (*self.dtypes, *self.quantized) if self.dtypes is not None and op_name in _QDQ_OPS else self.dtypes
+        dtypes = (*self.dtypes, *self.quantized) if self.dtypes is not None and op_name in _QUANTIZED_DATA_OPS else self.dtypes
         for role, index, ty in operands:
             if self.static_shapes and not has_static_shape(ty):
                 return f"{role} {index} has a dynamic shape"

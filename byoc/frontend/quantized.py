@@ -185,3 +185,29 @@ def dequantize_per_consumer(mod: tvm.IRModule) -> tvm.IRModule:
     result = mod.clone() if hasattr(mod, "clone") else mod
     result["main"] = builder.get()["main"]
     return result
+
+
+_LAYOUT_OPS = ("relax.reshape", "relax.permute_dims")
+
+
+def layout_on_int8_data(mod: tvm.IRModule) -> tvm.IRModule:
+    """quantize(reshape or transpose(dequantize(x))) with one scale and zero point on both sides is
+    that reshape or transpose of the int8 data x, exactly: onnxruntime's tool quantizes around
+    every reshape and transpose of a quantized transformer's attention, and each pair was two
+    passes over the tensor in float."""
+
+    def rewrite(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
+        if _op(value) != "relax.quantize":
+            return None
+        layout = _bound(value.args[0], builder)
+        if _op(layout) not in _LAYOUT_OPS:
+            return None
+        source = _bound(layout.args[0], builder)
+        if _op(source) != "relax.dequantize" or not all(is_tensor_constant(a) for a in (*value.args[1:], *source.args[1:])):
+            return None
+        same = all(np.array_equal(constant_array(a), constant_array(b)) for a, b in zip(value.args[1:], source.args[1:]))
+        if not same or dtype_name(source.args[0].ty) != str(value.attrs.out_dtype):
+            return None
+        return relax.Call(layout.op, [source.args[0], *layout.args[1:]], layout.attrs, layout.ty_args)
+
+    return relax.transform.DeadCodeElimination(["main"])(_map_main(mod, rewrite))

@@ -230,13 +230,14 @@ class _Kernel:
         return attr
 
     # ---------------------------------------------------------- quantization
-    def array(self, what: str, values: np.ndarray, dtype: str) -> str:
-        """A memory over values fixed at code generation (scales, zero points); returns its name."""
+    def array(self, what: str, values: np.ndarray, dtype: str, md: str | None = None) -> str:
+        """A memory over values fixed at code generation (scales, zero points), one-dimensional
+        unless `md` describes it; returns its name."""
         name = self._name(what)
         ctype, literal = ("float", _float) if dtype == "float32" else ("int32_t", lambda v: str(int(v)))
         self.state.append(f"static {ctype} {name}_data[{values.size}] = {{{', '.join(literal(v) for v in values.reshape(-1))}}};")
         self.state.append(f"static dnnl_memory_t {name} = NULL;")
-        md = self.md((values.size,), "plain", dtype)
+        md = md or self.md((values.size,), "plain", dtype)
         self.setup.append(self.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {name}_data)", what))
         return name
 
@@ -717,7 +718,7 @@ def _relayout(call: KernelCall, view_setup) -> KernelCode:
 
 
 def reshape(call: KernelCall) -> KernelCode:
-    return _relayout(call, lambda kernel, x, out: kernel.md(x.shape, "plain"))
+    return _relayout(call, lambda kernel, x, out: kernel.md(x.shape, "plain", x.dtype))
 
 
 def permute_dims(call: KernelCall) -> KernelCode:
@@ -725,7 +726,7 @@ def permute_dims(call: KernelCall) -> KernelCode:
 
     def view(kernel, x, out):
         order = list(range(len(x.shape)))[::-1] if axes is None else axes
-        plain = kernel.md(out.shape, "plain")
+        plain = kernel.md(out.shape, "plain", out.dtype)
         name = kernel._name("perm")
         kernel.local_mds.append(name)
         kernel.setup.append(f"int {name}_axes[{len(order)}] = {{{', '.join(str(a) for a in order)}}};")
@@ -760,44 +761,65 @@ def requantize(call: KernelCall) -> KernelCode:
     return kernel.code(create, (attr,))
 
 
-def quantized_add(call: KernelCall) -> KernelCode:
-    """quantize(add(dequantize(a), dequantize(b))) as one binary primitive on the int8 data:
-    the operands' scales are oneDNN's source scales, and their zero points, the result's scale
-    and zero point fold into a linear post-op, y = (sa * a + sb * b - sa * za - sb * zb) / sy + zy,
-    after the ReLU when there is one; the conversion to int8 rounds and saturates."""
+def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[CBuffer, Scales] | float,
+                         activations: list[str], result: Scales) -> KernelCode:
+    """One binary add on int8 data: `a` (int8, its scale a source scale) plus `b` (int8 with its
+    scale, or a number broadcast over `a`), then `activations` (oneDNN algorithms), quantized.
+    Binary primitives take no zero points: those of the operands are a constant offset, added
+    by a linear post-op before the activations (folded into the requantizing one without them),
+    and the result's scale and zero point are a last linear post-op; the conversion to int8 rounds
+    and saturates."""
     kernel = _Kernel(call)
-    add = call.node("relax.add")
-    quantize = call.node("relax.quantize")
-    sources = [call.arg(dequantized(call, call.arg(add, i)), 0) for i in (0, 1)]
-    scales = [scales_of(call, dequantized(call, call.arg(add, i))) for i in (0, 1)]
-    result = scales_of(call, quantize)
-    a, b, out = sources[0], sources[1], call.outputs[0]
-    offset = sum(float(s.scale[0]) * float(s.zero_point[0]) for s in scales)
+    source, source_scales = a
+    out = call.outputs[0]
+    offset = -float(source_scales.scale[0]) * float(source_scales.zero_point[0])
     attr = kernel._name("attr")
     kernel.setup.append(f"dnnl_primitive_attr_t {attr};")
     kernel.setup.append(kernel.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"))
-    for arg, source_scales in zip(("DNNL_ARG_SRC_0", "DNNL_ARG_SRC_1"), scales):
-        kernel.scales(attr, arg, Scales(source_scales.scale, np.zeros(1, np.int32), 0), 0)
-    inverse = 1.0 / float(result.scale[0])
-    kernel.setup.append("{")
-    kernel.setup.append("  dnnl_post_ops_t ops;")
-    kernel.setup.append("  " + kernel.check("dnnl_post_ops_create(&ops)", "post-ops"))
-    if any(n["op"] == "relax.nn.relu" for n in call.nodes):
-        kernel.setup.append("  " + kernel.check("dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_relu, 0.f, 0.f)", "ReLU"))
-    beta = float(result.zero_point[0]) - offset * inverse
-    kernel.setup.append("  " + kernel.check(f"dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_linear, {_float(inverse)}, {_float(beta)})",
-                                            "requantization"))
-    kernel.setup.append("  " + kernel.check(f"dnnl_primitive_attr_set_post_ops({attr}, ops)", "post-ops"))
-    kernel.setup.append("  dnnl_post_ops_destroy(ops);")
-    kernel.setup.append("}")
+    kernel.scales(attr, "DNNL_ARG_SRC_0", Scales(source_scales.scale, np.zeros(1, np.int32), 0), 0)
     mds = {}
-    for name, like, dtype in (("src1", a, b.dtype), ("dst", a, out.dtype)):
+    for name, dtype in (("src1", b[0].dtype if isinstance(b, tuple) else "float32"), ("dst", out.dtype)):
         mds[name] = kernel._name("md")
         kernel.local_mds.append(mds[name])
         kernel.setup.append(f"dnnl_memory_desc_t {mds[name]};")
-        kernel.setup.append(kernel.check(f"byoc_like_md(&{mds[name]}, {kernel.md_of(like)}, {DNNL_TYPES[dtype]})", f"{name} descriptor"))
-    kernel.source("DNNL_ARG_SRC_0", a, "dnnl_query_src_md")
-    kernel.source("DNNL_ARG_SRC_1", b, "dnnl_query_src_md", index=1)
+        kernel.setup.append(kernel.check(f"byoc_like_md(&{mds[name]}, {kernel.md_of(source)}, {DNNL_TYPES[dtype]})", f"{name} descriptor"))
+    kernel.source("DNNL_ARG_SRC_0", source, "dnnl_query_src_md")
+    if isinstance(b, tuple):
+        other, other_scales = b
+        offset -= float(other_scales.scale[0]) * float(other_scales.zero_point[0])
+        kernel.scales(attr, "DNNL_ARG_SRC_1", Scales(other_scales.scale, np.zeros(1, np.int32), 0), 0)
+        kernel.source("DNNL_ARG_SRC_1", other, "dnnl_query_src_md", index=1)
+        src1_md = mds["src1"]
+    else:  # a number, broadcast: a memory of one element per dimension
+        offset += b
+        src1_md = kernel.md((1,) * len(source.shape), "plain")
+        kernel.direct("DNNL_ARG_SRC_1", kernel.array("zero", np.zeros(1, np.float32), "float32", src1_md))
+    inverse = 1.0 / float(result.scale[0])
+    steps = [("dnnl_eltwise_linear", 1.0, offset)] if activations else []
+    steps += [(algorithm, 0.0, 0.0) for algorithm in activations]
+    steps.append(("dnnl_eltwise_linear", inverse, float(result.zero_point[0]) + (0.0 if activations else offset * inverse)))
+    kernel.setup += ["{", "  dnnl_post_ops_t ops;", "  " + kernel.check("dnnl_post_ops_create(&ops)", "post-ops")]
+    for algorithm, alpha, beta in steps:
+        kernel.setup.append("  " + kernel.check(f"dnnl_post_ops_append_eltwise(ops, {algorithm}, {_float(alpha)}, {_float(beta)})", "post-op"))
+    kernel.setup += ["  " + kernel.check(f"dnnl_primitive_attr_set_post_ops({attr}, ops)", "post-ops"), "  dnnl_post_ops_destroy(ops);", "}"]
     kernel.result(out)
-    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_add, {kernel.md_of(a)}, {mds['src1']}, {mds['dst']}, {attr})"
+    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_add, {kernel.md_of(source)}, {src1_md}, {mds['dst']}, {attr})"
     return kernel.code(create, (attr,))
+
+
+def quantized_add(call: KernelCall) -> KernelCode:
+    """quantize([ReLU](dequantize(a) + dequantize(b))) as one binary primitive on the int8 data."""
+    add = call.node("relax.add")
+    a, b = ((call.arg(node, 0), scales_of(call, node)) for node in (dequantized(call, call.arg(add, i)) for i in (0, 1)))
+    relu = ["dnnl_eltwise_relu"] if any(n["op"] == "relax.nn.relu" for n in call.nodes) else []
+    return _requantizing_binary(call, a, b, relu, scales_of(call, call.nodes[-1]))
+
+
+def quantized_gelu(call: KernelCall) -> KernelCode:
+    """A GELU with its intermediate results quantized (as onnxruntime's tool writes the erf form),
+    on the int8 data as one primitive: dequantized by the source scale and an added offset, GELU
+    as a post-op, quantized. The intermediate roundings are skipped (the result is nearer the float
+    GELU's, within a step of the chain's)."""
+    source = next(n for n in call.nodes if n["op"] == "relax.dequantize" and call.arg(n, 0) in call.inputs)
+    return _requantizing_binary(call, (call.arg(source, 0), scales_of(call, source)), 0.0, ["dnnl_eltwise_gelu_erf"],
+                                scales_of(call, call.nodes[-1]))

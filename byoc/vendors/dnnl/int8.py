@@ -9,6 +9,8 @@ and float32, so that a quantized model stays in one region where its float model
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from tvm import relax
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
@@ -17,6 +19,7 @@ from byoc.annotate.patterns import unary
 from byoc.backend import Backend
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_shape
 from byoc.vendors.dnnl import emitters
+from byoc.vendors.dnnl.predicates import expected_constants
 
 _ACTIVATIONS = ("relax.nn.relu", "relax.clip")
 _OPS = {"conv2d": "relax.nn.conv2d", "conv1d": "relax.nn.conv1d", "dense": "relax.matmul"}
@@ -117,6 +120,30 @@ def quantized_add(match) -> str | None:
     return _per_tensor(match["a"], "first operand") or _per_tensor(match["b"], "second operand") or _per_tensor(match["output"], "result")
 
 
+def _quantized_gelu() -> tuple[DFPattern, dict[str, DFPattern]]:
+    """0.5 * x * (1 + erf(x / sqrt(2))) with every intermediate result quantized and read back,
+    as onnxruntime's tool writes a model's erf GELU: x is read through two dequantizes."""
+    x = wildcard()
+
+    def requantized(value: DFPattern) -> DFPattern:
+        return is_op("relax.dequantize")(is_op("relax.quantize")(value, is_const(), is_const()), is_const(), is_const())
+
+    parts = {"source": is_op("relax.dequantize")(x, is_const(), is_const()), "half": is_const(), "sqrt2": is_const(), "one": is_const()}
+    half_x = requantized(is_op("relax.multiply")(parts["source"], parts["half"]))
+    divided = is_op("relax.divide")(is_op("relax.dequantize")(x, is_const(), is_const()), parts["sqrt2"])
+    one_plus = requantized(is_op("relax.add")(requantized(is_op("relax.erf")(divided)), parts["one"]))
+    parts["root"] = is_op("relax.multiply")(half_x, one_plus)
+    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    return parts["output"], parts
+
+
+_GELU_CONSTANTS = expected_constants({"sqrt2": math.sqrt(2.0), "one": 1.0, "half": 0.5}, "the erf form of GELU")
+
+
+def quantized_gelu(match) -> str | None:
+    return _GELU_CONSTANTS(match) or _per_tensor(match["source"], "source") or _per_tensor(match["output"], "result")
+
+
 def _quantized_pool() -> tuple[DFPattern, dict[str, DFPattern]]:
     parts = {"source": _dequantized(False)}
     parts["root"] = is_op("relax.nn.max_pool2d")(parts["source"])
@@ -159,6 +186,7 @@ def declare(backend: Backend) -> None:
                 for output in (True, False):
                     suffix = "_bias" * bias + "_act" * activation + ("" if output else "_float")
                     backend.pattern(f"q{name}{suffix}", *_quantized_pattern(op, bias, activation, output), check=quantized_kernel, emit=emit)
+    backend.pattern("qgelu", *_quantized_gelu(), check=quantized_gelu, emit=emitters.quantized_gelu)
     backend.pattern("qadd", *_quantized_add(), check=quantized_add, emit=emitters.quantized_add)
     backend.pattern("qmax_pool2d", *_quantized_pool(), check=quantized_max_pool, emit=emitters.pooling)
     backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.requantize)
