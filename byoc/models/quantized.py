@@ -39,7 +39,9 @@ def quantize_static(model: onnx.ModelProto, calibration: Sequence[Mapping[str, n
     with tempfile.TemporaryDirectory() as tmp:
         source, prepared, quantized = (os.path.join(tmp, f"{name}.onnx") for name in ("model", "prepared", "quantized"))
         onnx.save(model, source)
-        quant_pre_process(source, prepared)
+        # Symbolic shape inference is for dynamic dimensions and needs sympy, which byoc does not
+        # depend on; the zoo's models have static shapes, which onnx's own inference serves.
+        quant_pre_process(source, prepared, skip_symbolic_shape=True)
         ort_quantize_static(prepared, quantized, _Samples(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
                             activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
                             weight_type=QuantType.QInt8)

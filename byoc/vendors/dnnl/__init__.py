@@ -42,7 +42,7 @@ from byoc.vendors.dnnl.predicates import (
 onednn = CLibrary(
     name="onednn",
     version=library.version() if library.installed() else "not installed",
-    headers=["oneapi/dnnl/dnnl.h", "math.h"],
+    headers=["oneapi/dnnl/dnnl.h", "math.h", "stdio.h"],
     include_dirs=lambda: [library.include_dir()],
     library_dirs=library.library_dirs,
     libraries=list(library.LIBRARIES),

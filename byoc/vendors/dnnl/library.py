@@ -89,6 +89,10 @@ static dnnl_engine_t byoc_engine = NULL;
 static dnnl_stream_t byoc_stream = NULL;
 
 #define DNNL_CHECK(call, what) do { if ((call) != dnnl_success) BYOC_FAIL(what); } while (0)
+/* A kernel's check: its location (one string per kernel) and what failed, joined on failure. */
+static char byoc_dnnl_failure[1024];
+#define DNNL_CHECK_AT(call, where, what) do { if ((call) != dnnl_success) { \
+  snprintf(byoc_dnnl_failure, sizeof byoc_dnnl_failure, "%s: %s", where, what); BYOC_FAIL(byoc_dnnl_failure); } } while (0)
 
 static dnnl_status_t byoc_dnnl_setup(void) {
   dnnl_status_t status = dnnl_success;
