@@ -167,3 +167,18 @@ def test_a_quantized_transformer_is_one_int8_region():
     assert [h.ops for h in report.host_ops] == [["relax.take"]], report.host_reasons()  # the embedding's int64 token ids
     compiled = byoc.build(partitioned)
     assert _as_accurate_as_onnxruntime(compiled, quantized, model)
+
+
+def test_a_model_in_quantized_operators_runs_as_its_qdq_form():
+    """onnxruntime's QOperator format (QLinearConv, com.microsoft QLinearAdd, QGemm, MaxPool on
+    the uint8 data), which TVM's frontend does not convert, is rewritten as dequantize -> op ->
+    quantize before import: one int8 region on dnnl, and on a float vendor the same numbers as
+    onnxruntime within the tolerance above."""
+    model = zoo.get("resnet18", small=True)
+    quantized = quantize_static(model, [zoo.sample_inputs(model, seed=s) for s in range(4)], "uint8", operators=True)
+    assert any(n.op_type == "QLinearConv" for n in quantized.graph.node)
+    partitioned = byoc.partition_for(byoc.from_onnx(quantized), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_nodes == 1.0, report.to_table()
+    assert _as_accurate_as_onnxruntime(byoc.build(partitioned), quantized, model)
+    assert _within_bound(_relative_l2(byoc.build(byoc.partition_for(byoc.from_onnx(quantized), "reference")), quantized))

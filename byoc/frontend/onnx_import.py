@@ -22,6 +22,7 @@ from byoc.frontend.onnx_constants import fold_onnx_constants
 from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.frontend.onnx_ops import CONVERTERS
+from byoc.frontend.onnx_qoperator import qdq_form
 from byoc.frontend.onnx_shapes import static_input_shapes
 from byoc.frontend.onnx_support import expand, unsupported_ops
 
@@ -86,7 +87,7 @@ def from_onnx(
     fixed values (and overrides initializers), which makes them constants of the model.
     Inputs that have an initializer are constants; inputs that no node reads are dropped.
     """
-    model = bind_inputs(load_onnx_model(source), constants)
+    model = qdq_form(bind_inputs(load_onnx_model(source), constants))
     input_shapes = static_input_shapes(model, shapes or {})
     refused = unsupported_ops(model)
     if refused:

@@ -19,9 +19,10 @@ ACTIVATION_TYPES = ("uint8", "int8")
 
 
 def quantize_static(model: onnx.ModelProto, calibration: Sequence[Mapping[str, np.ndarray]], activations: str = "uint8",
-                    per_channel: bool = True) -> onnx.ModelProto:
-    """`model` quantized by onnxruntime's tool (QDQ, int8 weights, `activations` uint8 or int8),
-    calibrated on `calibration` (dicts of inputs by name)."""
+                    per_channel: bool = True, operators: bool = False) -> onnx.ModelProto:
+    """`model` quantized by onnxruntime's tool (int8 weights, `activations` uint8 or int8),
+    calibrated on `calibration` (dicts of inputs by name): in the QDQ format, or with
+    `operators` in the QOperator format (QLinearConv, QLinearAdd, ...)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType
     from onnxruntime.quantization import quantize_static as ort_quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -42,7 +43,8 @@ def quantize_static(model: onnx.ModelProto, calibration: Sequence[Mapping[str, n
         # Symbolic shape inference is for dynamic dimensions and needs sympy, which byoc does not
         # depend on; the zoo's models have static shapes, which onnx's own inference serves.
         quant_pre_process(source, prepared, skip_symbolic_shape=True)
-        ort_quantize_static(prepared, quantized, _Samples(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+        ort_quantize_static(prepared, quantized, _Samples(), quant_format=QuantFormat.QOperator if operators else QuantFormat.QDQ,
+                            per_channel=per_channel,
                             activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
                             weight_type=QuantType.QInt8)
         return onnx.load(quantized)

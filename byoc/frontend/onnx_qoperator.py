@@ -1,0 +1,181 @@
+"""Quantized operators (QOperator format) rewritten in the QDQ form, before import.
+
+onnxruntime's `quantize_static(..., quant_format=QuantFormat.QOperator)` writes a quantized model
+as QLinearConv, QLinearMatMul and its own com.microsoft ops (QLinearAdd, QLinearMul,
+QLinearGlobalAveragePool, QGemm), with MaxPool and Flatten applied to the uint8 data as it is.
+TVM's frontend converts none of them. Each is exactly dequantize -> float op -> quantize with the
+scales and zero points it carries (that is how ONNX and onnxruntime define them), so it is
+written so here, and the model goes the way of a QDQ model: its weights stay int8, and a vendor
+that takes quantized ops computes the chains in int8 (see byoc.frontend.quantized).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+_MICROSOFT = "com.microsoft"
+# Ops onnxruntime's tool leaves on quantized data: they move or select values, so they commute
+# with the quantization and their result is quantized as their input.
+_ON_QUANTIZED_DATA = frozenset({"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+MIN_OPSET = 13  # per-axis DequantizeLinear
+
+
+class _Writer:
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.initializers = {i.name: i for i in model.graph.initializer}
+        self.added: list[onnx.TensorProto] = []
+        self.nodes: list[onnx.NodeProto] = []
+        self.quantization: dict[str, tuple[str, str]] = {}  # int8 tensor -> (scale, zero point)
+
+    def array(self, name: str) -> np.ndarray | None:
+        init = self.initializers.get(name)
+        return numpy_helper.to_array(init) if init is not None else None
+
+    def dequantize(self, value: str, scale: str, zero: str, base: str, axis: int | None = None) -> str:
+        out = f"{base}/{value}_dequantized"
+        self.nodes.append(helper.make_node("DequantizeLinear", [value, scale, zero] if zero else [value, scale], [out],
+                                           name=f"{base}/{value}_DequantizeLinear", **({"axis": axis} if axis is not None else {})))
+        return out
+
+    def quantize(self, value: str, scale: str, zero: str, out: str, base: str) -> None:
+        self.nodes.append(helper.make_node("QuantizeLinear", [value, scale, zero], [out], name=f"{base}_QuantizeLinear"))
+        self.quantization[out] = (scale, zero)
+
+    def bias(self, bias: str, scales: tuple[str, str], base: str) -> str | None:
+        """The int32 bias of a QLinearConv/QGemm, dequantized by the product of the input's and
+        the weights' scales (how the op defines it); None when those are not constants."""
+        values = [self.array(s) for s in scales]
+        if any(v is None for v in values):
+            return None
+        name = f"{bias}_scale_product"
+        if name not in {t.name for t in self.added}:
+            self.added.append(numpy_helper.from_array((values[0].astype(np.float32) * values[1].astype(np.float32)).reshape(-1), name))
+        return self.dequantize(bias, name, "", base, axis=0)
+
+
+def _attrs(node: onnx.NodeProto, drop: tuple[str, ...] = ()) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name not in drop}
+
+
+def _per_channel_axis(w: _Writer, scale: str, axis: int) -> int | None:
+    values = w.array(scale)
+    return axis if values is not None and values.size > 1 else None
+
+
+def _conv(w: _Writer, node: onnx.NodeProto) -> bool:
+    x, xs, xz, wt, ws, wz, ys, yz, *bias = node.input
+    base = node.name or node.output[0]
+    inputs = [w.dequantize(x, xs, xz, base), w.dequantize(wt, ws, wz, base, _per_channel_axis(w, ws, 0))]
+    if bias and bias[0]:
+        dequantized = w.bias(bias[0], (xs, ws), base)
+        if dequantized is None:
+            return False
+        inputs.append(dequantized)
+    out = f"{base}/float"
+    w.nodes.append(helper.make_node("Conv", inputs, [out], name=base, **_attrs(node)))
+    w.quantize(out, ys, yz, node.output[0], base)
+    return True
+
+
+def _matmul(w: _Writer, node: onnx.NodeProto) -> bool:
+    a, a_s, a_z, b, b_s, b_z, ys, yz = node.input
+    base = node.name or node.output[0]
+    out = f"{base}/float"
+    w.nodes.append(helper.make_node("MatMul", [w.dequantize(a, a_s, a_z, base), w.dequantize(b, b_s, b_z, base, _per_channel_axis(w, b_s, 1))],
+                                    [out], name=base))
+    w.quantize(out, ys, yz, node.output[0], base)
+    return True
+
+
+def _binary(op_type: str) -> Callable[[_Writer, onnx.NodeProto], bool]:
+    def rewrite(w: _Writer, node: onnx.NodeProto) -> bool:
+        a, a_s, a_z, b, b_s, b_z, ys, yz = node.input
+        base = node.name or node.output[0]
+        out = f"{base}/float"
+        w.nodes.append(helper.make_node(op_type, [w.dequantize(a, a_s, a_z, base), w.dequantize(b, b_s, b_z, base)], [out], name=base))
+        w.quantize(out, ys, yz, node.output[0], base)
+        return True
+
+    return rewrite
+
+
+def _global_average_pool(w: _Writer, node: onnx.NodeProto) -> bool:
+    if _attrs(node).get("channels_last", 0):
+        return False
+    x, xs, xz, ys, yz = node.input
+    base = node.name or node.output[0]
+    out = f"{base}/float"
+    w.nodes.append(helper.make_node("GlobalAveragePool", [w.dequantize(x, xs, xz, base)], [out], name=base))
+    w.quantize(out, ys, yz, node.output[0], base)
+    return True
+
+
+def _gemm(w: _Writer, node: onnx.NodeProto) -> bool:
+    a, a_s, a_z, b, b_s, b_z, *rest = node.input
+    c, ys, yz = (rest + ["", "", ""])[:3]
+    attrs = _attrs(node)
+    base = node.name or node.output[0]
+    inputs = [w.dequantize(a, a_s, a_z, base), w.dequantize(b, b_s, b_z, base, _per_channel_axis(w, b_s, 0 if attrs.get("transB", 0) else 1))]
+    if c:
+        dequantized = w.bias(c, (a_s, b_s), base)
+        if dequantized is None:
+            return False
+        inputs.append(dequantized)
+    if not ys:  # no output quantization: the result is float
+        w.nodes.append(helper.make_node("Gemm", inputs, [node.output[0]], name=base, **attrs))
+        return True
+    out = f"{base}/float"
+    w.nodes.append(helper.make_node("Gemm", inputs, [out], name=base, **attrs))
+    w.quantize(out, ys, yz, node.output[0], base)
+    return True
+
+
+_REWRITES: dict[tuple[str, str], Callable[[_Writer, onnx.NodeProto], bool]] = {
+    ("", "QLinearConv"): _conv,
+    ("", "QLinearMatMul"): _matmul,
+    (_MICROSOFT, "QLinearAdd"): _binary("Add"),
+    (_MICROSOFT, "QLinearMul"): _binary("Mul"),
+    (_MICROSOFT, "QLinearGlobalAveragePool"): _global_average_pool,
+    (_MICROSOFT, "QGemm"): _gemm,
+}
+
+
+def qdq_form(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its quantized operators written as dequantize -> op -> quantize; the model
+    itself where it has none (or an opset before per-axis DequantizeLinear)."""
+    graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < MIN_OPSET or not any(((n.domain if n.domain != "ai.onnx" else ""), n.op_type) in _REWRITES for n in graph.node):
+        return model
+    w = _Writer(model)
+    for node in graph.node:
+        if node.op_type == "QuantizeLinear" and node.domain in ("", "ai.onnx") and len(node.input) == 3:
+            w.quantization[node.output[0]] = (node.input[1], node.input[2])
+        rewrite = _REWRITES.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+        source = node.input[0] if node.input else ""
+        if rewrite is not None:
+            kept = len(w.nodes)
+            if rewrite(w, node):
+                continue
+            del w.nodes[kept:]
+        elif node.op_type in _ON_QUANTIZED_DATA and not node.domain and source in w.quantization:
+            # moved in float between a dequantize and a quantize of the same scale: the
+            # partitioner moves it back onto the int8 data for a vendor that takes it so
+            scale, zero = w.quantization[source]
+            base = node.name or node.output[0]
+            out = f"{base}/float"
+            w.nodes.append(helper.make_node(node.op_type, [w.dequantize(source, scale, zero, base), *node.input[1:]], [out],
+                                            name=base, **_attrs(node)))
+            w.quantize(out, scale, zero, node.output[0], base)
+            continue
+        w.nodes.append(node)
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.graph.node[:]
+    result.graph.node.extend(w.nodes)
+    result.graph.initializer.extend(w.added)
+    return result
