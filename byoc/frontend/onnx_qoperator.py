@@ -1,4 +1,5 @@
-"""Quantized operators (QOperator format) rewritten in the QDQ form, before import.
+"""Quantized operators (QOperator format, and `quantize_dynamic`'s integer products) rewritten
+before import: in the QDQ form, or in float.
 
 onnxruntime's `quantize_static(..., quant_format=QuantFormat.QOperator)` writes a quantized model
 as QLinearConv, QLinearMatMul and its own com.microsoft ops (QLinearAdd, QLinearMul,
@@ -30,6 +31,20 @@ class _Writer:
         self.added: list[onnx.TensorProto] = []
         self.nodes: list[onnx.NodeProto] = []
         self.quantization: dict[str, tuple[str, str]] = {}  # int8 tensor -> (scale, zero point)
+        self.readers: dict[str, list[onnx.NodeProto]] = {}
+        for node in model.graph.node:
+            for name in node.input:
+                self.readers.setdefault(name, []).append(node)
+        self.outputs = {o.name for o in model.graph.output}
+        self.dropped: set[int] = set()  # nodes a rewrite made unnecessary
+
+    def float_cast_of(self, name: str) -> onnx.NodeProto | None:
+        """The Cast to float that is the only reader of `name`, if it is."""
+        readers = self.readers.get(name, [])
+        if name in self.outputs or len(readers) != 1:
+            return None
+        cast = readers[0]
+        return cast if cast.op_type == "Cast" and _attrs(cast).get("to") == onnx.TensorProto.FLOAT else None
 
     def array(self, name: str) -> np.ndarray | None:
         init = self.initializers.get(name)
@@ -134,7 +149,49 @@ def _gemm(w: _Writer, node: onnx.NodeProto) -> bool:
     return True
 
 
+def _integer(op_type: str, weight_axis: int) -> Callable[[_Writer, onnx.NodeProto], bool]:
+    """MatMulInteger or ConvInteger (onnxruntime's `quantize_dynamic`): the int32 result of
+    (A - a_zero) op (B - b_zero), computed in float. Constant int8 weights less their zero points
+    become a float constant, so the product is a float layer with constant weights; a Cast of the
+    result to float that the model applies next is the float result itself. (Sums past 2^24 round
+    in float32; the model casts them to float anyway.)"""
+    cast = onnx.TensorProto.FLOAT
+
+    def rewrite(w: _Writer, node: onnx.NodeProto) -> bool:
+        a, b, *zeros = node.input
+        a_zero, b_zero = (zeros + ["", ""])[:2]
+        base = node.name or node.output[0]
+        weights, weight_zero = w.array(b), w.array(b_zero) if b_zero else np.zeros(1, np.int8)
+        if weights is None or weight_zero is None:
+            return False
+        shape = [1] * weights.ndim
+        if weight_zero.size > 1:
+            shape[weight_axis % weights.ndim] = -1
+        name = f"{b}_less_zero_point"
+        w.added.append(numpy_helper.from_array((weights.astype(np.float32) - weight_zero.astype(np.float32).reshape(shape)), name))
+        source = f"{base}/{a}_float"
+        w.nodes.append(helper.make_node("Cast", [a], [source], name=f"{base}/Cast", to=cast))
+        if a_zero:
+            zero = f"{base}/{a_zero}_float"
+            w.nodes.append(helper.make_node("Cast", [a_zero], [zero], name=f"{base}/Cast_zero", to=cast))
+            w.nodes.append(helper.make_node("Sub", [source, zero], [f"{source}_centred"], name=f"{base}/Sub"))
+            source = f"{source}_centred"
+        out = node.output[0]
+        reader = w.float_cast_of(out)
+        result = reader.output[0] if reader is not None else f"{base}/float"
+        w.nodes.append(helper.make_node(op_type, [source, name], [result], name=base, **_attrs(node)))
+        if reader is not None:
+            w.dropped.add(id(reader))
+        else:
+            w.nodes.append(helper.make_node("Cast", [result], [out], name=f"{base}/Cast_int32", to=onnx.TensorProto.INT32))
+        return True
+
+    return rewrite
+
+
 _REWRITES: dict[tuple[str, str], Callable[[_Writer, onnx.NodeProto], bool]] = {
+    ("", "MatMulInteger"): _integer("MatMul", -1),
+    ("", "ConvInteger"): _integer("Conv", 0),
     ("", "QLinearConv"): _conv,
     ("", "QLinearMatMul"): _matmul,
     (_MICROSOFT, "QLinearAdd"): _binary("Add"),
@@ -153,6 +210,8 @@ def qdq_form(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     w = _Writer(model)
     for node in graph.node:
+        if id(node) in w.dropped:
+            continue
         if node.op_type == "QuantizeLinear" and node.domain in ("", "ai.onnx") and len(node.input) == 3:
             w.quantization[node.output[0]] = (node.input[1], node.input[2])
         rewrite = _REWRITES.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
