@@ -7,6 +7,12 @@ constant (attention scores); max and average pooling; mean reductions over any a
 default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
 layer normalisation, GELU (erf form), concatenation, reshape and transpose. Regions without MACs
 stay on the host: a reorder-only region costs more than it saves.
+
+Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
+scale per output channel and zero point 0) compute in int8 with the model's own scales: quantized
+convolutions and dense layers with bias and ReLU/clip, a residual add fused into its convolution,
+residual adds, the erf GELU and max pooling on the int8 data, reshapes and transposes of int8
+data, and quantize/dequantize as reorders (`int8.py`).
 """
 
 from __future__ import annotations
