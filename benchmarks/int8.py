@@ -1,6 +1,6 @@
 """int8 on the CPU: byoc + dnnl on models quantized by onnxruntime's `quantize_static` (QDQ,
 per-channel int8 weights, calibrated on 8 seeded inputs), against onnxruntime and OpenVINO running
-the same files, and against the fp32 model. Both activation types are made (u8 and s8); for each
+the same files, and against the fp32 model; byoc + onnxruntime on the same files beside. Both activation types are made (u8 and s8); for each
 int8 system the faster counts. All systems run in one process, timed against each other in
 alternating blocks (see `byoc.timing.time_blocks`). Prints a Markdown table per model, then the
 ratios the targets are stated in.
@@ -51,12 +51,12 @@ def _session(model, threads: int):
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def _byoc(model, inputs: dict, want: list, name: str, runners: dict, rows: dict) -> None:
+def _byoc(model, inputs: dict, want: list, name: str, runners: dict, rows: dict, threads: int, vendor: str = "dnnl") -> None:
     import byoc
 
     start = time.perf_counter()
-    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
-    compiled = byoc.build(partitioned)
+    partitioned = byoc.partition_for(byoc.from_onnx(model), vendor)
+    compiled = byoc.build(partitioned, backend_options={"onnxruntime": {"intra_op_num_threads": threads}} if vendor == "onnxruntime" else None)
     got = compiled.run(inputs)
     rows[name] = Row(name, build_s=time.perf_counter() - start, relative_l2=_relative_l2(got, want),
                      regions=len(byoc.report(partitioned).regions))
@@ -75,7 +75,7 @@ def benchmark(name: str, threads: int, runs: int, small: bool) -> list[Row]:
     fp32 = _session(model, threads)
     want = fp32.run(None, inputs)
     runners["onnxruntime fp32"], rows["onnxruntime fp32"] = lambda: fp32.run(None, inputs), Row("onnxruntime fp32")
-    _byoc(model, inputs, want, "byoc + dnnl fp32", runners, rows)
+    _byoc(model, inputs, want, "byoc + dnnl fp32", runners, rows, threads)
     for label, activations in ACTIVATIONS.items():
         quantized = quantize_static(model, calibration, activations)
         session = _session(quantized, threads)
@@ -86,7 +86,8 @@ def benchmark(name: str, threads: int, runs: int, small: bool) -> list[Row]:
         if openvino is not None:
             runners[f"openvino int8 {label}"] = openvino
             rows[f"openvino int8 {label}"] = Row(f"openvino int8 {label}", relative_l2=_relative_l2(openvino(), want))
-        _byoc(quantized, inputs, want, f"byoc + dnnl int8 {label}", runners, rows)
+        _byoc(quantized, inputs, want, f"byoc + dnnl int8 {label}", runners, rows, threads)
+        _byoc(quantized, inputs, want, f"byoc + onnxruntime int8 {label}", runners, rows, threads, "onnxruntime")
     for system, samples in time_blocks(runners, runs).items():
         timing = spread(samples)
         rows[system].median_ms, rows[system].p90_ms = timing.median_ms, timing.p90_ms

@@ -130,12 +130,20 @@ def test_weights_stay_int8_from_import_to_the_artifact(resnet_u8, tmp_path):
 
 
 def test_a_vendor_without_quantized_ops_gets_float_weights_as_before(resnet_u8):
-    report = byoc.report(byoc.partition_for(byoc.from_onnx(resnet_u8), "onnxruntime"))
+    report = byoc.report(byoc.partition_for(byoc.from_onnx(resnet_u8), "reference"))
     convolutions = sum(1 for n in resnet_u8.graph.node if n.op_type == "Conv")
     offloaded = Counter(op for r in report.regions for op in r.ops)
     assert offloaded["relax.nn.conv2d"] == convolutions, report.to_table()
     assert "relax.dequantize" not in offloaded
     assert any("relax.quantize" in reason for reasons in report.host_reasons().values() for reason in reasons)
+
+
+def test_the_onnxruntime_vendor_runs_the_quantized_model_as_onnxruntime_does(resnet_u8):
+    """The region keeps the model's QuantizeLinear/DequantizeLinear and int8 weights, each Conv
+    its bias: onnxruntime fuses them into its int8 kernels, as for the file alone."""
+    partitioned = byoc.partition_for(byoc.from_onnx(resnet_u8), "onnxruntime")
+    assert len(byoc.report(partitioned).regions) == 1
+    assert max(_relative_l2(byoc.build(partitioned), resnet_u8)) < 1e-5
 
 
 def test_weights_with_a_zero_point_stay_float_and_say_why(resnet_u8):

@@ -523,6 +523,10 @@ TRANSLATIONS: dict[str, Translation] = {
     "relax.triu": Translation("Trilu", _trilu(1)),
     "relax.tril": Translation("Trilu", _trilu(0)),
     "relax.astype": Translation("Cast", _cast),
+    # A quantized model's own quantization, as the model wrote it: onnxruntime fuses
+    # DequantizeLinear -> op -> QuantizeLinear into its int8 kernels.
+    "relax.quantize": Translation("QuantizeLinear", _attr_op("QuantizeLinear", axis="axis")),
+    "relax.dequantize": Translation("DequantizeLinear", _attr_op("DequantizeLinear", axis="axis")),
 }
 
 
@@ -715,6 +719,34 @@ def _refuse_what_cannot_be_written(graph: Mapping[str, Any], constants: Mapping[
                 f"claim only ops whose check in onnx_checks({opset}) passes")
 
 
+def _bias_into_conv(writer: _Writer, constants: Mapping[str, np.ndarray], outputs: set[str], channels: Mapping[str, int]) -> None:
+    """A Conv whose only reader adds a constant per output channel (Relax writes a convolution's
+    bias as an add) takes it as its bias input. onnxruntime fuses the add itself only into a Conv
+    whose weights are an initializer; a quantized model's weights are a DequantizeLinear, and its
+    QDQ fusion into int8 kernels wants the bias in the Conv: ResNet-50's quantized convolutions ran
+    in float otherwise (73 ms; 10 with the bias in place)."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in writer.nodes:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    dropped = set()
+    for conv in writer.nodes:
+        if conv.op_type != "Conv" or len(conv.input) != 2 or conv.output[0] in outputs or len(readers.get(conv.output[0], [])) != 1:
+            continue
+        add = readers[conv.output[0]][0]
+        if add.op_type != "Add" or len(add.input) != 2:
+            continue
+        bias = next((name for name in add.input if name != conv.output[0] and name in constants), None)
+        shape = np.shape(constants[bias]) if bias is not None else ()
+        # one value per output channel, laid out as the convolution's result ([1, C, 1, 1])
+        if bias is None or len(shape) < 3 or shape[1] != channels.get(conv.output[0]) or np.prod(shape) != shape[1]:
+            continue
+        conv.input.append(writer.constant(np.asarray(constants[bias]).reshape(-1), f"{conv.name}_bias"))
+        conv.output[0] = add.output[0]
+        dropped.add(id(add))
+    writer.nodes[:] = [node for node in writer.nodes if id(node) not in dropped]
+
+
 def graph_to_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], opset: int = OPSET) -> onnx.ModelProto:
     """A region's JSON graph as an ONNX model of the default domain at `opset`.
 
@@ -741,6 +773,8 @@ def graph_to_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray],
         args = [writer.tensor(ref) for arg in node["args"] for ref in tensor_refs(arg)]
         outs = [f"n{node['id']}_{i}" for i in range(len(node["outputs"]))]
         EMITTERS[node["op"]](writer, node, args, outs)
+    convolutions = {f"n{node['id']}_0": node["outputs"][0]["shape"][1] for node in graph["nodes"] if node["op"].startswith("relax.nn.conv")}
+    _bias_into_conv(writer, constants, {writer.tensor(ref) for ref in graph["outputs"]}, convolutions)
     # A node's result is renamed to the output it is; an output that is a region input, a
     # constant or another output's tensor is an Identity (onnxruntime keeps an Identity whose
     # input other nodes read too: one more copy per run).
@@ -756,12 +790,14 @@ def graph_to_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray],
         for field in (onnx_node.input, onnx_node.output):
             field[:] = [renamed.get(name, name) for name in field]
     output_specs = [value_spec(graph, ref) for ref in graph["outputs"]]
+    read = {name for onnx_node in writer.nodes for name in onnx_node.input}
     onnx_graph = helper.make_graph(
         writer.nodes,
         graph["symbol"],
         [_value_info(f"input{i}", spec) for i, spec in enumerate(graph["inputs"])],
         [_value_info(name, spec) for name, spec in zip(outputs, output_specs)],
-        [*(numpy_helper.from_array(np.require(constants[name], requirements="C"), name) for name in graph["constants"]), *writer.initializers],
+        [*(numpy_helper.from_array(np.require(constants[name], requirements="C"), name) for name in graph["constants"]
+           if name in read), *writer.initializers],
     )
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="byoc")

@@ -5,7 +5,10 @@ Data sheet: float32, int32, int64 and bool tensors; every op of the translation 
 element-wise, comparison and logical ops, GELU, reductions, softmax, layer and batch
 normalisation, gathers and scatters, slices, reshapes and transposes, casts), within the type
 constraints of each ONNX op and where the CPU provider has a kernel, so the graphs the ONNX
-frontend makes of exported transformers and CNNs are one region each. Regions without MACs stay
+frontend makes of exported transformers and CNNs are one region each. A quantized model keeps its
+QuantizeLinear, DequantizeLinear and int8 weights in the region, and onnxruntime fuses them into
+its int8 kernels as it does for the model alone (a convolution's bias is written into its Conv
+for that, see `to_onnx`). Regions without MACs stay
 on the host. Each region becomes an ONNX model at opset 20 and one inference session, built once,
 its inputs and outputs bound to the host's buffers. Session options, passed per build with
 `backend_options={"onnxruntime": {...}}`: `intra_op_num_threads` (default: every core),
@@ -54,7 +57,7 @@ onnxruntime = Backend(
     name="onnxruntime",
     priority=5,
     description=f"ONNX Runtime {ort.__version__}, CPU execution provider",
-    limits=Limits(dtypes=("float32", "int32", "int64", "bool")),
+    limits=Limits(dtypes=("float32", "int32", "int64", "bool"), quantized=("int8", "uint8")),
     cost=CostRules(fallback_without_macs=True),
     codegen=JsonRuntime(build_engine=build_engine, version=f"onnxruntime-{ort.__version__}"),
     build_options=BUILD_OPTIONS,
