@@ -14,7 +14,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from byoc.ir.rewrite import rebuild_function
+from byoc.ir.rewrite import bound_value, rebuild_module
 from byoc.ir.types import constant_array, is_tensor_constant
 
 _BINARY = {
@@ -40,23 +40,12 @@ def dequantized_values(call: relax.Call) -> np.ndarray:
     return values.astype(str(call.attrs.out_dtype) or "float32")
 
 
-def _constant_behind(arg: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
-    """The constant a variable is bound to (a folded value), or `arg` itself."""
-    if isinstance(arg, relax.Var):
-        try:
-            bound = builder.lookup_binding(arg)
-        except Exception:  # a parameter: bound to nothing
-            bound = None
-        if bound is not None and is_tensor_constant(bound):
-            return bound
-    return arg
-
-
 def _fold(call: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
     if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
         return None
     name = call.op.name
-    args = [_constant_behind(a, builder) for a in call.args]
+    # an operand folded earlier is a variable bound to a constant
+    args = [bound if is_tensor_constant(bound := bound_value(a, builder)) else a for a in call.args]
     if not args or not is_tensor_constant(args[0]):
         return None
     data = constant_array(args[0])
@@ -76,8 +65,4 @@ def _fold(call: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
 
 
 def fold_constants_numpy(mod: tvm.IRModule) -> tvm.IRModule:
-    mod = mod.clone() if hasattr(mod, "clone") else mod
-    for gvar, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gvar] = rebuild_function(func, replace_value=_fold)
-    return mod
+    return rebuild_module(mod, _fold)

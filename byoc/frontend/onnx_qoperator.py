@@ -56,9 +56,13 @@ class _Writer:
                                            name=f"{base}/{value}_DequantizeLinear", **({"axis": axis} if axis is not None else {})))
         return out
 
-    def quantize(self, value: str, scale: str, zero: str, out: str, base: str) -> None:
-        self.nodes.append(helper.make_node("QuantizeLinear", [value, scale, zero], [out], name=f"{base}_QuantizeLinear"))
-        self.quantization[out] = (scale, zero)
+    def quantized(self, op_type: str, inputs: list[str], node: onnx.NodeProto, scale: str, zero: str, **attrs) -> None:
+        """`op_type` on float `inputs`, its result quantized by `scale` and `zero` into `node`'s output."""
+        base = node.name or node.output[0]
+        result = f"{base}/float"
+        self.nodes.append(helper.make_node(op_type, inputs, [result], name=base, **attrs))
+        self.nodes.append(helper.make_node("QuantizeLinear", [result, scale, zero], [node.output[0]], name=f"{base}_QuantizeLinear"))
+        self.quantization[node.output[0]] = (scale, zero)
 
     def bias(self, bias: str, scales: tuple[str, str], base: str) -> str | None:
         """The int32 bias of a QLinearConv/QGemm, dequantized by the product of the input's and
@@ -90,19 +94,14 @@ def _conv(w: _Writer, node: onnx.NodeProto) -> bool:
         if dequantized is None:
             return False
         inputs.append(dequantized)
-    out = f"{base}/float"
-    w.nodes.append(helper.make_node("Conv", inputs, [out], name=base, **_attrs(node)))
-    w.quantize(out, ys, yz, node.output[0], base)
+    w.quantized("Conv", inputs, node, ys, yz, **_attrs(node))
     return True
 
 
 def _matmul(w: _Writer, node: onnx.NodeProto) -> bool:
     a, a_s, a_z, b, b_s, b_z, ys, yz = node.input
     base = node.name or node.output[0]
-    out = f"{base}/float"
-    w.nodes.append(helper.make_node("MatMul", [w.dequantize(a, a_s, a_z, base), w.dequantize(b, b_s, b_z, base, _per_channel_axis(w, b_s, 1))],
-                                    [out], name=base))
-    w.quantize(out, ys, yz, node.output[0], base)
+    w.quantized("MatMul", [w.dequantize(a, a_s, a_z, base), w.dequantize(b, b_s, b_z, base, _per_channel_axis(w, b_s, 1))], node, ys, yz)
     return True
 
 
@@ -110,9 +109,7 @@ def _binary(op_type: str) -> Callable[[_Writer, onnx.NodeProto], bool]:
     def rewrite(w: _Writer, node: onnx.NodeProto) -> bool:
         a, a_s, a_z, b, b_s, b_z, ys, yz = node.input
         base = node.name or node.output[0]
-        out = f"{base}/float"
-        w.nodes.append(helper.make_node(op_type, [w.dequantize(a, a_s, a_z, base), w.dequantize(b, b_s, b_z, base)], [out], name=base))
-        w.quantize(out, ys, yz, node.output[0], base)
+        w.quantized(op_type, [w.dequantize(a, a_s, a_z, base), w.dequantize(b, b_s, b_z, base)], node, ys, yz)
         return True
 
     return rewrite
@@ -122,10 +119,7 @@ def _global_average_pool(w: _Writer, node: onnx.NodeProto) -> bool:
     if _attrs(node).get("channels_last", 0):
         return False
     x, xs, xz, ys, yz = node.input
-    base = node.name or node.output[0]
-    out = f"{base}/float"
-    w.nodes.append(helper.make_node("GlobalAveragePool", [w.dequantize(x, xs, xz, base)], [out], name=base))
-    w.quantize(out, ys, yz, node.output[0], base)
+    w.quantized("GlobalAveragePool", [w.dequantize(x, xs, xz, node.name or node.output[0])], node, ys, yz)
     return True
 
 
@@ -142,10 +136,8 @@ def _gemm(w: _Writer, node: onnx.NodeProto) -> bool:
         inputs.append(dequantized)
     if not ys:  # no output quantization: the result is float
         w.nodes.append(helper.make_node("Gemm", inputs, [node.output[0]], name=base, **attrs))
-        return True
-    out = f"{base}/float"
-    w.nodes.append(helper.make_node("Gemm", inputs, [out], name=base, **attrs))
-    w.quantize(out, ys, yz, node.output[0], base)
+    else:
+        w.quantized("Gemm", inputs, node, ys, yz, **attrs)
     return True
 
 
@@ -225,11 +217,8 @@ def qdq_form(model: onnx.ModelProto) -> onnx.ModelProto:
             # moved in float between a dequantize and a quantize of the same scale: the
             # partitioner moves it back onto the int8 data for a vendor that takes it so
             scale, zero = w.quantization[source]
-            base = node.name or node.output[0]
-            out = f"{base}/float"
-            w.nodes.append(helper.make_node(node.op_type, [w.dequantize(source, scale, zero, base), *node.input[1:]], [out],
-                                            name=base, **_attrs(node)))
-            w.quantize(out, scale, zero, node.output[0], base)
+            w.quantized(node.op_type, [w.dequantize(source, scale, zero, node.name or node.output[0]), *node.input[1:]], node, scale, zero,
+                        **_attrs(node))
             continue
         w.nodes.append(node)
     result = onnx.ModelProto()

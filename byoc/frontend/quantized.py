@@ -11,7 +11,6 @@ and a backend that takes no quantized op gets them folded at partitioning
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import numpy as np
@@ -19,42 +18,31 @@ import tvm
 from tvm import relax
 
 from byoc.frontend.fold_constants import dequantized_values, fold_constants_numpy
-from byoc.ir.rewrite import VarSubstitution, rebuild_function
-from byoc.ir.types import constant_array, dtype_name, is_tensor_constant
+from byoc.ir.rewrite import bound_value, rebuild_function, rebuild_module
+from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name
 
-QDQ_OPS = ("relax.quantize", "relax.dequantize")
 WEIGHT_DTYPES = ("int8", "uint8")
 # Ops whose second operand an int8 kernel takes as int8 weights.
 _WEIGHT_READERS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.matmul")
 
 
-def _op(expr: relax.Expr) -> str | None:
-    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
+def _has_quantize_ops(mod: tvm.IRModule) -> bool:
+    """Whether the model's main function quantizes or dequantizes (else every pass here is a no-op)."""
+    return any(op_name(b.value) in ("relax.quantize", "relax.dequantize") for block in mod["main"].body.blocks for b in block.bindings)
 
 
 def is_weight_dequantize(expr: relax.Expr) -> bool:
     """A dequantize of constant int8/uint8 data with constant scale and zero point: a weight."""
-    return (_op(expr) == "relax.dequantize" and all(is_tensor_constant(a) for a in expr.args)
+    return (op_name(expr) == "relax.dequantize" and all(is_tensor_constant(a) for a in expr.args)
             and dtype_name(expr.args[0].ty) in WEIGHT_DTYPES)
-
-
-def _bound(expr: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
-    """The value a variable was bound to in the function being rebuilt, or `expr` itself."""
-    if isinstance(expr, relax.Var):
-        try:
-            value = builder.lookup_binding(expr)
-        except Exception:  # a parameter, or a variable of an earlier block: no binding to look at
-            value = None
-        return value if value is not None else expr
-    return expr
 
 
 def _transposed_weight(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
     """permute_dims of a weight dequantize (Gemm's transposed B): the dequantize of the
     transposed int8 data, its per-channel axis moved with it, so that the weight stays int8."""
-    if _op(value) != "relax.permute_dims":
+    if op_name(value) != "relax.permute_dims":
         return None
-    source = _bound(value.args[0], builder)
+    source = bound_value(value.args[0], builder)
     if not is_weight_dequantize(source):
         return None
     data, scale, zero = source.args
@@ -65,14 +53,6 @@ def _transposed_weight(value: relax.Expr, builder: relax.BlockBuilder) -> relax.
     return relax.op.dequantize(transposed, scale, zero, axis=axis, out_dtype=str(source.attrs.out_dtype))
 
 
-def _map_main(mod: tvm.IRModule, rule: Callable[[relax.Expr, relax.BlockBuilder], relax.Expr | None]) -> tvm.IRModule:
-    mod = mod.clone() if hasattr(mod, "clone") else mod
-    for gvar, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function) and not (func.attrs and "Composite" in func.attrs):
-            mod[gvar] = rebuild_function(func, replace_value=rule)
-    return mod
-
-
 def keep_weights(passes: Callable[[tvm.IRModule], tvm.IRModule]) -> Callable[[tvm.IRModule], tvm.IRModule]:
     """`passes` (constant folding among them) with weight dequantizes left as they are.
 
@@ -81,7 +61,9 @@ def keep_weights(passes: Callable[[tvm.IRModule], tvm.IRModule]) -> Callable[[tv
     that its dequantize has an operand that is not constant, and bound back afterwards."""
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
-        mod = _map_main(mod, _transposed_weight)
+        if not _has_quantize_ops(mod):
+            return passes(mod)
+        mod = rebuild_module(mod, _transposed_weight)
         hidden: dict[str, np.ndarray] = {}
         params: list[relax.Var] = []
 
@@ -113,7 +95,7 @@ def fold_weight_dequantize(mod: tvm.IRModule) -> tvm.IRModule:
 
     if not any(is_weight_dequantize(b.value) for block in mod["main"].body.blocks for b in block.bindings):
         return mod
-    return relax.transform.CanonicalizeBindings()(fold_constants_numpy(_map_main(mod, fold)))
+    return relax.transform.CanonicalizeBindings()(fold_constants_numpy(rebuild_module(mod, fold)))
 
 
 def fold_float_weights(mod: tvm.IRModule) -> tvm.IRModule:
@@ -126,14 +108,14 @@ def fold_float_weights(mod: tvm.IRModule) -> tvm.IRModule:
             return None
         args = list(value.args)
         for index, arg in enumerate(args):
-            source = _bound(arg, builder) if isinstance(arg, relax.Var) else None
-            if source is not None and is_weight_dequantize(source) and not (value.op.name in _WEIGHT_READERS and index == 1):
+            source = bound_value(arg, builder)
+            if is_weight_dequantize(source) and not (value.op.name in _WEIGHT_READERS and index == 1):
                 args[index] = relax.const(dequantized_values(source))
         if all(a.same_as(b) for a, b in zip(args, value.args)):
             return None
         return relax.Call(value.op, args, value.attrs, value.ty_args)
 
-    return relax.transform.DeadCodeElimination(["main"])(_map_main(mod, fold))
+    return relax.transform.DeadCodeElimination(["main"])(rebuild_module(mod, fold))
 
 
 def dequantize_per_consumer(mod: tvm.IRModule) -> tvm.IRModule:
@@ -143,48 +125,33 @@ def dequantize_per_consumer(mod: tvm.IRModule) -> tvm.IRModule:
     only where nothing else reads it; in a QDQ model a residual block's input is read by its
     convolution and by the residual add through one DequantizeLinear. onnxruntime makes the same
     copies before it fuses QDQ node units."""
-    func = mod["main"]
     readers: dict[int, int] = {}
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            for var in relax.analysis.free_vars(binding.value):
-                readers[var.id_] = readers.get(var.id_, 0) + 1
-    shared = {b.var.id_ for block in func.body.blocks for b in block.bindings
-              if _op(b.value) == "relax.dequantize" and readers.get(b.var.id_, 0) > 1}
-    if not shared:
-        return mod
-    substitution = VarSubstitution()
-    builder = relax.BlockBuilder()
-    seen: dict[int, int] = {}
-    with builder.function("main", params=list(func.params), attrs=dict(func.attrs) if func.attrs else None, pure=func.is_pure):
-        for block in func.body.blocks:
-            with builder.dataflow() if isinstance(block, relax.DataflowBlock) else contextlib.nullcontext():
-                for binding in block.bindings:
-                    value = binding.value
-                    if isinstance(value, relax.Call) and any(isinstance(a, relax.Var) and a.id_ in shared for a in value.args):
-                        args = []
-                        for arg in value.args:
-                            if isinstance(arg, relax.Var) and arg.id_ in shared:
-                                seen[arg.id_] = seen.get(arg.id_, 0) + 1
-                                if seen[arg.id_] > 1:  # the first reader keeps the original
-                                    source = builder.lookup_binding(substitution.substitute(arg))
-                                    # a new call, not the same object bound twice: FuseOpsByPattern maps
-                                    # each value object to one variable
-                                    source = relax.Call(source.op, source.args, source.attrs, source.ty_args)
-                                    arg = builder.emit(source, f"{arg.name}_{seen[arg.id_]}")
-                            args.append(arg)
-                        value = relax.Call(value.op, args, value.attrs, value.ty_args)
-                    value = builder.normalize(substitution.substitute(value))
-                    new_var = type(binding.var)(binding.var.name, value.ty)
-                    if isinstance(binding, relax.MatchCast):
-                        builder.emit_normalized(relax.MatchCast(new_var, value, binding.ty))
-                    else:
-                        builder.emit_normalized(relax.VarBinding(new_var, value))
-                    substitution.bind(binding.var, new_var)
-        builder.emit_func_output(substitution.substitute(func.body.body))
-    result = mod.clone() if hasattr(mod, "clone") else mod
-    result["main"] = builder.get()["main"]
-    return result
+
+    def copy(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
+        if not isinstance(value, relax.Call):
+            return None
+        args = list(value.args)
+        for index, arg in enumerate(args):
+            source = bound_value(arg, builder)
+            if op_name(source) != "relax.dequantize":
+                continue
+            readers[arg.id_] = readers.get(arg.id_, 0) + 1
+            if readers[arg.id_] > 1:  # the first reader keeps the original
+                # a new call, not the same object bound twice: FuseOpsByPattern maps each value
+                # object to one variable
+                args[index] = builder.emit(relax.Call(source.op, source.args, source.attrs, source.ty_args), f"{arg.name}_{readers[arg.id_]}")
+        if all(a.same_as(b) for a, b in zip(args, value.args)):
+            return None
+        return relax.Call(value.op, args, value.attrs, value.ty_args)
+
+    return rebuild_module(mod, copy)
+
+
+def same_quantization(quantize: relax.Call, dequantize: relax.Call) -> bool:
+    """Whether two quantize or dequantize calls have the same constant scale and zero point."""
+    operands = (*quantize.args[1:3], *dequantize.args[1:3])
+    return all(is_tensor_constant(a) for a in operands) and all(
+        np.array_equal(constant_array(a), constant_array(b)) for a, b in zip(quantize.args[1:3], dequantize.args[1:3]))
 
 
 _LAYOUT_OPS = ("relax.reshape", "relax.permute_dims")
@@ -197,17 +164,25 @@ def layout_on_int8_data(mod: tvm.IRModule) -> tvm.IRModule:
     passes over the tensor in float."""
 
     def rewrite(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
-        if _op(value) != "relax.quantize":
+        if op_name(value) != "relax.quantize":
             return None
-        layout = _bound(value.args[0], builder)
-        if _op(layout) not in _LAYOUT_OPS:
+        layout = bound_value(value.args[0], builder)
+        if op_name(layout) not in _LAYOUT_OPS:
             return None
-        source = _bound(layout.args[0], builder)
-        if _op(source) != "relax.dequantize" or not all(is_tensor_constant(a) for a in (*value.args[1:], *source.args[1:])):
-            return None
-        same = all(np.array_equal(constant_array(a), constant_array(b)) for a, b in zip(value.args[1:], source.args[1:]))
-        if not same or dtype_name(source.args[0].ty) != str(value.attrs.out_dtype):
+        source = bound_value(layout.args[0], builder)
+        if op_name(source) != "relax.dequantize" or not same_quantization(value, source) or dtype_name(source.args[0].ty) != str(value.attrs.out_dtype):
             return None
         return relax.Call(layout.op, [source.args[0], *layout.args[1:]], layout.attrs, layout.ty_args)
 
-    return relax.transform.DeadCodeElimination(["main"])(_map_main(mod, rewrite))
+    return relax.transform.DeadCodeElimination(["main"])(rebuild_module(mod, rewrite))
+
+
+def for_partitioning(mod: tvm.IRModule, takes_quantized: bool) -> tvm.IRModule:
+    """A quantized model as the backends being partitioned for take it: with int8 weights and
+    the rewrites above where one of them takes quantized ops (`Limits.quantized`), with float
+    weights otherwise; a model without quantize or dequantize ops as it is."""
+    if not _has_quantize_ops(mod):
+        return mod
+    if takes_quantized:
+        return dequantize_per_consumer(layout_on_int8_data(fold_float_weights(mod)))
+    return fold_weight_dequantize(mod)

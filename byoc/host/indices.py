@@ -30,7 +30,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from byoc.host.index_ranges import COORDINATES, ONNX_OPS, RAISE, index_axes
-from byoc.ir.types import has_static_shape, is_tensor_constant
+from byoc.ir.types import has_static_shape, is_tensor_constant, op_name
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,8 @@ def _dims(expr: relax.Expr) -> tuple[int, ...]:
     return tuple(int(d) for d in expr.ty.shape.values)
 
 
-def _op_name(expr: relax.Expr) -> str | None:
-    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
-
-
 def _site(call: relax.Call) -> _Site | None:
-    op = _op_name(call)
+    op = op_name(call)
     if op not in ONNX_OPS or (op == "relax.take" and call.attrs.mode not in ("fast", "wrap")):
         return None
     data, indices = call.args[0], call.args[1]

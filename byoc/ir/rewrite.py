@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
+import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -71,3 +72,24 @@ def rebuild_function(
                     substitution.bind(binding.var, new_var)
         builder.emit_func_output(substitution.substitute(func.body.body))
     return builder.get()["main"]
+
+
+def rebuild_module(mod: tvm.IRModule, replace_value: ValueRule) -> tvm.IRModule:
+    """A copy of `mod` with every Relax function rebuilt by `rebuild_function` with `replace_value`."""
+    mod = mod.clone() if hasattr(mod, "clone") else mod
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gvar] = rebuild_function(func, replace_value=replace_value)
+    return mod
+
+
+def bound_value(expr: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
+    """In a value rule, what variable `expr` was bound to in the function being rebuilt; `expr`
+    itself for anything else (a constant, a parameter, a variable of an earlier block)."""
+    if isinstance(expr, relax.Var):
+        try:
+            value = builder.lookup_binding(expr)
+        except Exception:  # TVM raises where the variable has no binding in the builder's scope
+            value = None
+        return value if value is not None else expr
+    return expr

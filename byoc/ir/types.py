@@ -19,6 +19,11 @@ def is_tensor_constant(expr: relax.Expr) -> bool:
     return isinstance(expr, TensorConstant)
 
 
+def op_name(expr: relax.Expr) -> str | None:
+    """The name of the Relax op `expr` calls ("relax.add"), or None for anything else."""
+    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
 def constant_array(expr: relax.Expr) -> np.ndarray:
     return expr.value.numpy()
 

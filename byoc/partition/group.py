@@ -20,6 +20,7 @@ from byoc.backend.spec import Backend, OpRule, Pattern
 from byoc.backend.verdict import rejection
 from byoc.backend.views import PatternMatch
 from byoc.errors import PredicateError
+from byoc.ir.types import op_name
 from byoc.partition.reasons import HostReasons
 
 COMPOSITE_ATTR = "Composite"
@@ -119,8 +120,7 @@ class _PatternChecker:
         # dequantizes a quantized kernel starts with.
         positions = self.policy.positions
         root = ctx.value_to_bound_var[ctx.matched_expr]
-        computing = [var for var, value in ctx.matched_bindings.items()
-                     if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.dequantize")]
+        computing = [var for var, value in ctx.matched_bindings.items() if op_name(value) != "relax.dequantize"]
         first = min(computing or ctx.matched_bindings.keys(), key=lambda var: positions[var.id_])
         members = tuple(sorted(positions[var.id_] for var in ctx.matched_bindings.keys()))
         self.policy.accepted_roots.append((positions[root.id_], first.name, members))

@@ -16,7 +16,7 @@ from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
 from byoc.backend.views import RegionSummary
 from byoc.errors import PartitionError
-from byoc.frontend.quantized import dequantize_per_consumer, fold_float_weights, fold_weight_dequantize, layout_on_int8_data
+from byoc.frontend.quantized import for_partitioning
 from byoc.partition.annotate import annotate_nodes
 from byoc.partition.fallback import fallback_reason
 from byoc.partition.graph import COMPOSITE, OP, OPAQUE, BlockGraph, build_block_graph, composite_infos
@@ -69,9 +69,7 @@ def partition_graph(
         raise PartitionError(f"unknown partition option(s) {unknown}; cost options are {sorted(COST_OPTIONS)}")
     ordered = resolve_backends(backends)
     _check_main_function(mod)
-    # A quantized model: int8 weights for backends that take them (see byoc.frontend.quantized).
-    quantized = any(b.limits.quantized for b in ordered)
-    mod = dequantize_per_consumer(layout_on_int8_data(fold_float_weights(mod))) if quantized else fold_weight_dequantize(mod)
+    mod = for_partitioning(mod, takes_quantized=any(b.limits.quantized for b in ordered))
     rules = [backend.cost.with_options(**options) for backend in ordered]
     host_ops = frozenset().union(*(r.host_ops for r in rules))
     reasons = HostReasons()

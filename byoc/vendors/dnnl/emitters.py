@@ -110,6 +110,14 @@ class _Kernel:
     def md_of(buffer: CBuffer) -> str:
         return f"byoc_md({buffer.name}_mem)"
 
+    def like_md(self, buffer: CBuffer, dtype: str) -> str:
+        """A local descriptor of `buffer`'s dims and layout with data type `dtype` (`byoc_like_md`)."""
+        name = self._name("md")
+        self.local_mds.append(name)
+        self.setup.append(f"dnnl_memory_desc_t {name};")
+        self.setup.append(self.check(f"byoc_like_md(&{name}, {self.md_of(buffer)}, {DNNL_TYPES[dtype]})", f"{dtype} descriptor"))
+        return name
+
     def view(self, buffer: CBuffer, shape: tuple[int, ...]) -> str:
         """A memory over a constant's data with another (plain) shape, e.g. a bias [1, C, 1, 1]
         seen as [C]. Returns the memory's C name."""
@@ -247,13 +255,14 @@ class _Kernel:
         self.setup.append(self.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {name}_data)", what))
         return name
 
-    def scales(self, attr: str, arg: str, scales: Scales, mask: int) -> None:
-        """The scale (and a zero point other than 0) of argument `arg` ("DNNL_ARG_SRC"), set on
-        `attr` with `mask` (0: one value; a bit per dimension the values run along)."""
+    def scales(self, attr: str, arg: str, scales: Scales, mask: int, zero_point: bool = True) -> None:
+        """The scale (and, with `zero_point`, a zero point other than 0) of argument `arg`
+        ("DNNL_ARG_SRC"), set on `attr` with `mask` (0: one value; a bit per dimension the
+        values run along)."""
         self.setup.append(self.check(f"dnnl_primitive_attr_set_scales_mask({attr}, {arg}, {mask})", "scales"))
         memory = f"{scales.scale_buffer.name}_mem" if scales.scale_buffer is not None else self.array("scale", scales.scale, "float32")
         self.exec_args.append((f"DNNL_ARG_ATTR_SCALES | {arg}", memory))
-        if scales.has_zero_point:
+        if zero_point and scales.has_zero_point:
             self.setup.append(self.check(f"dnnl_primitive_attr_set_zero_points_mask({attr}, {arg}, 0)", "zero points"))
             self.exec_args.append((f"DNNL_ARG_ATTR_ZERO_POINTS | {arg}", self.array("zero", scales.zero_point[:1], "int32")))
 
@@ -295,6 +304,11 @@ def _outside_operand(call: KernelCall, node: dict) -> CBuffer:
     return next(call.arg(node, i) for i in (1, 0) if call.arg(node, i) in call.inputs)
 
 
+def _post_op(algorithm: str, alpha: float = 0.0, beta: float = 0.0) -> dict:
+    """An element-wise post-op that is no node of the graph (see `eltwise_args`)."""
+    return {"op": "eltwise", "algorithm": algorithm, "alpha": _float(alpha), "beta": _float(beta)}
+
+
 def _quantized_residual(call: KernelCall, node: dict) -> tuple[CBuffer, Scales] | None:
     """The int8 operand from outside the kernel, and its quantization, of a quantized residual
     add (dequantize(quantize(conv)) + dequantize(b)) inside a kernel; None for any other node."""
@@ -322,10 +336,10 @@ def _fused_tail(call: KernelCall, root: dict) -> tuple[CBuffer | None, list[dict
             # so the result is scaled by 1 / sb around it.
             b, scales = residual
             scale, zero = float(scales.scale[0]), float(scales.zero_point[0])
-            post.append({"op": "rescale", "algorithm": "dnnl_eltwise_linear", "alpha": _float(1.0 / scale)})
+            post.append(_post_op("dnnl_eltwise_linear", 1.0 / scale))
             operands.append((b, len(post)))
             post.append(node)
-            post.append({"op": "rescale", "algorithm": "dnnl_eltwise_linear", "alpha": _float(scale), "beta": _float(-scale * zero)})
+            post.append(_post_op("dnnl_eltwise_linear", scale, -scale * zero))
             continue
         form = call.pattern.removeprefix("dense_bias_") if call.pattern else None
         if form in GELU_FORMS and bias is not None:
@@ -753,15 +767,10 @@ def requantize(call: KernelCall) -> KernelCode:
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
     scales = scales_of(call, node)
-    attr = kernel._name("attr")
-    kernel.setup.append(f"dnnl_primitive_attr_t {attr};")
-    kernel.setup.append(kernel.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"))
+    attr = kernel.post_ops([], [], len(out.shape))
     arg = "DNNL_ARG_DST" if node["op"] == "relax.quantize" else "DNNL_ARG_SRC"
     kernel.scales(attr, arg, scales, 1 << (scales.axis % len(x.shape)) if scales.per_channel else 0)
-    dst_md = kernel._name("md")
-    kernel.local_mds.append(dst_md)
-    kernel.setup.append(f"dnnl_memory_desc_t {dst_md};")
-    kernel.setup.append(kernel.check(f"byoc_like_md(&{dst_md}, {kernel.md_of(x)}, {DNNL_TYPES[out.dtype]})", "result descriptor"))
+    dst_md = kernel.like_md(x, out.dtype)
     kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
     kernel.result(out)
     create = f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {dst_md}, byoc_engine, {attr})"
@@ -780,37 +789,27 @@ def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[C
     source, source_scales = a
     out = call.outputs[0]
     offset = -float(source_scales.scale[0]) * float(source_scales.zero_point[0])
-    attr = kernel._name("attr")
-    kernel.setup.append(f"dnnl_primitive_attr_t {attr};")
-    kernel.setup.append(kernel.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"))
-    kernel.scales(attr, "DNNL_ARG_SRC_0", Scales(source_scales.scale, np.zeros(1, np.int32), 0, source_scales.scale_buffer), 0)
-    mds = {}
-    for name, dtype in (("src1", b[0].dtype if isinstance(b, tuple) else "float32"), ("dst", out.dtype)):
-        mds[name] = kernel._name("md")
-        kernel.local_mds.append(mds[name])
-        kernel.setup.append(f"dnnl_memory_desc_t {mds[name]};")
-        kernel.setup.append(kernel.check(f"byoc_like_md(&{mds[name]}, {kernel.md_of(source)}, {DNNL_TYPES[dtype]})", f"{name} descriptor"))
     kernel.source("DNNL_ARG_SRC_0", source, "dnnl_query_src_md")
     if isinstance(b, tuple):
         other, other_scales = b
         offset -= float(other_scales.scale[0]) * float(other_scales.zero_point[0])
-        kernel.scales(attr, "DNNL_ARG_SRC_1", Scales(other_scales.scale, np.zeros(1, np.int32), 0, other_scales.scale_buffer), 0)
+        src1_md = kernel.like_md(source, other.dtype)
         kernel.source("DNNL_ARG_SRC_1", other, "dnnl_query_src_md", index=1)
-        src1_md = mds["src1"]
     else:  # a number, broadcast: a memory of one element per dimension
         offset += b
         src1_md = kernel.md((1,) * len(source.shape), "plain")
         kernel.direct("DNNL_ARG_SRC_1", kernel.array("zero", np.zeros(1, np.float32), "float32", src1_md))
     inverse = 1.0 / float(result.scale[0])
-    steps = [("dnnl_eltwise_linear", 1.0, offset)] if activations else []
-    steps += [(algorithm, 0.0, 0.0) for algorithm in activations]
-    steps.append(("dnnl_eltwise_linear", inverse, float(result.zero_point[0]) + (0.0 if activations else offset * inverse)))
-    kernel.setup += ["{", "  dnnl_post_ops_t ops;", "  " + kernel.check("dnnl_post_ops_create(&ops)", "post-ops")]
-    for algorithm, alpha, beta in steps:
-        kernel.setup.append("  " + kernel.check(f"dnnl_post_ops_append_eltwise(ops, {algorithm}, {_float(alpha)}, {_float(beta)})", "post-op"))
-    kernel.setup += ["  " + kernel.check(f"dnnl_primitive_attr_set_post_ops({attr}, ops)", "post-ops"), "  dnnl_post_ops_destroy(ops);", "}"]
+    steps = [_post_op("dnnl_eltwise_linear", 1.0, offset)] if activations else []
+    steps += [_post_op(algorithm) for algorithm in activations]
+    steps.append(_post_op("dnnl_eltwise_linear", inverse, float(result.zero_point[0]) + (0.0 if activations else offset * inverse)))
+    attr = kernel.post_ops(steps, [], len(out.shape))
+    kernel.scales(attr, "DNNL_ARG_SRC_0", source_scales, 0, zero_point=False)
+    if isinstance(b, tuple):
+        kernel.scales(attr, "DNNL_ARG_SRC_1", b[1], 0, zero_point=False)
+    dst_md = kernel.like_md(source, out.dtype)
     kernel.result(out)
-    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_add, {kernel.md_of(source)}, {src1_md}, {mds['dst']}, {attr})"
+    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_add, {kernel.md_of(source)}, {src1_md}, {dst_md}, {attr})"
     return kernel.code(create, (attr,))
 
 

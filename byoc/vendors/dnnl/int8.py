@@ -17,6 +17,7 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 
 from byoc.annotate.patterns import unary
 from byoc.backend import Backend
+from byoc.frontend.quantized import same_quantization
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_shape
 from byoc.vendors.dnnl import emitters
 from byoc.vendors.dnnl.predicates import expected_constants
@@ -61,7 +62,7 @@ def quantized_residual(match) -> str | None:
     """The conv's result is quantized and read back with one scale and zero point: fused, that
     rounding step is skipped (the result is nearer the float model's, within a step of onnxruntime's)."""
     inner, quantize = match["inner"], match["inner_quantize"]
-    if any(not np.array_equal(constant_array(inner.args[i]), constant_array(quantize.args[i])) for i in (1, 2)):
+    if not same_quantization(quantize, inner):
         return "the convolution's result is read back with another scale than it was quantized with"
     if static_shape(match["residual"].ty) != static_shape(match["root"].ty):
         return "the residual operand is broadcast; a fused residual add needs the full output shape"
@@ -155,7 +156,7 @@ def quantized_max_pool(match) -> str | None:
     """Max pooling commutes with a quantization that is the same on both sides: it runs on the int8 data."""
     source, output = match["source"], match["output"]
     reason = _per_tensor(source, "source") or _per_tensor(output, "result")
-    if reason is None and any(not np.array_equal(constant_array(source.args[i]), constant_array(output.args[i])) for i in (1, 2)):
+    if reason is None and not same_quantization(output, source):
         return "the result is quantized with another scale than the source"
     if reason is None and dtype_name(source.args[0].ty) != dtype_name(output.ty):
         return "the result is quantized to another type than the source"
