@@ -20,6 +20,7 @@ import tvm
 from byoc.backend.options import Option
 from byoc.backend.spec import Backend
 from byoc.errors import PartitionError, QuantizationError
+from byoc.ir.dims import copy_dims, dims_of, representative
 from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backends
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
@@ -123,15 +124,20 @@ def partition_for(
     if placement != "auto" and (budget_s is not None or placement_inputs is not None or any(remote.values())):
         raise PartitionError("budget_s, placement_inputs and the rpc_* options apply to placement='auto' only")
     configured, cost, routed = configure(backends, options)
-    if placement == "auto":
-        measurer = measurer_for(rpc_tracker, rpc_key, rpc_fallback_local)
-        partitioned = place(mod, configured, budget_s if budget_s is not None else DEFAULT_BUDGET_S, measurer,
-                            MeasurementCache(placement_cache_dir), placement_inputs, **cost)
-    else:
-        partitioned = partition_graph(mod, configured, **cost)
+    dims = dims_of(mod)
+    if dims and placement == "auto":
+        raise PartitionError(f"placement='auto' times the model at one shape; this model has dynamic dimensions "
+                             f"({', '.join(dims)}): use placement='priority', or import it with static shapes")
+    with representative({name: r.opt for name, r in dims.items()}):
+        partitioned = _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local,
+                                   placement_cache_dir, placement_inputs)
+    partitioned = copy_dims(mod, partitioned)
     for backend in configured:
         if not needs_calibration(backend.processing) or not _has_regions(partitioned, backend.name):
             continue
+        if dims:
+            raise QuantizationError(f"{backend.name} quantizes at compile time, which byoc does at one shape; this model has "
+                                    f"dynamic dimensions ({', '.join(dims)}): import it with static shapes")
         values = routed[backend.name]
         samples = values.get("calibration")
         if samples is None:
@@ -143,6 +149,15 @@ def partition_for(
         method = {"method": values["calibration_method"]} if values.get("calibration_method") else {}
         partitioned = calibrate(partitioned, backend, samples, max_samples=values.get("num_calibration_samples"), **method)
     return partitioned
+
+
+def _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local, placement_cache_dir,
+                 placement_inputs) -> tvm.IRModule:
+    if placement == "auto":
+        measurer = measurer_for(rpc_tracker, rpc_key, rpc_fallback_local)
+        return place(mod, configured, budget_s if budget_s is not None else DEFAULT_BUDGET_S, measurer,
+                     MeasurementCache(placement_cache_dir), placement_inputs, **cost)
+    return partition_graph(mod, configured, **cost)
 
 
 def _has_regions(mod: tvm.IRModule, backend: str) -> bool:

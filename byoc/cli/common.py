@@ -17,7 +17,8 @@ from byoc.errors import ModelLoadError, OptionError, PartitionError
 from byoc.flow import declared_options, describe_options, partition_for
 from byoc.frontend import from_onnx
 from byoc.frontend.onnx_import import load_onnx_model
-from byoc.frontend.onnx_shapes import parse_shapes
+from byoc.frontend.onnx_shapes import parse_dims, parse_shapes
+from byoc.ir.dims import dims_of
 from byoc.processing.passes import needs_calibration
 from byoc.runtime_metadata.build import model_io
 
@@ -28,17 +29,22 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shapes", nargs="+", default=[], metavar="INPUT=DIMxDIM",
                         help="static shapes for inputs with dynamic dimensions, e.g. input_ids=1x32 (a named dimension "
                              "given for one input holds for every input that has it)")
+    parser.add_argument("--dims", nargs="+", default=[], metavar="NAME=LOW:HIGH",
+                        help="keep these named dynamic dimensions, each with its range, e.g. batch=1:16 sequence=1:512 "
+                             "(LOW:OPT:HIGH also names the shape partitioning decides for): one artifact for every shape in range")
 
 
-def load_model(name: str, small: bool = False, shapes: list[str] | None = None) -> tuple[onnx.ModelProto | None, tvm.IRModule, str]:
-    """(ONNX model, Relax module, label) for a file path or a zoo name, with `--shapes` items."""
-    fixed = parse_shapes(shapes or [])
+def load_model(name: str, small: bool = False, shapes: list[str] | None = None,
+               dims: list[str] | None = None) -> tuple[onnx.ModelProto | None, tvm.IRModule, str]:
+    """(ONNX model, Relax module, label) for a file path or a zoo name, with `--shapes` and
+    `--dims` items."""
+    fixed, ranges = parse_shapes(shapes or []), parse_dims(dims or [])
     if os.path.exists(name) or name.endswith(".onnx"):
         model = load_onnx_model(name)
-        return model, from_onnx(model, shapes=fixed), os.path.basename(name)
+        return model, from_onnx(model, shapes=fixed, dims=ranges), os.path.basename(name)
     if name in zoo.names():
         model = zoo.get(name, small=small)
-        return model, from_onnx(model, shapes=fixed), name + (" (small)" if small else "")
+        return model, from_onnx(model, shapes=fixed, dims=ranges), name + (" (small)" if small else "")
     raise ModelLoadError(f"{name!r} is neither an ONNX file nor a zoo model; zoo models: {', '.join(zoo.names())}")
 
 
@@ -85,11 +91,14 @@ def vendors(args: argparse.Namespace) -> list[str]:
 
 
 def random_inputs(mod: tvm.IRModule, model: onnx.ModelProto | None, seed: int) -> dict[str, np.ndarray]:
-    """Seeded random inputs at the shapes the module was imported with, in the value ranges the
-    model's metadata gives (the zoo's and the exported suite's know vocabulary sizes)."""
+    """Seeded random inputs at the shapes the module was imported with (a dynamic dimension at
+    the value partitioning decided for), in the value ranges the model's metadata gives (the
+    zoo's and the exported suite's know vocabulary sizes)."""
     inputs, _ = model_io(mod)
     ranges = zoo.input_ranges(model) if model is not None else {}
-    return zoo.random_inputs([(s.name, s.shape, s.dtype) for s in inputs], seed, ranges)
+    opt = {name: r.opt for name, r in dims_of(mod).items()}
+    shapes = [(s.name, tuple(opt[d] if isinstance(d, str) else d for d in s.shape), s.dtype) for s in inputs]
+    return zoo.random_inputs(shapes, seed, ranges)
 
 
 def vendor_options(args: argparse.Namespace, backends: list[Backend]) -> dict[str, Any]:

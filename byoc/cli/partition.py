@@ -22,7 +22,7 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model, mod, label = load_model(args.model, args.small, args.shapes)
+    model, mod, label = load_model(args.model, args.small, args.shapes, args.dims)
     partitioned = partition(args, mod, model)
     result = report(partitioned)
     if args.json:

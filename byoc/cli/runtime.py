@@ -12,6 +12,7 @@ from byoc.accuracy import measure_accuracy
 from byoc.cli.common import add_backend_options, add_model_argument, add_partition_options, backend_options, load_model, partition
 from byoc.cli.common import random_inputs as model_random_inputs
 from byoc.errors import InputError
+from byoc.frontend.onnx_shapes import parse_buckets
 from byoc.models import random_inputs
 from byoc.partition import report
 from byoc.runtime_metadata.artifact import read_manifest
@@ -28,6 +29,9 @@ def add_parser(commands) -> None:
     compile_parser.add_argument("--embed-engines", action="store_true",
                                 help="build the regions' engines now and put them in the artifact (used where the "
                                      "loading machine is like this one: TensorRT release, GPU, platform)")
+    compile_parser.add_argument("--shape-buckets", nargs="+", default=None, metavar="NAME=V,V,...",
+                                help="with --dims: build the regions ahead for these values, every combination (e.g. "
+                                     "batch=1,4,16 sequence=32,128); other shapes in range are built on first use")
     compile_parser.add_argument("--accuracy-samples", type=int, default=0, metavar="N",
                                 help="compare with onnxruntime on N seeded random inputs and print the error")
     add_backend_options(compile_parser)
@@ -51,14 +55,16 @@ def add_parser(commands) -> None:
 
 
 def run_compile(args: argparse.Namespace) -> int:
-    model, mod, label = load_model(args.model, args.small, args.shapes)
+    model, mod, label = load_model(args.model, args.small, args.shapes, args.dims)
     partitioned = partition(args, mod, model)
     compiled = build(partitioned, strict=args.strict, engines="embed" if args.embed_engines else "lazy",
-                     backend_options=backend_options(args))
+                     backend_options=backend_options(args), shape_buckets=parse_buckets(args.shape_buckets))
     compiled.export(args.output)
     result = report(partitioned)
+    variants = sum(len(region.variants) for region in compiled.parts.specialised)
+    regions = len(compiled.artifacts) - variants + len(compiled.parts.specialised)
     print(
-        f"{label}: {len(compiled.artifacts)} region(s), offload {result.offload_ratio_nodes:.1%} of ops and "
+        f"{label}: {regions} region(s){f' ({variants} shape variant(s) built ahead)' if variants else ''}, offload {result.offload_ratio_nodes:.1%} of ops and "
         f"{result.offload_ratio_macs:.1%} of MACs; wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB"
         f"{f', {len(compiled.parts.engines)} engine(s) embedded' if args.embed_engines else ''})"
     )
@@ -71,7 +77,10 @@ def run_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inputs(specs, given: list[str]) -> dict[str, np.ndarray]:
+def _inputs(specs, given: list[str], dims=None) -> dict[str, np.ndarray]:
+    """Inputs from `--input` files, the others seeded random (a dynamic dimension at the value
+    partitioning decided for)."""
+    opt = {name: r.opt for name, r in (dims or {}).items()}
     files = {}
     for item in given:
         name, sep, path = item.partition("=")
@@ -84,12 +93,13 @@ def _inputs(specs, given: list[str]) -> dict[str, np.ndarray]:
     unknown = sorted(set(files) - {s.name for s in specs})
     if unknown:
         raise InputError(f"unknown input(s) {unknown}; the model's inputs are {[s.name for s in specs]}")
-    return {**random_inputs([(s.name, s.shape, s.dtype) for s in specs], 0), **files}
+    shapes = [(s.name, tuple(opt[d] if isinstance(d, str) else d for d in s.shape), s.dtype) for s in specs]
+    return {**random_inputs(shapes, 0), **files}
 
 
 def run_artifact(args: argparse.Namespace) -> int:
     model = load(args.artifact, strict_engines=args.strict_engines, backend_options=backend_options(args))
-    inputs = _inputs(model.inputs, args.input)
+    inputs = _inputs(model.inputs, args.input, model.parts.dims)
     outputs = model.run(**inputs)
     for index, value in enumerate(outputs):
         summary = f"min {value.min():.4g}, max {value.max():.4g}" if value.size else "empty"
@@ -110,17 +120,25 @@ def run_inspect(args: argparse.Namespace) -> int:
     print(f"artifact {args.artifact}: target {manifest['target']}, TVM {manifest['tvm_version']}")
     print("inputs: " + ", ".join(f"{s['name']} {tuple(s['shape'])} {s['dtype']}" for s in manifest["inputs"]))
     print(f"constants: {len(set(manifest['constants'].values()))} unique of {len(manifest['constants'])} named")
-    print(f"{'region':<16}{'backend':<14}{'format':<24}{'payload':>12}{'constants':>11}{'est. cycles':>13}  vendor")
+    width = max([16, *(len(r["symbol"]) + 2 for r in manifest["regions"])])
+    print(f"{'region':<{width}}{'backend':<14}{'format':<24}{'payload':>12}{'constants':>11}{'est. cycles':>13}  vendor")
     for region in manifest["regions"]:
         cycles = region.get("info", {}).get("cycles")
         print(
-            f"{region['symbol']:<16}{region['backend']:<14}{region['format_name']:<24}{region['payload_bytes']:>12,}"
+            f"{region['symbol']:<{width}}{region['backend']:<14}{region['format_name']:<24}{region['payload_bytes']:>12,}"
             f"{len(region['constants']):>11}{f'{cycles:,}' if cycles is not None else '-':>13}  {manifest['vendors'].get(region['backend'], '?')}"
         )
     for region in manifest["regions"]:
         if "engine" in region:
             built_for = ", ".join(f"{key} {value}" for key, value in region["engine"]["environment"].items())
             print(f"{region['symbol']}: engine embedded, built for {built_for or 'any machine'}")
+    for name, (low, high, opt) in manifest.get("dims", {}).items():
+        print(f"dimension {name}: {low} to {high} (regions decided for {opt})")
+    for region in manifest.get("specialised", []):
+        built = ", ".join(sorted(region["variants"])) or "none"
+        later = "other shapes generated on first use" if region["template"] else "no other shape (no template)"
+        print(f"{region['symbol']} ({region['backend']}): shape-specialised on {', '.join(region['dims'])}; built ahead for "
+              f"{built}; {later}")
     for symbol, reason in manifest.get("build_fallbacks", {}).items():
         print(f"{symbol} runs on the host: {reason}")
     return 0

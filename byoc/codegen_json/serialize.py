@@ -18,7 +18,7 @@ from tvm import relax
 from byoc.codegen_json.schema import FORMAT_NAME, FORMAT_VERSION, validate_graph
 from byoc.errors import CodegenError
 from byoc.ir.attrs import attrs_to_dict, attrs_type_key
-from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_shape, tensor_types
+from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_dim, static_shape, tensor_types
 
 Ref = dict[str, Any]
 
@@ -114,7 +114,7 @@ class _Serializer:
         return {"node": node_id, "index": 0} if not isinstance(call.ty, relax.TupleType) else {"node": node_id}
 
     def _ref(self, expr: relax.Expr) -> Ref:
-        if isinstance(expr, relax.Var):
+        if isinstance(expr, relax.Var) and (expr.id_ in self.refs or not isinstance(expr.ty, tvm.ir.PrimType)):
             return self.refs[expr.id_]
         if is_tensor_constant(expr):
             return {"const": self._constant(expr)}
@@ -126,13 +126,15 @@ class _Serializer:
         if isinstance(expr, relax.Tuple):
             return {"tuple": [self._ref(f) for f in expr.fields]}
         if isinstance(expr, relax.ShapeExpr):
-            return {"shape": [int(d) for d in expr.values]}
+            return {"shape": [static_dim(d, f"region {self.symbol}: a shape") for d in expr.values]}
         if isinstance(expr, tvm.ir.prim.expr.IntImm):
             return {"prim": int(expr.value), "dtype": str(expr.ty)}
         if isinstance(expr, tvm.ir.prim.expr.FloatImm):
             return {"prim": float(expr.value), "dtype": str(expr.ty)}
         if isinstance(expr, tvm.ir.expr.StringImm):
             return {"string": str(expr.value)}
+        if tvm.ir.is_prim_expr(expr) and str(expr.ty).startswith("int"):  # a dimension (`sequence`), specialised
+            return {"prim": static_dim(expr, f"region {self.symbol}: a value"), "dtype": str(expr.ty)}
         raise CodegenError(f"region {self.symbol} ({self.backend}): cannot express argument {type(expr).__name__} {expr}")
 
     def _constant(self, expr: relax.Expr) -> str:

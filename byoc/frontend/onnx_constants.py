@@ -75,7 +75,10 @@ def _inferred_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[
             dims = copy.type.tensor_type.shape.dim
             del dims[:]
             for size in input_shapes[value.name]:
-                dims.add().dim_value = int(size)
+                if isinstance(size, str):  # a named dynamic dimension
+                    dims.add().dim_param = size
+                else:
+                    dims.add().dim_value = int(size)
         inputs.append(copy)
     light = onnx.helper.make_graph(graph.node, graph.name, [*inputs, *typed_inputs], graph.output, small)
     typed = onnx.helper.make_model(light, opset_imports=model.opset_import, ir_version=model.ir_version)

@@ -25,6 +25,7 @@ from byoc.frontend.onnx_ops import CONVERTERS
 from byoc.frontend.onnx_qoperator import qdq_form
 from byoc.frontend.onnx_shapes import static_input_shapes
 from byoc.frontend.onnx_support import expand, unsupported_ops
+from byoc.ir.dims import with_dims
 
 
 class _NamingImporter(ONNXGraphImporter):
@@ -79,16 +80,21 @@ def from_onnx(
     shapes: Mapping[str, Sequence[int]] | None = None,
     clean: bool = True,
     constants: Mapping[str, object] | None = None,
+    dims: Mapping[str, object] | None = None,
 ) -> tvm.IRModule:
-    """Convert an ONNX model (a path or a ModelProto) to a Relax module with static shapes and
-    weights bound as constants, then apply the graph clean-up every backend shares.
+    """Convert an ONNX model (a path or a ModelProto) to a Relax module with weights bound as
+    constants, then apply the graph clean-up every backend shares.
 
-    `shapes` fixes the shapes of inputs with dynamic dimensions; `constants` binds inputs to
-    fixed values (and overrides initializers), which makes them constants of the model.
-    Inputs that have an initializer are constants; inputs that no node reads are dropped.
+    `shapes` fixes the shapes of inputs with dynamic dimensions. `dims` instead keeps named
+    dynamic dimensions (the file's `dim_param`s) symbolic, each with the range of values the
+    compiled model will take: `dims={"batch": (1, 16), "sequence": (1, 512)}` (a third value,
+    `(low, opt, high)`, is the shape partitioning decides for; by default the highest).
+    `constants` binds inputs to fixed values (and overrides initializers), which makes them
+    constants of the model. Inputs that have an initializer are constants; inputs that no node
+    reads are dropped.
     """
     model = qdq_form(bind_inputs(load_onnx_model(source), constants))
-    input_shapes = static_input_shapes(model, shapes or {})
+    input_shapes, ranges = static_input_shapes(model, shapes or {}, dims)
     refused = unsupported_ops(model)
     if refused:
         listed = "; ".join(f"node {name!r} ({op}): {why}" for name, op, why in refused[:10])
@@ -97,9 +103,13 @@ def from_onnx(
     model = expand(model)
     model = fold_batch_norms(fold_onnx_constants(model, input_shapes))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    importer = _NamingImporter(input_shapes, "float32", keep_params_in_input=False, sanitize=True)
+    variables = {name: tvm.tirx.Var(name, "int64") for name in ranges}
+    relax_shapes = {name: [variables[d] if isinstance(d, str) else d for d in dims] for name, dims in input_shapes.items()}
+    importer = _NamingImporter(relax_shapes, "float32", keep_params_in_input=False, sanitize=True)
     _declare_input_dtypes(importer, model)
-    return named_module(lambda: importer.from_onnx(model.graph, opset), importer.node_of_var, f"model {model.graph.name!r}", clean)
+    label = f"model {model.graph.name!r}"
+    mod = named_module(lambda: with_dims(importer.from_onnx(model.graph, opset), ranges), importer.node_of_var, label, clean)
+    return with_dims(mod, ranges)
 
 
 def _declare_input_dtypes(importer: ONNXGraphImporter, model: onnx.ModelProto) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import tvm
 from tvm import relax
 
 from byoc.ir.types import constant_array, is_tensor_constant, static_shape
@@ -66,20 +67,26 @@ _BUILDS: dict[str, _Build] = {
 def _converter(op: str) -> Callable[..., relax.Expr | None]:
     per_slot = op in ("GatherND", "ScatterND")
 
-    def convert(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
+    def convert(bb, inputs, attrs, opset, tvm_converter) -> relax.Expr | None:
         data, indices = inputs[0], inputs[1]
         if not (isinstance(data.ty, relax.TensorType) and isinstance(indices.ty, relax.TensorType)):
             return None  # a shape value: TVM's converter takes a dimension from it
         if op == "Gather" and is_tensor_constant(data) and is_tensor_constant(indices):
             return None  # TVM's converter folds it in numpy, which raises on an index out of range
-        shape = static_shape(data.ty, f"the data of {op}")
         if per_slot:
             start = int(attrs.get("batch_dims", 0))
-            axes = list(range(start, start + static_shape(indices.ty, f"the indices of {op}")[-1]))
+            slots = indices.ty.shape.values[-1] if indices.ty.shape is not None else None
+            if not isinstance(slots, tvm.ir.prim.expr.IntImm):
+                return None
+            axes = list(range(start, start + int(slots)))
         else:
-            axes = [_axis(attrs, len(shape))]
-        constant = is_tensor_constant(indices)
+            axes = [_axis(attrs, data.ty.ndim)]
+        extents = [data.ty.shape.values[a] for a in axes] if data.ty.shape is not None else []
+        # Constant indices into static axes are checked now; into a dynamic axis (the first
+        # token of every sequence) they are taken as the op defines them, at run time.
+        constant = is_tensor_constant(indices) and all(isinstance(e, tvm.ir.prim.expr.IntImm) for e in extents)
         if constant:
+            shape = static_shape(data.ty, f"the data of {op}")
             checked = checked_constant(constant_array(indices), [shape[a] for a in axes], axes, per_slot)
             indices = relax.const(checked, str(checked.dtype))
         if op == "Gather":  # wrap: ONNX's meaning on the valid range, for every reader of the module

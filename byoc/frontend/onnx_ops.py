@@ -48,7 +48,7 @@ from tvm import relax
 
 from byoc.errors import ModelLoadError
 from byoc.frontend.onnx_indices import INDEX_CONVERTERS
-from byoc.ir.types import constant_array, is_tensor_constant, static_shape
+from byoc.ir.types import constant_array, has_static_shape, is_tensor_constant, static_shape
 
 # TVM's converter for an op, for byoc converters that correct or complete it.
 TvmConverter = Callable[[str, Sequence[relax.Expr | None], dict[str, Any]], relax.Expr]
@@ -83,8 +83,8 @@ def clip(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
 
 def shape(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
     ty = inputs[0].ty
-    if not isinstance(ty, relax.TensorType):
-        return None
+    if not isinstance(ty, relax.TensorType) or not has_static_shape(ty):
+        return None  # TVM's converter: a symbolic shape value, which its other converters follow
     dims = static_shape(ty, "the input of Shape")
     rank = len(dims)
     start, end = attrs.get("start", 0), attrs.get("end", rank)
@@ -92,6 +92,17 @@ def shape(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
     end = min(max(end + rank if end < 0 else end, 0), rank)
     # relax.const turns an int64 numpy array into an int32 constant unless told the dtype.
     return relax.const(np.array(dims[start:end], dtype=np.int64), "int64")
+
+
+def range_(bb, inputs, attrs, opset, tvm_converter) -> relax.Expr | None:
+    start, limit, delta = inputs
+    # TVM's converter gives a range to a symbolic limit a length of its own (`range_len_0`),
+    # which then matches no other dimension: arange(sequence) has length `sequence`.
+    limit = getattr(limit, "value", limit)  # a PrimValue's expression
+    step, first = _scalar_constant(delta), _scalar_constant(start)
+    if first is None or step is None or not tvm.ir.is_prim_expr(limit) or not str(start.ty.dtype).startswith("int"):
+        return None
+    return relax.op.arange(int(first), limit, int(step), str(start.ty.dtype))
 
 
 def dropout(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
@@ -411,6 +422,7 @@ CONVERTERS: dict[str, Converter] = {
     "ReduceMin": _reduce_extreme("ReduceMin", math.inf),
     "Clip": clip,
     "Shape": shape,
+    "Range": range_,
     "Dropout": dropout,
     "LayerNormalization": layer_normalization,
     **INDEX_CONVERTERS,

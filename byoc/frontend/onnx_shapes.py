@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import onnx
 
 from byoc.errors import DynamicShapeError, ModelLoadError
+from byoc.ir.dims import DimRange, dim_range
 
 Dim = tuple[int | None, str]  # (the file's value or None, the file's name for the dimension or "")
 
@@ -43,42 +44,100 @@ def _checked(name: str, given: Sequence, declared: list[Dim]) -> list[int]:
     return dims
 
 
-def static_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
-    """Every graph input's static shape (`model`'s inputs are its run-time inputs)."""
+def _checked_dims(declared: Mapping[str, list[Dim]], shapes: Mapping[str, Sequence[int]],
+                  dims: Mapping[str, object]) -> dict[str, DimRange]:
+    """`dims=` checked against the model: each name one of its named dimensions, not also
+    fixed by `shapes=`, with a valid range."""
+    params = {param: name for name, declared_dims in declared.items() for value, param in declared_dims if param and value is None}
+    unknown = sorted(set(dims) - set(params))
+    if unknown:
+        listed = ", ".join(repr(p) for p in params) or "none"
+        raise ModelLoadError(f"dims given for unknown dimension(s) {unknown}; the model's named dynamic dimensions are {listed}")
+    for name in dims:
+        fixing = [i for i in shapes if any(param == name for _, param in declared[i])]
+        if fixing:
+            raise ModelLoadError(f"dimension {name!r} is given a range by dims= and fixed by shapes[{fixing[0]!r}]: give one")
+    try:
+        return {name: dim_range(name, given) for name, given in dims.items()}
+    except ValueError as error:
+        raise ModelLoadError(str(error)) from None
+
+
+def static_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]],
+                        dims: Mapping[str, object] | None = None) -> tuple[dict[str, list[int | str]], dict[str, DimRange]]:
+    """Every graph input's shape (`model`'s inputs are its run-time inputs), and the ranges of
+    the named dimensions kept dynamic: those in `dims` stay their names."""
     declared = {value.name: _declared(value) for value in model.graph.input}
     unknown = sorted(set(shapes) - set(declared))
     if unknown:
         raise ModelLoadError(f"shapes given for unknown input(s) {unknown}; the model's inputs are {list(declared)}")
     given = {name: _checked(name, shapes[name], declared[name]) for name in declared if name in shapes}
+    ranges = _checked_dims(declared, shapes, dims or {})
     # What each named dimension is, from the inputs given and the file's static dimensions;
     # two different values for one name are a contradiction.
     named: dict[str, tuple[int, str]] = {}
-    for name, dims in declared.items():
-        for index, (value, param) in enumerate(dims):
+    for name, declared_dims in declared.items():
+        for index, (value, param) in enumerate(declared_dims):
             size = given[name][index] if name in given else value
-            if not param or size is None:
+            if not param or size is None or param in ranges:
                 continue
             seen = named.setdefault(param, (size, f"input {name!r} dim {index}"))
             if seen[0] != size:
                 raise ModelLoadError(f"dimension {param!r} is {seen[0]} for {seen[1]} but {size} for input {name!r} dim {index}: "
                                      "inputs that share a named dimension must agree")
-    resolved, dynamic = {}, []
-    for name, dims in declared.items():
+    resolved: dict[str, list[int | str]] = {}
+    dynamic: list[tuple[str, list[str]]] = []
+    for name, declared_dims in declared.items():
         if name in given:
             resolved[name] = given[name]
             continue
-        sizes = [value if value is not None else named.get(param, (None, ""))[0] for value, param in dims]
-        missing = [f"dim {i}{f' ({dims[i][1]})' if dims[i][1] else ''}" for i, size in enumerate(sizes) if size is None]
+        sizes = [param if param in ranges else value if value is not None else named.get(param, (None, ""))[0]
+                 for value, param in declared_dims]
+        missing = [f"dim {i}{f' ({declared_dims[i][1]})' if declared_dims[i][1] else ''}"
+                   for i, size in enumerate(sizes) if size is None]
         if missing:
             dynamic.append((name, missing))
         resolved[name] = sizes
     if dynamic:
-        listed = "; ".join(f"input {name!r} has dynamic {', '.join(dims)}" for name, dims in dynamic)
+        listed = "; ".join(f"input {name!r} has dynamic {', '.join(missing)}" for name, missing in dynamic)
         example = ", ".join(f"{name!r}: [...]" for name, _ in dynamic)
-        raise DynamicShapeError(f"{listed}. byoc compiles for static shapes: pass shapes={{{example}}} (on the command "
-                                "line: --shapes NAME=DIMxDIM); a named dimension given for one input holds for every input "
-                                "that has it")
-    return resolved
+        raise DynamicShapeError(f"{listed}. Pass shapes={{{example}}} to compile for one shape, or give each named "
+                                "dimension a range, dims={'batch': (1, 32)}, to compile for every shape in range (on the "
+                                "command line: --shapes NAME=DIMxDIM, --dims NAME=LOW:HIGH); a named dimension given for one "
+                                "input holds for every input that has it")
+    return resolved, ranges
+
+
+def parse_dims(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """`NAME=LOW:HIGH` or `NAME=LOW:OPT:HIGH` items (the command line's `--dims`) as `dims=`."""
+    dims = {}
+    for item in items:
+        name, sep, text = item.rpartition("=")
+        try:
+            values = tuple(int(v) for v in text.split(":")) if sep and name else ()
+        except ValueError:
+            values = ()
+        if len(values) not in (2, 3):
+            raise ModelLoadError(f"--dims expects NAME=LOW:HIGH or NAME=LOW:OPT:HIGH (e.g. sequence=1:512), got {item!r}")
+        dims[name] = values
+    return dims
+
+
+def parse_buckets(items: Sequence[str] | None) -> dict[str, list[int]] | None:
+    """`NAME=V,V,...` items (the command line's `--shape-buckets`) as `shape_buckets=`."""
+    if items is None:
+        return None
+    buckets = {}
+    for item in items:
+        name, sep, text = item.rpartition("=")
+        try:
+            values = [int(v) for v in text.split(",")] if sep and name else []
+        except ValueError:
+            values = []
+        if not values:
+            raise ModelLoadError(f"--shape-buckets expects NAME=VALUE,VALUE,... (e.g. sequence=32,128), got {item!r}")
+        buckets[name] = values
+    return buckets
 
 
 def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:

@@ -11,6 +11,7 @@ import tvm
 from tvm import relax
 
 from byoc.errors import DynamicShapeError
+from byoc.ir.dims import evaluate
 
 TensorConstant = tvm.ir.expr.GenericConst
 
@@ -28,6 +29,14 @@ def constant_array(expr: relax.Expr) -> np.ndarray:
     return expr.value.numpy()
 
 
+def static_dim(dim, what: str = "a dimension") -> int:
+    """One dimension's value (see `static_shape`)."""
+    value = evaluate(dim)
+    if value is None:
+        raise DynamicShapeError(f"{what} has a dynamic dimension {dim}; byoc needs static shapes")
+    return value
+
+
 def static_shape(ty: relax.Type, what: str = "tensor") -> tuple[int, ...]:
     """The static shape of a tensor type; a clear error where a dimension is symbolic."""
     shape = ty.shape
@@ -35,15 +44,18 @@ def static_shape(ty: relax.Type, what: str = "tensor") -> tuple[int, ...]:
         raise DynamicShapeError(f"{what} has an unknown shape ({ty}); byoc needs static shapes")
     dims = []
     for dim in shape.values:
-        if not isinstance(dim, tvm.ir.prim.expr.IntImm):
+        value = evaluate(dim)
+        if value is None:
             raise DynamicShapeError(f"{what} has a dynamic dimension {dim} ({ty}); byoc needs static shapes")
-        dims.append(int(dim))
+        dims.append(value)
     return tuple(dims)
 
 
 def has_static_shape(ty: relax.Type) -> bool:
+    """Whether every dimension is known: static, or a named dimension at its representative
+    value while a module with dynamic dimensions is partitioned (see byoc.ir.dims)."""
     shape = getattr(ty, "shape", None)
-    return isinstance(shape, relax.ShapeExpr) and all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in shape.values)
+    return isinstance(shape, relax.ShapeExpr) and all(evaluate(d) is not None for d in shape.values)
 
 
 def dtype_name(ty: relax.Type) -> str:

@@ -1,6 +1,10 @@
 """A BERT-base-like encoder as ONNX exporters emit it: MatMul/Add projections, multi-head
 attention through Reshape/Transpose/MatMul/Softmax, LayerNormalization, and GELU written out
-with Erf."""
+with Erf.
+
+With `dynamic`, the batch and sequence axes are named dimensions (`batch`, `sequence`), as an
+export with dynamic axes writes them: reshapes keep those axes with 0, and the position
+embeddings are sliced to the sequence length read off the input's shape."""
 
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ def _gelu(g: OnnxGraphBuilder, x: str) -> str:
 
 
 def _heads(g: OnnxGraphBuilder, x: str, batch: int, seq: int, heads: int, head_dim: int, perm: list[int]) -> str:
-    shape = g.shape_constant("shape", [batch, seq, heads, head_dim])
+    shape = g.shape_constant("shape", [batch, seq, heads, head_dim])  # 0, 0 when dynamic: the input's own
     return g.op("Transpose", [g.op("Reshape", [x, shape])], perm=perm)
 
 
@@ -65,15 +69,23 @@ def bert_encoder(
     vocab: int = 30522,
     batch: int = 1,
     seed: int = 0,
+    dynamic: bool = False,
 ) -> onnx.ModelProto:
+    """The encoder for `batch` x `seq_len` tokens; with `dynamic`, for any batch and up to
+    `seq_len` tokens (the position table's length)."""
     if hidden % heads:
         raise ValueError(f"hidden size {hidden} is not a multiple of the head count {heads}")
     g = OnnxGraphBuilder("bert_encoder", seed)
-    ids = g.input("input_ids", [batch, seq_len], dtype="int64", value_range=(0, vocab))
+    ids = g.input("input_ids", ["batch", "sequence"] if dynamic else [batch, seq_len], dtype="int64", value_range=(0, vocab))
     with g.scope("embeddings"):
         words = g.op("Gather", [g.constant("word", g.small((vocab, hidden), 1.0)), ids], axis=0)
         positions = g.constant("position", g.small((seq_len, hidden), 0.5))
+        if dynamic:
+            length = g.op("Slice", [g.op("Shape", [ids]), g.shape_constant("start", [1]), g.shape_constant("end", [2])])
+            positions = g.op("Slice", [positions, g.shape_constant("zero", [0]), length, g.shape_constant("axis", [0])])
         x = _layer_norm(g, g.op("Add", [words, positions]), hidden)
+    if dynamic:
+        batch = seq_len = 0  # Reshape's 0: the input's own size
     for index in range(layers):
         with g.scope(f"layer{index}"):
             x = _encoder_layer(g, x, batch, seq_len, hidden, heads, intermediate)

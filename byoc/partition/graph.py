@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
+from byoc.ir.dims import is_dimension
+
 from byoc.ir.macs import op_macs
 from byoc.ir.types import constant_array, is_tensor_constant, nbytes
 from byoc.partition.group import COMPOSITE_ATTR
@@ -73,13 +75,14 @@ def _constant_bytes(args) -> int:
 
 
 def used_vars(expr: relax.Expr) -> list[relax.Var]:
-    """Variables an expression reads, for the expression forms bindings hold."""
+    """Variables an expression reads, for the expression forms bindings hold. A model's named
+    dimension (`sequence` in a slice's end) is no value: TVM 0.27 gives it the Var type too."""
     if isinstance(expr, relax.Var):
-        return [expr]
+        return [] if is_dimension(expr) else [expr]
     if isinstance(expr, relax.Call):
         found = [expr.op] if isinstance(expr.op, relax.Var) else []
         for arg in expr.args:
-            if isinstance(arg, relax.Var):
+            if isinstance(arg, relax.Var) and not is_dimension(arg):
                 found.append(arg)
             elif isinstance(arg, relax.Tuple):
                 found.extend(used_vars(arg))

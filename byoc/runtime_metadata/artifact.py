@@ -38,7 +38,17 @@ import numpy as np
 import tvm
 
 from byoc.errors import ArtifactError, ByocError
-from byoc.runtime_metadata.artifact_types import FORMATS, DirectCall, EmbeddedEngine, ModelParts, RegionArtifact, TensorSpec
+from byoc.ir.dims import DimRange
+from byoc.runtime_metadata.artifact_types import (
+    DEFAULT_MAX_SHAPES,
+    FORMATS,
+    DirectCall,
+    EmbeddedEngine,
+    ModelParts,
+    RegionArtifact,
+    SpecialisedRegion,
+    TensorSpec,
+)
 from byoc.runtime_metadata.constants import ConstantStore, content_key
 from byoc.runtime_metadata.elf import check_shared_library
 from byoc.runtime_metadata.signing import SIGNATURE_FILE, PrivateKey, PublicKey, sign, verify
@@ -104,7 +114,15 @@ def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
         "partition": parts.partition,
         "build_fallbacks": parts.build_fallbacks,
         "direct_call": parts.direct_call.to_dict() if parts.direct_call is not None else None,
+        **({"dims": {name: r.to_list() for name, r in parts.dims.items()},
+            "specialised": [{**region.describe(), "template": _template_file(region.symbol) if region.template is not None else None}
+                            for region in parts.specialised],
+            "max_shapes": parts.max_shapes} if parts.dims else {}),
     }
+
+
+def _template_file(symbol: str) -> str:
+    return f"templates/{symbol}.py"
 
 
 def write_artifact(parts: ModelParts, path: str | os.PathLike, sign_key: PrivateKey | None = None) -> None:
@@ -119,6 +137,9 @@ def write_artifact(parts: ModelParts, path: str | os.PathLike, sign_key: Private
     for artifact in parts.artifacts:
         files[f"regions/{artifact.symbol}.{FORMATS[artifact.codegen].extension}"] = artifact.payload
     symbols = {artifact.symbol for artifact in parts.artifacts}
+    for region in parts.specialised:
+        if region.template is not None:
+            files[_template_file(region.symbol)] = region.template.encode()
     for symbol, embedded in parts.engines.items():
         if symbol not in symbols:
             raise ArtifactError(f"an engine is embedded for region {symbol}, which the model does not have")
@@ -253,6 +274,30 @@ class _Reader:
             artifacts.append(artifact)
         return artifacts
 
+    def specialised(self, artifacts: list[RegionArtifact], store: ConstantStore) -> list[SpecialisedRegion]:
+        regions = []
+        symbols = {a.symbol for a in artifacts}
+        for entry in self.manifest.get("specialised", []):
+            where = f"{self.label}: region {entry['symbol']} ({entry['backend']})"
+            missing = sorted(set(entry["variants"].values()) - symbols)
+            if missing:
+                raise ArtifactError(f"{where}: its variant(s) {missing} are not in the artifact")
+            unknown = sorted(set(entry["dims"]) - set(self.manifest["dims"]))
+            if unknown:
+                raise ArtifactError(f"{where}: uses dimension(s) {unknown} the model does not declare")
+            absent = [name for name in entry["template_constants"] if name not in store.names()]
+            if absent:
+                raise ArtifactError(f"{where}: its template's constant {absent[0]!r} is not in the artifact")
+            template = None
+            if entry["template"] is not None:
+                if entry["template"] != _template_file(entry["symbol"]):
+                    raise ArtifactError(f"{where}: names the template {entry['template']}, which is not its own")
+                template = self.read(entry["template"], f"the template of region {entry['symbol']}").decode()
+            regions.append(SpecialisedRegion(entry["symbol"], entry["backend"], list(entry["dims"]),
+                                             [list(d) for d in entry["input_dims"]], template,
+                                             list(entry["template_constants"]), dict(entry["variants"])))
+        return regions
+
     def engines(self) -> dict[str, EmbeddedEngine]:
         embedded = {}
         for entry in self.manifest["regions"]:
@@ -299,6 +344,7 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         host_library = reader.host_library()
         store = reader.constants()
         artifacts = reader.regions(store)
+        specialised = reader.specialised(artifacts, store)
         engines = reader.engines()
     parts = ModelParts(
         host_library=host_library,
@@ -313,6 +359,9 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         build_fallbacks=manifest["build_fallbacks"],
         direct_call=DirectCall.from_dict(manifest["direct_call"]) if manifest.get("direct_call") else None,
         engines=engines,
+        dims={name: DimRange(*values) for name, values in manifest.get("dims", {}).items()},
+        specialised=specialised,
+        max_shapes=manifest.get("max_shapes", DEFAULT_MAX_SHAPES),
     )
     if parts.direct_call is not None:
         parts.direct_call.check(parts.artifacts, parts.inputs, parts.outputs, label)

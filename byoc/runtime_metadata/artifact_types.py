@@ -6,7 +6,7 @@ import nothing from each other in a circle.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from byoc.backend.codegen import Codegen, RegionCode, RegionSignature
@@ -14,7 +14,11 @@ from byoc.codegen_c.library import CLibrary
 from byoc.codegen_json.runtime import JsonRuntime
 from byoc.custom_formats.format import CustomFormat
 from byoc.errors import ArtifactError
+from byoc.ir.dims import DimRange
 from byoc.runtime_metadata.constants import ConstantStore
+
+# Variants built on first use that a shape-specialised region keeps in memory, by default.
+DEFAULT_MAX_SHAPES = 16
 
 # The code formats by the kind an artifact records for each region.
 FORMATS: dict[str, type[Codegen]] = {fmt.kind: fmt for fmt in (JsonRuntime, CLibrary, CustomFormat)}
@@ -115,6 +119,33 @@ class EmbeddedEngine:
 
 
 @dataclass
+class SpecialisedRegion:
+    """A region generated per shape: what the artifact keeps of it."""
+
+    symbol: str
+    backend: str
+    dims: list[str]  # the named dimensions its tensors use
+    # Each input's dimensions as the region sees them: an int, a dimension's name, or None (an
+    # expression): the variant for a call is read off its tensors.
+    input_dims: list[list[int | str | None]]
+    # The region's Relax function as TVMScript, its tensor constants lifted to parameters; None
+    # where it cannot be written so (then only the variants built ahead exist).
+    template: str | None
+    template_constants: list[str]  # constant store names bound to those parameters, in order
+    variants: dict[str, str] = field(default_factory=dict)  # variant key -> the symbol of its region artifact
+
+    def key(self, values: Mapping[str, int]) -> str:
+        return "_".join(f"{name}{values[name]}" for name in self.dims)
+
+    def variant_symbol(self, values: Mapping[str, int]) -> str:
+        return f"{self.symbol}__{self.key(values)}"
+
+    def describe(self) -> dict:
+        return {"symbol": self.symbol, "backend": self.backend, "dims": list(self.dims), "input_dims": self.input_dims,
+                "template_constants": list(self.template_constants), "variants": dict(self.variants)}
+
+
+@dataclass
 class ModelParts:
     """Everything a compiled model is made of, and all that its artifact holds: the host
     library (host code and C regions), each offloaded region, the constants, the model's
@@ -134,3 +165,9 @@ class ModelParts:
     engines: dict[str, EmbeddedEngine] = field(default_factory=dict)  # region symbol -> its engine, built ahead
     # The model as one region called with its inputs (see byoc.runtime_metadata.direct), or None.
     direct_call: DirectCall | None = None
+    # A model with dynamic dimensions: their ranges, its shape-specialised regions (whose
+    # variants are among `artifacts`) and how many variants per region built on first use are
+    # kept in memory (see byoc.runtime_metadata.shapes).
+    dims: dict[str, DimRange] = field(default_factory=dict)
+    specialised: list[SpecialisedRegion] = field(default_factory=list)
+    max_shapes: int = DEFAULT_MAX_SHAPES

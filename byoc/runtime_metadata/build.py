@@ -18,8 +18,9 @@ from byoc.backend.engine import EngineContext
 from byoc.backend.registry import backend_origin, checked_backend_options, get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
-from byoc.errors import BuildError, ByocError, EngineError, UnknownBackendError
+from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, UnknownBackendError
 from byoc.host import host_pipeline
+from byoc.ir.dims import dims_of, symbolic_names
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
@@ -32,6 +33,17 @@ from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
 from byoc.runtime_metadata.engine_check import check_engine
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
 from byoc.runtime_metadata.model import CompiledModel, one_region_only
+from byoc.runtime_metadata.shapes import (
+    DEFAULT_MAX_SHAPES,
+    SpecialisedRegion,
+    check_buckets,
+    dim_pattern,
+    generate_variant,
+    input_dims,
+    is_shape_specialised,
+    make_template,
+    through_dispatch,
+)
 from byoc.runtime_metadata.signature import signature, signature_module
 
 # RunCodegen looks codegens up in the global registry: one build at a time registers them.
@@ -76,12 +88,23 @@ def region_functions(mod: tvm.IRModule) -> list[tuple[str, str, relax.Function]]
 def model_io(mod: tvm.IRModule) -> tuple[list[TensorSpec], list[TensorSpec]]:
     main = mod["main"]
     count = int(main.attrs["num_input"]) if main.attrs is not None and "num_input" in main.attrs else len(main.params)
-    inputs = [TensorSpec(p.name, static_shape(p.ty, f"input {p.name!r}"), str(p.ty.dtype)) for p in main.params[:count]]
+    # A dimension is its size, or its name where it is dynamic (`batch`); an output dimension
+    # that is an expression of them is -1.
+    inputs = [TensorSpec(p.name, tuple(_input_dim(d, p) for d in p.ty.shape.values) if symbolic_names(p.ty)
+                         else static_shape(p.ty, f"input {p.name!r}"), str(p.ty.dtype)) for p in main.params[:count]]
     outputs = []
     for position, ty in enumerate(tensor_types(main.ret_ty)):
-        shape = tuple(int(d) if isinstance(d, tvm.ir.prim.expr.IntImm) else -1 for d in ty.shape.values) if ty.shape is not None else ()
+        shape = tuple(-1 if dim_pattern(d) is None else dim_pattern(d) for d in ty.shape.values) if ty.shape is not None else ()
         outputs.append(TensorSpec(f"output{position}", shape, str(ty.dtype)))
     return inputs, outputs
+
+
+def _input_dim(dim, param: relax.Var) -> int | str:
+    pattern = dim_pattern(dim)
+    if pattern is None:
+        raise DynamicShapeError(f"input {param.name!r} has dimension {dim} ({param.ty}): an input's dimension must be a "
+                                "size or a named dimension")
+    return pattern
 
 
 def _cost(symbol: str, regions: dict[str, RegionRecord]) -> str:
@@ -110,24 +133,47 @@ def _region_backends(mod: tvm.IRModule, overrides: Mapping[str, Backend]) -> dic
     return found
 
 
-def _generate(mod, strict, backend_options, store, backends: Mapping[str, Backend | None], regions: dict[str, RegionRecord]):
+def _generate(mod, strict, backend_options, store, backends: Mapping[str, Backend | None], regions: dict[str, RegionRecord],
+              buckets: list[dict[str, int]]):
+    """Every region's code: once for a static region, once per bucket for a shape-specialised
+    one (see byoc.runtime_metadata.shapes)."""
     artifacts: list[RegionArtifact] = []
     failed: dict[str, str] = {}
+    specialised: dict[str, SpecialisedRegion] = {}
     for symbol, backend_name, func in region_functions(mod):
         backend = backends.get(backend_name)
         missing = backend.missing_part() if backend is not None else None
         if missing:  # not a code generation failure to fall back from: the machine lacks the vendor's part
             raise BuildError(f"region {symbol} ({backend_name}) cannot be built on this machine: {missing}")
+        options = backend_options.get(backend_name, {})
         try:
             backend = backend or get_backend(backend_name)
-            artifacts.append(generate_region(func, symbol, backend, store, backend_options.get(backend_name, {})))
+            if is_shape_specialised(func):
+                region = _specialised(func, symbol, backend_name, store)
+                variants = {}
+                for values in buckets:
+                    variants.setdefault(region.key(values), (values, None))
+                for key, (values, _) in variants.items():
+                    artifact = generate_variant(func, region, values, backend, store, options)
+                    region.variants[key] = artifact.symbol
+                    variants[key] = (values, artifact)
+                artifacts += [artifact for _, artifact in variants.values()]
+                specialised[symbol] = region
+            else:
+                artifacts.append(generate_region(func, symbol, backend, store, options))
         except Exception as error:
             message = f"region {symbol} ({backend_name}): code generation failed: {type(error).__name__}: {error}"
             if strict:
                 raise BuildError(message) from error
             _fall_back(message, symbol, regions)
             failed[symbol] = f"code generation failed: {type(error).__name__}: {error}"
-    return artifacts, failed
+    return artifacts, failed, specialised
+
+
+def _specialised(func: relax.Function, symbol: str, backend_name: str, store: ConstantStore) -> SpecialisedRegion:
+    template, names = make_template(func, symbol, store)
+    dims = sorted(symbolic_names(func.ret_ty).union(*(symbolic_names(p.ty) for p in func.params)))
+    return SpecialisedRegion(symbol, backend_name, dims, input_dims(func), template, names)
 
 
 def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Backend], store: ConstantStore,
@@ -153,6 +199,16 @@ def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Back
             continue
         records[artifact.symbol] = record
     return records, failed
+
+
+def _drop_failed(unusable: Mapping[str, str], failed: dict[str, str], specialised: dict[str, SpecialisedRegion],
+                 variant_of: Mapping[str, str]) -> None:
+    """Record regions whose engines failed; a shape-specialised region falls back as a whole
+    when one of its variants fails."""
+    for symbol, why in unusable.items():
+        base = variant_of.get(symbol, symbol)
+        failed.setdefault(base, why if base == symbol else f"{symbol}: {why}")
+        specialised.pop(base, None)
 
 
 def _registered(name: str) -> Backend | None:
@@ -200,7 +256,7 @@ def _compile_flags(artifacts: list[RegionArtifact], backends: Mapping[str, Backe
 
 
 def _host_library(mod: tvm.IRModule, artifacts: list[RegionArtifact], backends: Mapping[str, Backend], target: str,
-                  inputs: list[TensorSpec], outputs: list[TensorSpec]) -> bytes:
+                  inputs: list[TensorSpec], outputs: list[TensorSpec], variants: set[str] = frozenset()) -> bytes:
     """The host code compiled, with the C regions linked in and the model's signature, as a
     shared library's bytes."""
     by_symbol = {a.symbol: a for a in artifacts}
@@ -218,6 +274,10 @@ def _host_library(mod: tvm.IRModule, artifacts: list[RegionArtifact], backends: 
     except Exception as error:  # TVM raises InternalError, ValueError, ... with no common base
         raise BuildError(f"compiling the host code failed: {type(error).__name__}: {str(error).strip().splitlines()[0]}") from error
     executable.mod.import_module(signature_module(signature(inputs, outputs, artifacts)))
+    create = tvm.get_global_func("runtime.CSourceModuleCreate")
+    for artifact in artifacts:  # C variants of shape-specialised regions: no function in `mod` calls them by name
+        if artifact.symbol in variants and artifact.linked_into_host:
+            executable.mod.import_module(create(artifact.payload.decode(), "c", [artifact.symbol, init_symbol(artifact.symbol)], []))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "host.so")
         try:
@@ -247,6 +307,8 @@ def build(
     cache_dir: str | os.PathLike | None = None,
     engines: str = "eager",
     backends: Mapping[str, Backend] | None = None,
+    shape_buckets: object = None,
+    max_shapes: int = DEFAULT_MAX_SHAPES,
 ) -> CompiledModel:
     """Compile a partitioned module into a `CompiledModel`.
 
@@ -262,9 +324,19 @@ def build(
     that can be saved are cached under `cache_dir` (default: $BYOC_CACHE_DIR or
     ~/.cache/byoc/engines). `backends` maps codegen names to backends used
     instead of the registered ones (calibration probes, tests).
+
+    A model with dynamic dimensions (`from_onnx(..., dims=...)`) has its host code compiled
+    once for every shape in range and its regions generated per shape (see
+    byoc.runtime_metadata.shapes): ahead for `shape_buckets` (a list of {dimension: value}, or
+    one {dimension: [values]} for every combination; by default each range's `opt`), on first
+    use for any other shape, keeping at most `max_shapes` per region in memory.
     """
     if engines not in ("lazy", "eager", "embed"):
         raise ByocError(f"engines must be 'lazy', 'eager' or 'embed', not {engines!r}")
+    dims = dims_of(mod)
+    if not dims and shape_buckets is not None:
+        raise ByocError("shape_buckets applies to models with dynamic dimensions (from_onnx(..., dims=...)); this one has none")
+    buckets = check_buckets(shape_buckets, dims) if dims else []
     store = ConstantStore()
     overrides = dict(backends or {})
     configured = _region_backends(mod, overrides)
@@ -272,24 +344,28 @@ def build(
     record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
     partition = json.loads(str(record)) if record is not None else None
     planned = {r.symbol: r for r in PartitionRecord.from_dict(partition).regions} if partition else {}
-    artifacts, failed = _generate(mod, strict, backend_options, store, configured, planned)
+    artifacts, failed, specialised = _generate(mod, strict, backend_options, store, configured, planned, buckets)
+    variant_of = {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
     backends = {a.backend: configured[a.backend] for a in artifacts}
     cache = EngineCache(cache_dir if cache_dir is not None else default_cache_dir())
     records: dict[str, EngineRecord] = {}
     if engines != "lazy":
         sole_work = one_region_only(partition, artifacts, failed)
         records, unusable = _create_engines(artifacts, backends, store, backend_options, cache, strict, planned, sole_work)
-        failed.update(unusable)
-        artifacts = [a for a in artifacts if a.symbol not in unusable]
+        _drop_failed(unusable, failed, specialised, variant_of)
+    artifacts = [a for a in artifacts if variant_of.get(a.symbol, a.symbol) not in failed]
     partitioned = mod
     while True:
         if failed:
             mod = inline_regions(partitioned, failed)
-            store.keep_only({name for a in artifacts for name in a.constants})
+            store.keep_only({name for a in artifacts for name in a.constants}
+                            | {name for region in specialised.values() for name in region.template_constants})
+        host_mod = through_dispatch(mod, specialised)
         backends = {a.backend: configured[a.backend] for a in artifacts}
-        inputs, outputs = model_io(mod)
+        backends.update({region.backend: configured[region.backend] for region in specialised.values()})
+        inputs, outputs = model_io(host_mod)
         parts = ModelParts(
-            _host_library(mod, artifacts, backends, target, inputs, outputs),
+            _host_library(host_mod, artifacts, backends, target, inputs, outputs, set(variant_of)),
             artifacts,
             store,
             inputs,
@@ -299,7 +375,10 @@ def build(
             backend_options,
             partition=partition,
             build_fallbacks=failed,
-            direct_call=find_direct_call(mod, artifacts, region_symbol),
+            direct_call=None if dims else find_direct_call(mod, artifacts, region_symbol),
+            dims=dims,
+            specialised=list(specialised.values()),
+            max_shapes=max_shapes,
         )
         try:
             model = CompiledModel(parts, backends, cache, engines=records)
@@ -308,12 +387,12 @@ def build(
             # A C region whose initialisation fails (its vendor library refuses a primitive on
             # this machine) falls back too: the host code is compiled again without it.
             symbol = getattr(error, "region", None)
-            if strict or symbol is None or symbol in failed:
+            if strict or symbol is None or variant_of.get(symbol, symbol) in failed:
                 raise
             backend_name = next(a.backend for a in artifacts if a.symbol == symbol)
-            _fall_back(str(error), symbol, planned)
-            failed[symbol] = str(error).removeprefix(f"region {symbol} ({backend_name}): ")
-            artifacts = [a for a in artifacts if a.symbol != symbol]
+            _fall_back(str(error), variant_of.get(symbol, symbol), planned)
+            _drop_failed({symbol: str(error).removeprefix(f"region {symbol} ({backend_name}): ")}, failed, specialised, variant_of)
+            artifacts = [a for a in artifacts if variant_of.get(a.symbol, a.symbol) not in failed]
     if engines == "embed":
         model.embed_engines()
     return model

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import tvm
@@ -127,14 +127,16 @@ class RegionRuntime:
         return error
 
 
-def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime], artifacts: Iterable[RegionArtifact]) -> relax.VirtualMachine:
-    """A VirtualMachine whose region calls reach these `regions`. A region the host code calls
-    but that the model does not have (an inconsistent artifact) is an ArtifactError."""
+def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime], artifacts: Iterable[RegionArtifact],
+              others: Mapping[str, Callable] | None = None) -> relax.VirtualMachine:
+    """A VirtualMachine whose region calls reach these `regions` (and `others`, callables by
+    symbol: shape-specialised regions). A region the host code calls but that the model does
+    not have (an inconsistent artifact) is an ArtifactError."""
     with _VM_CREATION:
         symbols = []
-        for region in regions:
-            tvm_ffi.register_global_func(region.artifact.symbol, region, override=True)
-            symbols.append(region.artifact.symbol)
+        for symbol, callable_ in [*((region.artifact.symbol, region) for region in regions), *(others or {}).items()]:
+            tvm_ffi.register_global_func(symbol, callable_, override=True)
+            symbols.append(symbol)
         try:
             return relax.VirtualMachine(host, tvm.cpu())
         except Exception as error:  # TVM errors share no base class

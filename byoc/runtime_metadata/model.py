@@ -23,13 +23,14 @@ from byoc.host.index_ranges import engine_index_error, take_index_error
 from byoc.partition.record import PartitionRecord
 from byoc.partition.report import PartitionReport
 from byoc.runtime_metadata.artifact import read_artifact, write_artifact
-from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, RegionArtifact, TensorSpec
+from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm
 from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
 from byoc.runtime_metadata.engines import EngineRecord, save_for_embedding
 from byoc.runtime_metadata.host_library import load_host_library
 from byoc.runtime_metadata.profile import ProfileReport, profile_model
+from byoc.runtime_metadata.shapes import SpecialisedRuntime, reset_current_dims, set_current_dims
 from byoc.runtime_metadata.signing import PrivateKey, PublicKey
 
 
@@ -52,8 +53,25 @@ class CompiledModel:
         for backend in sorted({a.backend for a in parts.artifacts}):
             backends[backend].codegen.prepare_runtime()
         self.host = load_host_library(parts, f"{source}: the host library")
+        self._backends = backends
+        self._cache = cache
+        self.specialised = {region.symbol: self._specialised_runtime(region) for region in parts.specialised}
         self._input_kinds = [(spec.name, tuple(spec.shape), np.dtype(spec.dtype)) for spec in parts.inputs]
         self._local = threading.local()
+
+    def _specialised_runtime(self, region: SpecialisedRegion) -> SpecialisedRuntime:
+        """The dispatcher of a shape-specialised region over its variants: those built ahead run
+        as any region does (C in the host library, JSON through their engines)."""
+        backend = self._backends[region.backend]
+        options = self.parts.backend_options.get(region.backend, {})
+        ahead = {key: self.regions[symbol] if symbol in self.regions else self.host.get_function(symbol, query_imports=True)
+                 for key, symbol in region.variants.items()}
+
+        def make_runtime(artifact: RegionArtifact, store: ConstantStore) -> RegionRuntime:
+            return RegionRuntime(artifact, backend, store, options, self._cache)
+
+        return SpecialisedRuntime(region, backend, self.parts.store, options, self.parts.dims, ahead, make_runtime,
+                                  self.parts.max_shapes)
 
     @property
     def artifacts(self) -> list[RegionArtifact]:
@@ -85,7 +103,7 @@ class CompiledModel:
         # A VirtualMachine is not safe to share between threads; each thread gets its own.
         vm = getattr(self._local, "vm", None)
         if vm is None:
-            vm = self._local.vm = create_vm(self.host, self.regions.values(), self.parts.artifacts)
+            vm = self._local.vm = create_vm(self.host, self.regions.values(), self.parts.artifacts, self.specialised)
         return vm
 
     def _entry(self) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray]]:
@@ -157,15 +175,38 @@ class CompiledModel:
             array = value.numpy() if isinstance(value, tvm.runtime.Tensor) else np.asarray(value)
             if array.dtype != dtype:
                 raise InputError(f"input {name!r}: expected dtype {dtype}, got {array.dtype}")
-            if array.shape != shape:
+            if array.shape != shape and not self.parts.dims:
                 raise InputError(f"input {name!r}: expected shape {shape}, got {tuple(array.shape)}")
             arrays.append(array)
         return arrays
+
+    def dims_of_inputs(self, arrays: Sequence[np.ndarray]) -> dict[str, int]:
+        """The value of each named dimension in these inputs, each checked against its range
+        and across inputs (a model with dynamic dimensions)."""
+        values: dict[str, tuple[int, str]] = {}
+        for (name, shape, _), array in zip(self._input_kinds, arrays):
+            if len(array.shape) != len(shape):
+                raise InputError(f"input {name!r}: expected {len(shape)} dimensions {_shape_text(shape)}, got shape "
+                                 f"{tuple(array.shape)}")
+            for index, (dim, size) in enumerate(zip(shape, array.shape)):
+                if isinstance(dim, str):
+                    limits = self.parts.dims[dim]
+                    if size not in limits:
+                        raise InputError(f"input {name!r} dim {index} ({dim}) is {size}, outside the range {limits} the model "
+                                         "was compiled for")
+                    seen = values.setdefault(dim, (size, f"input {name!r} dim {index}"))
+                    if seen[0] != size:
+                        raise InputError(f"dimension {dim!r} is {seen[0]} in {seen[1]} but {size} in input {name!r} dim {index}")
+                elif dim != size:
+                    raise InputError(f"input {name!r}: expected shape {_shape_text(shape)}, got {tuple(array.shape)}")
+        return {dim: value for dim, (value, _) in values.items()}
 
     def run(self, *inputs, **named_inputs) -> list[np.ndarray]:
         """Run the model; inputs by position or by name. Returns every output as numpy."""
         arrays = self._arrange_inputs(inputs, named_inputs)
         try:
+            if self.parts.dims:
+                return self._run_dynamic(arrays)
             if self.parts.direct_call is not None:
                 return self._run_direct(arrays)
             main, buffers, views = self._entry()
@@ -176,18 +217,32 @@ class CompiledModel:
             index_error = take_index_error()  # a stale one (from a profile run) does not match this error
             if index_error is not None and str(index_error) in str(error):
                 raise index_error from None
-            for region in self.regions.values():
+            for region in [*self.specialised.values(), *self.regions.values()]:
                 failure = region.take_failure()
                 if failure is not None:
-                    where = f"in region {region.artifact.symbol} ({region.artifact.backend})"
-                    payload = region.artifact.payload if region.artifact.codegen == "json" else b"{}"
-                    index_error = engine_index_error(str(failure), payload, where)
-                    if index_error is not None:
-                        raise index_error from failure
+                    artifact = getattr(region, "artifact", None)
+                    if artifact is not None:
+                        where = f"in region {artifact.symbol} ({artifact.backend})"
+                        payload = artifact.payload if artifact.codegen == "json" else b"{}"
+                        index_error = engine_index_error(str(failure), payload, where)
+                        if index_error is not None:
+                            raise index_error from failure
                     # TVM's FFI made a RuntimeError of it on the way out: raise the original,
                     # with the vendor's exception (and its traceback) as its cause.
                     raise failure from failure.__cause__
             raise
+
+    def _run_dynamic(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """A run of a model with dynamic dimensions: the host code takes any shape in range,
+        each shape-specialised region the variant for these dimensions."""
+        token = set_current_dims(self.dims_of_inputs(arrays))
+        try:
+            main = getattr(self._local, "main", None)
+            if main is None:
+                main = self._local.main = self._vm()["main"]
+            return _as_arrays(main(*[tvm.runtime.tensor(np.require(a, requirements="C")) for a in arrays]))
+        finally:
+            reset_current_dims(token)
 
     def profile(self, *inputs, repeat: int = 10, **named_inputs) -> ProfileReport:
         """Time spent per region and on the host (see `byoc.runtime_metadata.profile`)."""
@@ -226,7 +281,14 @@ class CompiledModel:
                 for a in self.artifacts
             ],
             "vendors": self.parts.vendor_origins,
+            **({"dims": {name: str(r) for name, r in self.parts.dims.items()},
+                "shape_specialised": {symbol: runtime.describe() for symbol, runtime in self.specialised.items()}}
+               if self.parts.dims else {}),
         }
+
+
+def _shape_text(shape: Sequence[int | str]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
 
 
 def _engine_state(region: RegionRuntime | None) -> str:

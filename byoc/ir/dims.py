@@ -1,0 +1,138 @@
+"""Named dynamic dimensions (`batch`, `sequence`) and the range of values each may take.
+
+A model imported with `dims=` keeps its dynamic dimensions as symbolic variables, and its module
+records their ranges. The host code is compiled once for every value in range (TVM Relax
+compiles symbolic shapes natively, and the upper bounds let it plan memory statically); regions
+are specialised per concrete shape (see byoc.runtime_metadata.shapes).
+
+Partitioning decides once for all shapes: its predicates, limits and cost model see each
+dimension at its representative value (`representative`), the `opt` of the range, as a
+TensorRT optimization profile has one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+DIMS_ATTR = "byoc.dims"
+
+
+@dataclass(frozen=True)
+class DimRange:
+    """The values a named dimension may take, `low` to `high` inclusive, and the one that
+    partitioning and cost decisions assume (`opt`)."""
+
+    low: int
+    high: int
+    opt: int
+
+    def __contains__(self, value: int) -> bool:
+        return self.low <= value <= self.high
+
+    def __str__(self) -> str:
+        return f"{self.low}..{self.high}"
+
+    def to_list(self) -> list[int]:
+        return [self.low, self.high, self.opt]
+
+
+def dim_range(name: str, given: object) -> DimRange:
+    """`dims[name]` as the user gives it: `(low, high)`, `(low, opt, high)` or one `high`
+    (from 1), checked."""
+    values = list(given) if isinstance(given, (list, tuple)) else [1, given]
+    try:
+        numbers = [int(v) for v in values]
+    except (TypeError, ValueError):
+        numbers = []
+    if len(numbers) not in (2, 3) or any(isinstance(v, bool) or float(v) != n for v, n in zip(values, numbers)):
+        raise ValueError(f"dims[{name!r}] = {given!r}: expected (low, high), (low, opt, high) or a maximum, as integers")
+    low, high = numbers[0], numbers[-1]
+    opt = numbers[1] if len(numbers) == 3 else high
+    if low < 1 or not low <= opt <= high:
+        raise ValueError(f"dims[{name!r}] = {given!r}: expected 1 <= low <= opt <= high")
+    return DimRange(low, high, opt)
+
+
+def dims_of(mod: tvm.IRModule) -> dict[str, DimRange]:
+    """The named dynamic dimensions of an imported (or partitioned) module, empty for a static
+    one."""
+    text = mod.attrs.get(DIMS_ATTR) if mod.attrs is not None else None
+    if text is None:
+        return {}
+    return {name: DimRange(*values) for name, values in json.loads(str(text)).items()}
+
+
+def with_dims(mod: tvm.IRModule, dims: Mapping[str, DimRange]) -> tvm.IRModule:
+    """`mod` recording `dims`, its `main` bounded by them (TVM plans memory from the bounds)."""
+    if not dims:
+        return mod
+    mod = mod.with_attr(DIMS_ATTR, json.dumps({name: r.to_list() for name, r in dims.items()}))
+    main = mod["main"]
+    main = main.with_attr("tir_var_upper_bound", {name: r.high for name, r in dims.items()})
+    mod["main"] = main.with_attr("tir_var_lower_bound", {name: r.low for name, r in dims.items()})
+    return mod
+
+
+def copy_dims(source: tvm.IRModule, target: tvm.IRModule) -> tvm.IRModule:
+    """`target` with `source`'s dimension ranges (passes that rebuild modules drop attributes)."""
+    dims = dims_of(source)
+    return with_dims(target, dims) if dims and not dims_of(target) else target
+
+
+_REPRESENTATIVE: contextvars.ContextVar[Mapping[str, int] | None] = contextvars.ContextVar("byoc_representative", default=None)
+
+
+@contextlib.contextmanager
+def representative(values: Mapping[str, int]) -> Iterator[None]:
+    """Within this block, shapes read through byoc.ir.types see each named dimension at the
+    value given here."""
+    token = _REPRESENTATIVE.set({**(_REPRESENTATIVE.get() or {}), **values})
+    try:
+        yield
+    finally:
+        _REPRESENTATIVE.reset(token)
+
+
+def evaluate(dim, values: Mapping[str, int] | None = None) -> int | None:
+    """A dimension's value: its own where static, else under `values` (by default, the
+    representative values in force); None where some variable has no value."""
+    if isinstance(dim, tvm.ir.prim.expr.IntImm):
+        return int(dim)
+    values = _REPRESENTATIVE.get() if values is None else values
+    if not values:
+        return None
+    analyzer = tvm.sym.Analyzer()
+    for var in tvm.tirx.analysis.undefined_vars(dim):
+        if var.name not in values:
+            return None
+        analyzer.bind(var, values[var.name])
+    result = analyzer.simplify(dim)
+    return int(result) if isinstance(result, tvm.ir.prim.expr.IntImm) else None
+
+
+def is_dimension(var: relax.Var) -> bool:
+    """Whether `var` is one of the named dimensions in force (see `representative`): in TVM
+    0.27 a shape's variable and a Relax variable are one Python type."""
+    values = _REPRESENTATIVE.get()
+    return bool(values) and isinstance(var.ty, tvm.ir.PrimType) and var.name in values
+
+
+def symbolic_names(ty: relax.Type) -> set[str]:
+    """The names of the symbolic variables in a tensor (or tuple) type's shape."""
+    names: set[str] = set()
+    if isinstance(ty, relax.TupleType):
+        for field in ty.fields:
+            names |= symbolic_names(field)
+    shape = getattr(ty, "shape", None)
+    if isinstance(shape, relax.ShapeExpr):
+        for dim in shape.values:
+            if not isinstance(dim, tvm.ir.prim.expr.IntImm):
+                names |= {var.name for var in tvm.tirx.analysis.undefined_vars(dim)}
+    return names

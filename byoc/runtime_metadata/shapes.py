@@ -1,0 +1,346 @@
+"""Shape-specialised regions: the regions of a model with dynamic dimensions.
+
+The host code is compiled once, for every shape in range. A vendor's region is generated for
+concrete shapes: its code (a JSON graph, C, a vendor binary) and its engine are specialised per
+*variant*, one value for each named dimension the region's tensors use. Each variant is a
+region of its own (`dnnl_0__batch1_sequence32`), with its own artifact entry and engine:
+
+- variants for the shapes declared at build time (`shape_buckets=`, by default the `opt`
+  values of the ranges) are generated then, checked, and kept in the artifact: C variants are
+  linked into the host library, engines are built as for any region;
+- any other shape in range gets its variant on first use, generated from the region's template
+  (its Relax function, kept in the artifact with its weights in the constant store), then kept
+  in memory (at most `max_shapes` per region, least recently used first out) and, where the
+  vendor saves engines, in the engine cache on disk; C variants are compiled with the system's
+  C compiler and kept on disk by content.
+
+The host calls such a region by its symbol; `SpecialisedRuntime` reads the dimensions off the
+tensors it is given and calls the variant for them.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import hashlib
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from byoc.backend.spec import Backend
+from byoc.codegen_c.generate import CONSTANT_MISMATCH, init_symbol
+from byoc.errors import ArtifactError, ByocError, EngineError, InputError
+from byoc.ir.dims import DimRange, representative, symbolic_names
+from byoc.ir.rewrite import rebuild_function
+from byoc.ir.types import constant_array, is_tensor_constant, tensor_types
+from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, RegionArtifact, SpecialisedRegion
+from byoc.runtime_metadata.codegen import generate_region
+from byoc.runtime_metadata.constants import ConstantStore
+
+# The named dimensions of the model's current run, for a region whose tensors do not give all
+# of its dimensions plainly (a region that only sees `batch * 4`).
+_CURRENT: contextvars.ContextVar[Mapping[str, int] | None] = contextvars.ContextVar("byoc_current_dims", default=None)
+
+
+def set_current_dims(values: Mapping[str, int]) -> contextvars.Token:
+    return _CURRENT.set(dict(values))
+
+
+def reset_current_dims(token: contextvars.Token) -> None:
+    _CURRENT.reset(token)
+
+
+def is_shape_specialised(func: relax.Function) -> bool:
+    """Whether a region function's tensors have symbolic dimensions."""
+    return bool(symbolic_names(func.ret_ty)) or any(symbolic_names(p.ty) for p in func.params)
+
+
+def dim_pattern(dim) -> int | str | None:
+    if isinstance(dim, tvm.ir.prim.expr.IntImm):
+        return int(dim)
+    return dim.name if isinstance(dim, tvm.tirx.Var) else None
+
+
+def input_dims(func: relax.Function) -> list[list[int | str | None]]:
+    patterns = []
+    for param in func.params:
+        for ty in tensor_types(param.ty):
+            patterns.append([dim_pattern(d) for d in ty.shape.values] if ty.shape is not None else [])
+    return patterns
+
+
+@relax.expr_functor.mutator
+class _LiftConstants(relax.PyExprMutator):
+    """The tensor constants of a function's own body become parameters (their values go to the
+    constant store, where the variants' weights are too); those inside its composite functions
+    stay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lifted: list[tuple[relax.Var, np.ndarray]] = []
+        self._seen: dict[int, relax.Var] = {}
+
+    def visit_generic_const_(self, op: relax.Expr) -> relax.Expr:
+        if not is_tensor_constant(op) or op.ty.ndim == 0:  # scalars are written in the template's text
+            return op
+        var = self._seen.get(op.id_)
+        if var is None:
+            var = self._seen[op.id_] = relax.Var(f"byoc_template_c{len(self.lifted)}", op.ty)
+            self.lifted.append((var, constant_array(op)))
+        return var
+
+    def visit_function_(self, op: relax.Function) -> relax.Expr:
+        return op
+
+
+def make_template(func: relax.Function, symbol: str, store: ConstantStore) -> tuple[str, list[str]]:
+    """The region function as the artifact keeps it, and the store names of its lifted weights."""
+    lifter = _LiftConstants()
+    body = lifter.visit_expr(func.body)
+    names = []
+    for index, (_, array) in enumerate(lifter.lifted):
+        name = f"{symbol}.template{index}"
+        store.add(name, array)
+        names.append(name)
+    params = [*func.params, *(var for var, _ in lifter.lifted)]
+    template = relax.Function(params, body, func.ret_ty, func.is_pure, func.attrs)
+    text = tvm.IRModule({"region": template}).script(show_meta=False)
+    if "metadata[" in text:  # a tensor constant inside a composite function: no text form for it
+        return None, names
+    return text, names
+
+
+def load_template(region: SpecialisedRegion, store: ConstantStore) -> tuple[relax.Function, dict[str, str]]:
+    """The region function back from its template, its weights bound from `store`, and the
+    dimensions its composite functions go by. The text names each function's own variable for
+    a dimension apart (`batch_1` in a composite for the region's `batch`); code generation
+    reads dimensions by name."""
+    try:
+        template = tvm.script.from_source(region.template, check_well_formed=False)["region"]
+    except Exception as error:
+        raise ArtifactError(f"region {region.symbol} ({region.backend}): its template cannot be read: {error}") from error
+    count = len(template.params) - len(region.template_constants)
+    if not isinstance(template, relax.Function) or count < 0:
+        raise ArtifactError(f"region {region.symbol} ({region.backend}): its template does not match its constants")
+    lifted = template.params[count:]
+    mod = tvm.IRModule({"region": relax.Function(template.params, template.body, template.ret_ty, template.is_pure)})
+    bound = relax.transform.BindParams("region", {var: tvm.runtime.tensor(store.get(name))
+                                                  for var, name in zip(lifted, region.template_constants)})(mod)
+    func = bound["region"]
+    aliases = {}
+    for name in re.findall(r'(\w+) = TypeVar\("\w+"\)', region.template):
+        base = re.sub(r"_\d+$", "", name)
+        if base != name and base in region.dims:
+            aliases[name] = base
+    return relax.Function(func.params, func.body, func.ret_ty, func.is_pure, template.attrs), aliases
+
+
+def generate_variant(func: relax.Function, region: SpecialisedRegion, values: Mapping[str, int], backend: Backend,
+                     store: ConstantStore, options: dict) -> RegionArtifact:
+    """The region's code for one shape: generated as a static region is, with every named
+    dimension at its value."""
+    with representative(values):
+        return generate_region(func, region.variant_symbol(values), backend, store, options)
+
+
+def through_dispatch(mod: tvm.IRModule, symbols: Iterable[str]) -> tvm.IRModule:
+    """`mod` with each call to the named regions made a packed call by symbol (answered by
+    `SpecialisedRuntime`), and those region functions removed."""
+    symbols = set(symbols)
+    if not symbols:
+        return mod
+
+    def call(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
+        if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) and value.op.name_hint in symbols:
+            out = value.ty if isinstance(value.ty, relax.TensorType) else list(value.ty.fields)
+            return relax.call_dps_packed(relax.ExternFunc(value.op.name_hint), relax.Tuple(list(value.args)), out)
+        return None
+
+    result = tvm.IRModule({gvar: func for gvar, func in mod.functions.items() if gvar.name_hint not in symbols}, attrs=mod.attrs)
+    result["main"] = rebuild_function(mod["main"], replace_value=call)
+    return result
+
+
+def check_buckets(buckets: object, dims: Mapping[str, DimRange]) -> list[dict[str, int]]:
+    """`shape_buckets=` as a list of full assignments: a list of {dim: value} (dimensions left
+    out are at their `opt`), or one {dim: [values]} for every combination; each value in range."""
+    if buckets is None:
+        return [{name: r.opt for name, r in dims.items()}]
+    if isinstance(buckets, Mapping):
+        combos: list[dict[str, int]] = [{}]
+        for name, values in buckets.items():
+            values = values if isinstance(values, (list, tuple)) else [values]
+            combos = [{**combo, name: value} for combo in combos for value in values]
+        buckets = combos
+    if not isinstance(buckets, (list, tuple)):
+        raise ByocError(f"shape_buckets must be a list of {{dimension: value}} or one {{dimension: [values]}}, not {buckets!r}")
+    checked = []
+    for bucket in buckets:
+        if not isinstance(bucket, Mapping):
+            raise ByocError(f"shape_buckets: {bucket!r} is not a {{dimension: value}} mapping")
+        unknown = sorted(set(bucket) - set(dims))
+        if unknown:
+            raise ByocError(f"shape_buckets: unknown dimension(s) {unknown}; the model's dynamic dimensions are {sorted(dims)}")
+        values = {name: r.opt for name, r in dims.items()}
+        for name, value in bucket.items():
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value not in dims[name]:
+                raise ByocError(f"shape_buckets: {name}={value!r} is outside its range {dims[name]}")
+            values[name] = int(value)
+        if values not in checked:
+            checked.append(values)
+    return checked
+
+
+def _compiled_library(artifact: RegionArtifact, flags: Sequence[str], where: str) -> str:
+    """The C variant as a shared library on disk: compiled once, kept by content."""
+    from byoc.runtime_metadata.engine_cache import default_cache_dir
+
+    digest = hashlib.sha256(artifact.payload + "\0".join(flags).encode()).hexdigest()[:32]
+    directory = default_cache_dir().parent / "libraries"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"variant-{digest}.so"
+    if not path.exists():
+        module = tvm.get_global_func("runtime.CSourceModuleCreate")(
+            artifact.payload.decode(), "c", [artifact.symbol, init_symbol(artifact.symbol)], [])
+        with tempfile.TemporaryDirectory() as tmp:
+            built = os.path.join(tmp, "variant.so")
+            try:
+                module.export_library(built, options=list(flags))
+            except Exception as error:
+                raise EngineError(f"{where}: compiling the region's C code for this shape failed: "
+                                  f"{str(error).strip().splitlines()[0]}") from error
+            with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as out, open(built, "rb") as f:
+                out.write(f.read())
+            os.replace(out.name, path)
+    return str(path)
+
+
+class _CVariant:
+    """A C variant built on first use: its own shared library, initialised with its constants."""
+
+    def __init__(self, artifact: RegionArtifact, backend: Backend, store: ConstantStore, where: str) -> None:
+        path = _compiled_library(artifact, backend.codegen.link_flags(), where)
+        self.module = tvm.runtime.load_module(path)
+        self.constants = [tvm.runtime.from_dlpack(store.get(name)) for name in artifact.constants]
+        try:
+            self.module.get_function(init_symbol(artifact.symbol))(*self.constants)
+        except Exception as error:
+            kind = ArtifactError if CONSTANT_MISMATCH in str(error) else EngineError
+            raise kind(f"{where}: initialisation failed: {error}") from error
+        self.function = self.module.get_function(artifact.symbol)
+
+    def __call__(self, *args) -> None:
+        self.function(*args)
+
+
+class SpecialisedRuntime:
+    """The callable the host invokes for a shape-specialised region: the variant for the shapes
+    of the tensors it is given, made on first use where none was built ahead."""
+
+    def __init__(self, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
+                 ranges: Mapping[str, DimRange], ahead: Mapping[str, Callable], make_runtime: Callable[[RegionArtifact, ConstantStore], Callable],
+                 max_shapes: int = DEFAULT_MAX_SHAPES) -> None:
+        self.region = region
+        self.backend = backend
+        self.store = store
+        self.options = options
+        self.ranges = {name: ranges[name] for name in region.dims if name in ranges}
+        self.ahead = dict(ahead)  # variant key -> callable, built with the model
+        self.made: collections.OrderedDict[str, Callable] = collections.OrderedDict()  # built here, most recent last
+        self.made_artifacts: dict[str, RegionArtifact] = {}
+        self.make_runtime = make_runtime  # an engine-backed region's runtime for a variant artifact
+        self.max_shapes = max_shapes
+        self.where = f"region {region.symbol} ({region.backend})"
+        self._function: relax.Function | None = None
+        self._aliases: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._failure = threading.local()
+
+    def values_of(self, args: Sequence) -> dict[str, int]:
+        """The named dimensions, read off the tensors' shapes (then the model's run)."""
+        values: dict[str, int] = {}
+        for pattern, tensor in zip(self.region.input_dims, args):
+            shape = tensor.shape
+            for dim, size in zip(pattern, shape):
+                if isinstance(dim, str):
+                    values.setdefault(dim, int(size))
+        current = _CURRENT.get() or {}
+        for name in self.region.dims:
+            if name not in values and name in current:
+                values[name] = current[name]
+        missing = [name for name in self.region.dims if name not in values]
+        if missing:
+            raise EngineError(f"{self.where}: cannot tell dimension(s) {missing} from its inputs; run the model through "
+                              "CompiledModel.run")
+        for name, value in values.items():
+            if name in self.ranges and value not in self.ranges[name]:
+                raise InputError(f"dimension {name!r} is {value}, outside the range {self.ranges[name]} the model was compiled for")
+        return values
+
+    def variant(self, values: Mapping[str, int]) -> Callable:
+        key = self.region.key(values)
+        runtime = self.ahead.get(key)
+        if runtime is not None:
+            return runtime
+        with self._lock:
+            runtime = self.made.get(key)
+            if runtime is not None:
+                self.made.move_to_end(key)
+                return runtime
+            runtime = self.made[key] = self._make(values)
+            while len(self.made) > self.max_shapes:
+                evicted, _ = self.made.popitem(last=False)
+                self.made_artifacts.pop(evicted, None)
+            return runtime
+
+    def _make(self, values: Mapping[str, int]) -> Callable:
+        if self.region.template is None:
+            raise EngineError(f"{self.where}: built for {sorted(self.ahead)} only (its code cannot be generated again from "
+                              f"the artifact); {self.region.key(values)} needs a build with it in shape_buckets")
+        if self._function is None:
+            self._function, self._aliases = load_template(self.region, self.store)
+        store = ConstantStore()
+        try:
+            named = {**values, **{alias: values[base] for alias, base in self._aliases.items()}}
+            artifact = generate_variant(self._function, self.region, named, self.backend, store, self.options)
+        except ByocError:
+            raise
+        except Exception as error:
+            raise EngineError(f"{self.where}: code generation for {self.region.key(values)} failed: "
+                              f"{type(error).__name__}: {error}") from error
+        self.made_artifacts[self.region.key(values)] = artifact
+        if artifact.linked_into_host:
+            return _CVariant(artifact, self.backend, store, f"{self.where} at {self.region.key(values)}")
+        return self.make_runtime(artifact, store)
+
+    def __call__(self, *args) -> None:
+        try:
+            self.variant(self.values_of(args))(*args)
+        except ByocError as error:
+            self._failure.error = error
+            raise
+        except Exception as error:
+            failure = self._failure.error = EngineError(f"{self.where}: {type(error).__name__}: {error}")
+            raise failure from error
+
+    def take_failure(self) -> ByocError | None:
+        error = getattr(self._failure, "error", None)
+        self._failure.error = None
+        if error is None:  # a variant's own runtime may hold the engine's failure
+            for runtime in [*self.ahead.values(), *self.made.values()]:
+                take = getattr(runtime, "take_failure", None)
+                error = take() if take is not None else None
+                if error is not None:
+                    break
+        return error
+
+    def describe(self) -> dict:
+        return {"dims": {name: str(r) for name, r in self.ranges.items()}, "built_ahead": sorted(self.ahead),
+                "built_here": list(self.made), "max_shapes": self.max_shapes}
+

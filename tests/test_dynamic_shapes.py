@@ -1,0 +1,149 @@
+"""Models with dynamic dimensions: one artifact for every shape in range.
+
+The model is the zoo's BERT encoder written with dynamic axes (`batch`, `sequence`), as
+exporters write them; onnxruntime runs the same file as the reference (fp32: 1e-4 absolute).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import byoc
+from byoc.errors import ByocError, DynamicShapeError, InputError, ModelLoadError
+from byoc.models.bert import bert_encoder
+
+TOLERANCE = 1e-4
+DIMS = {"batch": (1, 8), "sequence": (1, 64)}
+BUCKETS = {"batch": [1, 2], "sequence": [16]}
+
+
+@pytest.fixture(scope="module")
+def model() -> onnx.ModelProto:
+    return bert_encoder(layers=2, hidden=64, heads=4, intermediate=128, seq_len=64, vocab=100, dynamic=True)
+
+
+@pytest.fixture(scope="module")
+def session(model) -> ort.InferenceSession:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def compiled(model) -> byoc.CompiledModel:
+    return byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl"), shape_buckets=BUCKETS)
+
+
+def _tokens(shape, seed=0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 100, shape).astype(np.int64)
+
+
+def test_symbolic_import_keeps_named_dimensions(model):
+    mod = byoc.from_onnx(model, dims=DIMS)
+    main = mod["main"]
+    assert str(main.params[0].ty.shape) == "R.shape([batch, sequence])"
+    assert dict(main.attrs["tir_var_upper_bound"]) == {"batch": 8, "sequence": 64}
+    partitioned = byoc.partition_for(mod, "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0  # decided at the opt shape: every MAC offloaded
+
+
+def test_dynamic_bert_one_artifact_three_shapes_in_a_fresh_process(compiled, model, tmp_path):
+    """Compiled once; two shapes built ahead, one on first use; from the exported artifact."""
+    artifact, onnx_file = tmp_path / "bert.byoc", tmp_path / "bert.onnx"
+    compiled.export(artifact)
+    onnx.save(model, onnx_file)
+    script = textwrap.dedent(f"""
+        import json, numpy as np, onnxruntime as ort, byoc
+        model = byoc.load({str(artifact)!r})
+        session = ort.InferenceSession({str(onnx_file)!r}, providers=["CPUExecutionProvider"])
+        errors = {{}}
+        for shape in [(1, 16), (2, 16), (3, 40)]:
+            ids = np.random.default_rng(sum(shape)).integers(0, 100, shape).astype(np.int64)
+            got = model.run(input_ids=ids)[0]
+            assert got.shape == (*shape, 64), got.shape
+            errors[str(shape)] = float(np.abs(got - session.run(None, {{"input_ids": ids}})[0]).max())
+        print(json.dumps({{"errors": errors, "regions": model.inspect()["shape_specialised"]}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert max(found["errors"].values()) < TOLERANCE, found["errors"]
+    region = found["regions"]["dnnl_0"]
+    assert region["built_ahead"] == ["batch1_sequence16", "batch2_sequence16"]
+    assert region["built_here"] == ["batch3_sequence40"]  # the bucket shapes compiled nothing at run time
+
+
+def test_shapes_in_range_match_onnxruntime(compiled, session):
+    for shape in [(1, 1), (8, 64), (2, 16)]:
+        ids = _tokens(shape, 1)
+        np.testing.assert_allclose(compiled.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+
+
+def test_out_of_range_and_inconsistent_inputs_are_clear_errors(compiled):
+    with pytest.raises(InputError, match=r"input 'input_ids' dim 1 \(sequence\) is 65, outside the range 1\.\.64"):
+        compiled.run(input_ids=_tokens((1, 65)))
+    with pytest.raises(InputError, match="expected 2 dimensions"):
+        compiled.run(input_ids=_tokens((1, 2, 3)))
+
+
+def test_onnxruntime_vendor_specialises_its_engines(model, session):
+    built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "onnxruntime"))
+    for shape in [(8, 64), (3, 5)]:  # the default bucket (each range's opt), then one built on first use
+        ids = _tokens(shape, 2)
+        np.testing.assert_allclose(built.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+    region = built.inspect()["shape_specialised"]["onnxruntime_0"]
+    assert region["built_ahead"] == ["batch8_sequence64"] and region["built_here"] == ["batch3_sequence5"]
+
+
+def test_variants_built_on_first_use_are_bounded(model):
+    built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl"), max_shapes=1)
+    for shape in [(1, 3), (1, 4), (1, 5)]:
+        built.run(input_ids=_tokens(shape))
+    assert built.inspect()["shape_specialised"]["dnnl_0"]["built_here"] == ["batch1_sequence5"]
+
+
+def test_dims_and_shapes_are_checked_against_the_model(model):
+    with pytest.raises(ModelLoadError, match=r"unknown dimension\(s\) \['seq'\]; the model's named dynamic dimensions are 'batch', 'sequence'"):
+        byoc.from_onnx(model, dims={"seq": (1, 64)})
+    with pytest.raises(ModelLoadError, match=r"expected 1 <= low <= opt <= high"):
+        byoc.from_onnx(model, dims={"batch": (4, 2), "sequence": 64})
+    with pytest.raises(ModelLoadError, match="given a range by dims= and fixed by shapes"):
+        byoc.from_onnx(model, shapes={"input_ids": [1, 16]}, dims={"sequence": 64})
+    with pytest.raises(DynamicShapeError, match=r"input 'input_ids' has dynamic dim 0 \(batch\).*dims=\{'batch': \(1, 32\)\}"):
+        byoc.from_onnx(model, dims={"sequence": 64})
+    with pytest.raises(ModelLoadError, match=r"shapes\[ids\]|unknown input\(s\) \['ids'\]"):
+        byoc.from_onnx(model, shapes={"ids": [1, 16]})
+
+
+def test_shape_buckets_are_checked(model):
+    partitioned = byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl")
+    with pytest.raises(ByocError, match=r"sequence=128 is outside its range 1\.\.64"):
+        byoc.build(partitioned, shape_buckets={"sequence": [128]})
+    with pytest.raises(ByocError, match=r"unknown dimension\(s\) \['seq'\]"):
+        byoc.build(partitioned, shape_buckets=[{"seq": 4}])
+    static = byoc.partition_for(byoc.from_onnx(bert_encoder(layers=1, hidden=32, heads=2, intermediate=64, seq_len=8, vocab=50)),
+                                "dnnl")
+    with pytest.raises(ByocError, match="applies to models with dynamic dimensions"):
+        byoc.build(static, shape_buckets={"batch": [1]})
+
+
+def test_cli_compiles_and_inspects_a_dynamic_file(model, tmp_path, capsys):
+    from byoc.cli import main
+
+    onnx_file, artifact = tmp_path / "bert.onnx", tmp_path / "bert.byoc"
+    onnx.save(model, onnx_file)
+    assert main(["compile", str(onnx_file), "--vendor", "dnnl", "--dims", "batch=1:4", "sequence=1:32",
+                 "--shape-buckets", "batch=1,2", "sequence=8", "-o", str(artifact), "--accuracy-samples", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 region(s) (2 shape variant(s) built ahead)" in out and "max abs error" in out
+    assert main(["inspect", str(artifact)]) == 0
+    out = capsys.readouterr().out
+    assert "dimension sequence: 1 to 32" in out
+    assert "dnnl_0 (dnnl): shape-specialised on batch, sequence; built ahead for batch1_sequence8, batch2_sequence8" in out
