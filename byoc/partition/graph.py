@@ -13,7 +13,6 @@ import tvm
 from tvm import relax
 
 from byoc.ir.dims import is_dimension
-
 from byoc.ir.macs import op_macs
 from byoc.ir.types import constant_array, is_tensor_constant, nbytes
 from byoc.partition.group import COMPOSITE_ATTR
