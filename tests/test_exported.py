@@ -92,3 +92,24 @@ def test_the_vendor_kit_and_matrix_take_exported_models(cache, monkeypatch):
     result = evaluate("onnxruntime", model_case("hf:bert"), samples=1)
     assert result.passed, (result.error, result.violation)
     assert len(result.report.regions) == 1 and result.report.offload_ratio_nodes == 1.0
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["gpt2", "vit"])
+def test_a_dynamic_export_compiled_once_runs_every_shape_in_range(name, cache):
+    """One artifact, several shapes: the same offload as the static compile, onnxruntime's numbers."""
+    model = exported.export(name, dynamic=True, cache_dir=cache)
+    text = name == "gpt2"
+    dims = {"batch": (1, 4), "sequence": (1, 64)} if text else {"batch": (1, 4)}
+    partitioned = byoc.partition_for(byoc.from_onnx(model, dims=dims), "dnnl")
+    example = exported.sample_inputs(model)
+    static = byoc.partition_for(byoc.from_onnx(model, shapes={k: v.shape for k, v in example.items()}), "dnnl")
+    assert byoc.report(partitioned).offload_ratio_macs == byoc.report(static).offload_ratio_macs == 1.0
+    compiled = byoc.build(partitioned)
+    for batch, length in [(1, 32), (3, 7)] if text else [(1, None), (3, None)]:
+        if text:
+            inputs = {"input_ids": np.arange(batch * length, dtype=np.int64).reshape(batch, length) % 1000,
+                      "attention_mask": np.ones((batch, length), np.int64)}
+        else:
+            inputs = {k: np.repeat(v, batch, axis=0) for k, v in example.items()}
+        assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))

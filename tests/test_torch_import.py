@@ -69,6 +69,34 @@ def test_a_transformers_model_imports_by_keyword_with_every_mac_offloaded():
 
 
 @needs_torch
+def test_dynamic_shapes_give_one_model_for_every_shape_in_range():
+    import torch
+    import transformers
+
+    arch = exported.describe("bert")
+    config = exported._config(arch, "tiny")
+    torch.manual_seed(0)
+    model = getattr(transformers, arch.model_class)(config, **arch.model_arguments).eval()
+    ids, mask = torch.randint(0, config.vocab_size, (2, 16)), torch.ones(2, 16, dtype=torch.int64)
+    batch, sequence = torch.export.Dim("batch", min=1, max=4), torch.export.Dim("sequence", min=1, max=64)
+    axes = {0: batch, 1: sequence}
+    mod = byoc.from_torch(model, {"input_ids": ids, "attention_mask": mask},
+                          dynamic_shapes={"input_ids": axes, "attention_mask": axes})
+    assert str(mod["main"].params[0].ty.shape) == "R.shape([batch, sequence])"  # named after the Dims
+    compiled = byoc.build(byoc.partition_for(mod, "dnnl"))
+    for shape in [(1, 5), (3, 40)]:
+        ids = torch.randint(0, config.vocab_size, shape, generator=torch.Generator().manual_seed(sum(shape)))
+        mask = torch.ones(shape, dtype=torch.int64)
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask)
+        assert_fp32_close(compiled.run(ids.numpy(), mask.numpy()), [out.last_hidden_state.numpy(), out.pooler_output.numpy()])
+    unbounded = {0: torch.export.Dim("batch", min=1), 1: sequence}
+    with pytest.raises(ModelLoadError, match=r"dimension 'batch' needs a maximum: torch.export.Dim\('batch', max=...\)"):
+        byoc.from_torch(model, {"input_ids": ids, "attention_mask": mask},
+                        dynamic_shapes={"input_ids": unbounded, "attention_mask": unbounded})
+
+
+@needs_torch
 def test_ops_tvm_cannot_convert_are_refused_by_node():
     import torch
 

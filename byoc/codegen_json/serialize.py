@@ -40,7 +40,10 @@ class _Serializer:
 
     def run(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         inputs = []
-        for position, param in enumerate(self.func.params):
+        # A last parameter of shape type gives the region its dimensions (see
+        # byoc.partition.outline); the graph is written for their values, and takes tensors only.
+        params = [p for p in self.func.params if not isinstance(p.ty, relax.ShapeType)]
+        for position, param in enumerate(params):
             if not isinstance(param.ty, relax.TensorType):
                 raise CodegenError(f"region {self.symbol} ({self.backend}): input {param.name!r} is not a tensor ({param.ty})")
             inputs.append({"name": param.name, **_type_entry(param.ty, f"input {param.name!r}")})

@@ -6,7 +6,10 @@ PyTorch frontend (`from_exported_program`), with what the ONNX path gives:
 - ops TVM cannot convert refused before conversion, all of them at once, each with its node;
 - the same clean-up every backend shares.
 
-Static shapes: the module is compiled for the shapes of `example_inputs`.
+Shapes: the module is compiled for the shapes of `example_inputs`, or, with `dynamic_shapes`
+(torch.export's own form, `torch.export.Dim("batch", min=1, max=16)` per dynamic axis), for
+every shape in the ranges those dimensions declare: the module's named dimensions are the
+Dims' names, as `from_onnx(..., dims=)` gives a file's (see docs/shapes.md).
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ import tvm
 from tvm import relax
 
 from byoc.errors import ModelLoadError, one_line
+from byoc.frontend.bounded_slices import bound_slices
+from byoc.frontend.cleanup import cleanup
 from byoc.frontend.naming import named_module
+from byoc.ir.dims import DimRange, dim_range, with_dims
 
 
 def _torch():
@@ -63,20 +69,26 @@ def _importer():
     return NamingImporter()
 
 
-def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], clean: bool = True) -> tvm.IRModule:
+def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], clean: bool = True,
+               dynamic_shapes: Any = None) -> tvm.IRModule:
     """Convert a `torch.nn.Module` (in eval mode) to a Relax module for the shapes of
     `example_inputs` (tensors by position, or by the names `forward` takes: a Hugging Face
     model's `input_ids`, `attention_mask`), weights bound as constants, then apply the graph
-    clean-up every backend shares."""
+    clean-up every backend shares.
+
+    `dynamic_shapes` is torch.export's: for each input, {axis: torch.export.Dim(name, min=,
+    max=)}. Each Dim needs a `max`; the module is then compiled for every shape in range, its
+    dimensions named after the Dims."""
     torch = _torch()
     label = type(module).__name__
     module.eval()
     try:
         with torch.no_grad():
             args, kwargs = ((), dict(example_inputs)) if isinstance(example_inputs, Mapping) else (tuple(example_inputs), None)
-            program = torch.export.export(module, args, kwargs=kwargs).run_decompositions()
+            program = torch.export.export(module, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes).run_decompositions()
     except Exception as error:
         raise ModelLoadError(f"torch.export could not export {label}: {one_line(error)}") from error
+    renames, ranges = _dimensions(program, dynamic_shapes, label) if dynamic_shapes is not None else ({}, {})
     importer = _importer()
     refused = [(_qualified_name(node), node.target.__name__) for node in program.graph.nodes
                if node.op == "call_function" and node.target.__name__ not in importer.convert_map]
@@ -84,4 +96,54 @@ def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], c
         listed = "; ".join(f"node {name!r} ({op})" for name, op in refused[:10])
         more = f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
         raise ModelLoadError(f"{label} has ops TVM's PyTorch frontend cannot convert: {listed}{more}")
-    return named_module(lambda: importer.from_exported_program(program, False, True, False, None), importer.node_of_var, label, clean)
+
+    mod = named_module(lambda: importer.from_exported_program(program, False, True, False, None), importer.node_of_var, label,
+                       clean=False)
+    if ranges:  # torch's symbols renamed after the Dims, and the shape arithmetic their ranges settle
+        mod["main"] = mod["main"].bind_symbolic_vars({old: tvm.tirx.Var(new, "int64") for old, new in renames.items()})
+        mod = with_dims(bound_slices(mod, ranges), ranges)
+    return with_dims(cleanup(mod), ranges) if clean else mod
+
+
+def _dims_of_spec(spec: Any) -> list[tuple[Any, int, Any]]:
+    """(input key, axis, Dim) for every Dim in a dynamic_shapes spec: a dict by input name, or
+    a tuple by position, of {axis: Dim} (or a list of Dim-or-None per axis)."""
+    found = []
+    entries = spec.items() if isinstance(spec, Mapping) else enumerate(spec)
+    for key, axes in entries:
+        if axes is None:
+            continue
+        pairs = axes.items() if isinstance(axes, Mapping) else enumerate(axes)
+        for axis, dim in pairs:
+            if dim is not None and hasattr(dim, "__name__") and not isinstance(dim, int):
+                found.append((key, int(axis), dim))
+    return found
+
+
+def _dimensions(program, spec: Any, label: str) -> tuple[dict[str, str], dict[str, DimRange]]:
+    """torch's symbols (`s77`) renamed to the Dims' names, and each name's range."""
+    import torch
+
+    placeholders = [node for node in program.graph.nodes if node.op == "placeholder"
+                    and node.name in set(program.graph_signature.user_inputs)]
+    by_name = {node.name: node for node in placeholders}
+    renames: dict[str, str] = {}
+    ranges: dict[str, DimRange] = {}
+    for key, axis, dim in _dims_of_spec(spec):
+        node = by_name.get(key) if isinstance(key, str) else (placeholders[key] if key < len(placeholders) else None)
+        value = node.meta.get("val") if node is not None else None
+        if value is None or axis >= value.dim():
+            raise ModelLoadError(f"{label}: dynamic_shapes names axis {axis} of input {key!r}, which the module does not have")
+        size = value.shape[axis]
+        if not isinstance(size, torch.SymInt):
+            raise ModelLoadError(f"{label}: torch.export made axis {axis} of input {key!r} ({dim.__name__}) static "
+                                 f"({int(size)}): the module does not allow it to vary")
+        name, high = dim.__name__, getattr(dim, "max", None)
+        if high is None or high >= 2**62:
+            raise ModelLoadError(f"{label}: dimension {name!r} needs a maximum: torch.export.Dim({name!r}, max=...)")
+        try:
+            ranges[name] = dim_range(name, (max(int(getattr(dim, "min", 1) or 1), 1), int(high)))
+        except ValueError as error:
+            raise ModelLoadError(f"{label}: {error}") from None
+        renames[str(size.node.expr)] = name
+    return renames, ranges

@@ -17,6 +17,7 @@ from tvm import relax
 
 from byoc.errors import PartitionError
 from byoc.ir.rewrite import VarSubstitution
+from byoc.ir.types import tensor_types
 from byoc.partition.graph import COMPOSITE, BlockGraph
 from byoc.partition.group import COMPOSITE_ATTR
 from byoc.partition.merge import Region
@@ -155,7 +156,8 @@ class _HostEmitter:
         gvar = self.builder.add_func(func, plan.symbol)
         if gvar.name_hint != plan.symbol:
             raise PartitionError(f"region {plan.symbol}: the module already names a function so (it became {gvar.name_hint})")
-        call = relax.Call(gvar, [self.substitution.substitute(v) for v in plan.boundary.inputs])
+        extra = [relax.ShapeExpr(list(func.params[-1].ty.values))] if _takes_dimensions(func) else []
+        call = relax.Call(gvar, [*(self.substitution.substitute(v) for v in plan.boundary.inputs), *extra])
         outputs = [graph.nodes[i] for i in plan.boundary.outputs]
         if len(outputs) == 1:
             self._bind(outputs[0].binding.var, call, outputs[0].name)
@@ -167,6 +169,34 @@ class _HostEmitter:
             self._bind(node.binding.var, relax.TupleGetItem(result, position), node.name)
 
 
+# A region whose tensors' shapes use dimensions that no input gives plainly (inputs of
+# `batch * sequence` rows, outputs of `batch` x `sequence`) takes them as a last parameter of
+# shape type, as TVM's own fused functions do: without it, its outputs' shapes are unknown.
+DIMENSIONS_PARAM = "tir_vars"
+
+
+def _takes_dimensions(func: relax.Function) -> bool:
+    return bool(func.params) and func.params[-1].name == DIMENSIONS_PARAM and isinstance(func.params[-1].ty, relax.ShapeType)
+
+
+def _undefined_dimensions(params: list[relax.Var], outputs: list[relax.Var]) -> list:
+    """The symbolic variables the region's shapes use that no parameter's shape defines."""
+    defined, used = set(), {}
+    for var in params:
+        for ty in tensor_types(var.ty):
+            for dim in ty.shape.values if isinstance(ty.shape, relax.ShapeExpr) else []:
+                if isinstance(dim, tvm.tirx.Var):
+                    defined.add(dim.name)
+                for symbol in tvm.tirx.analysis.undefined_vars(dim):
+                    used.setdefault(symbol.name, symbol)
+    for var in outputs:
+        for ty in tensor_types(var.ty):
+            for dim in ty.shape.values if isinstance(ty.shape, relax.ShapeExpr) else []:
+                for symbol in tvm.tirx.analysis.undefined_vars(dim):
+                    used.setdefault(symbol.name, symbol)
+    return [symbol for name, symbol in sorted(used.items()) if name not in defined]
+
+
 def _region_function(plan: RegionPlan, graph: BlockGraph, composites: dict[str, relax.Function]) -> relax.Function:
     builder = relax.BlockBuilder()
     substitution = VarSubstitution()
@@ -175,6 +205,9 @@ def _region_function(plan: RegionPlan, graph: BlockGraph, composites: dict[str, 
         param = relax.Var(var.name, var.ty)
         substitution.bind(var, param)
         params.append(param)
+    dimensions = _undefined_dimensions(params, [graph.nodes[i].binding.var for i in plan.boundary.outputs])
+    if dimensions:
+        params.append(relax.Var(DIMENSIONS_PARAM, relax.ShapeType(dimensions)))
     attrs = {CODEGEN_ATTR: plan.backend, SYMBOL_ATTR: plan.symbol}
     with builder.function(plan.symbol, params=params, attrs=attrs):
         for index in plan.region.members:

@@ -321,7 +321,10 @@ class SpecialisedRuntime:
 
     def __call__(self, *args) -> None:
         try:
-            self.variant(self.values_of(args))(*args)
+            # The region's dimensions may come as a shape among its arguments (see
+            # byoc.partition.outline): its variants take tensors only.
+            tensors = [a for a in args if not isinstance(a, tvm.runtime.ShapeTuple)]
+            self.variant(self.values_of(tensors))(*tensors)
         except ByocError as error:
             self._failure.error = error
             raise
