@@ -98,8 +98,8 @@ def benchmark(name: str, size: str, vendor: str, threads: int, runs: int) -> tup
         static_build_s = time.perf_counter() - start
         want = session.run(None, feeds)
         error = _error(dynamic.run(feeds), want)
-        runners = {"dynamic": lambda: dynamic.run(feeds), "static": lambda: static.run(feeds),
-                   "onnxruntime": lambda: session.run(None, feeds)}
+        runners = {"dynamic": lambda feeds=feeds: dynamic.run(feeds), "static": lambda feeds=feeds, static=static: static.run(feeds),
+                   "onnxruntime": lambda feeds=feeds: session.run(None, feeds)}
         timings = {system: spread(samples) for system, samples in time_blocks(runners, runs).items()}
         label = " x ".join(str(v) for v in values.values())
         rows.append(Row(label, timings["dynamic"].median_ms, timings["dynamic"].p90_ms, timings["static"].median_ms,
