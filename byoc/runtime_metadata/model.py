@@ -7,6 +7,7 @@ profiles it and writes it to one artifact file.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +33,9 @@ from byoc.runtime_metadata.host_library import load_host_library
 from byoc.runtime_metadata.profile import ProfileReport, profile_model
 from byoc.runtime_metadata.shapes import SpecialisedRuntime, reset_current_dims, set_current_dims
 from byoc.runtime_metadata.signing import PrivateKey, PublicKey
+
+# Input buffers a model with dynamic dimensions keeps per thread, for its most recent shapes.
+_KEPT_INPUT_SHAPES = 8
 
 
 class CompiledModel:
@@ -237,12 +241,29 @@ class CompiledModel:
         each shape-specialised region the variant for these dimensions."""
         token = set_current_dims(self.dims_of_inputs(arrays))
         try:
-            main = getattr(self._local, "main", None)
-            if main is None:
-                main = self._local.main = self._vm()["main"]
-            return _as_arrays(main(*[tvm.runtime.tensor(np.require(a, requirements="C")) for a in arrays]))
+            main, buffers, views = self._dynamic_entry(tuple(a.shape for a in arrays))
+            for view, array in zip(views, arrays):
+                np.copyto(view, array)
+            return _as_arrays(main(*buffers))
         finally:
             reset_current_dims(token)
+
+    def _dynamic_entry(self, shapes: tuple) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray]]:
+        """This thread's `main` and input buffers for these input shapes, kept for the shapes
+        run most recently (as `_entry` keeps them for a static model)."""
+        entries = getattr(self._local, "dynamic", None)
+        if entries is None:
+            entries = self._local.dynamic = collections.OrderedDict()
+            self._local.main = self._vm()["main"]
+        entry = entries.get(shapes)
+        if entry is None:
+            buffers = [tvm.runtime.empty(shape, spec.dtype) for shape, spec in zip(shapes, self.inputs)]
+            entry = entries[shapes] = (self._local.main, buffers, [np.from_dlpack(b) for b in buffers])
+            while len(entries) > _KEPT_INPUT_SHAPES:
+                entries.popitem(last=False)
+        else:
+            entries.move_to_end(shapes)
+        return entry
 
     def profile(self, *inputs, repeat: int = 10, **named_inputs) -> ProfileReport:
         """Time spent per region and on the host (see `byoc.runtime_metadata.profile`)."""
