@@ -135,9 +135,6 @@ def partition_for(
     for backend in configured:
         if not needs_calibration(backend.processing) or not _has_regions(partitioned, backend.name):
             continue
-        if dims:
-            raise QuantizationError(f"{backend.name} quantizes at compile time, which byoc does at one shape; this model has "
-                                    f"dynamic dimensions ({', '.join(dims)}): import it with static shapes")
         values = routed[backend.name]
         samples = values.get("calibration")
         if samples is None:

@@ -67,10 +67,13 @@ def _probe_backend(collected: dict[str, _Ranges], target: Backend, options: Mapp
     before = passes_before_quantization(target.processing)
 
     def build_engine(graph, constants, _options):
-        if graph["symbol"] in options["targets"] and before:
+        # A shape-specialised region is probed per shape (`vitis_ai_0__batch4`); its ranges are
+        # the region's, over every shape calibrated.
+        symbol = options["variant_of"].get(graph["symbol"], graph["symbol"])
+        if symbol in options["targets"] and before:
             context = RegionContext(graph["symbol"], target.name, {}, options["build"])
             graph, constants = apply_passes(before, graph, constants, context)
-        ranges = collected.setdefault(graph["symbol"], _Ranges(len(graph["inputs"]), [len(k.result["outputs"]) for k in kernels(graph)], method))
+        ranges = collected.setdefault(symbol, _Ranges(len(graph["inputs"]), [len(k.result["outputs"]) for k in kernels(graph)], method))
         return _ProbeEngine(graph, constants, ranges)
 
     return Backend(name=PROBE_BACKEND, description="float32 probe for calibration",
@@ -102,10 +105,16 @@ def calibrate(
         if region_symbol(gvar, func) is not None:
             probe[gvar] = func.with_attr(CODEGEN_ATTR, PROBE_BACKEND)
     collected: dict[str, _Ranges] = {}
-    probe_backend = _probe_backend(collected, target, {"targets": set(targets), "build": dict(options or {})}, method)
+    variant_of: dict[str, str] = {}
+    probe_backend = _probe_backend(collected, target, {"targets": set(targets), "build": dict(options or {}),
+                                                        "variant_of": variant_of}, method)
     # Lazy: the probe's engines are byoc's own recorders, and a build-time trial run would be
     # recorded as a calibration sample.
     compiled = build(probe, backends={PROBE_BACKEND: probe_backend}, engines="lazy")
+    for region in compiled.parts.specialised:
+        variant_of.update({symbol: region.symbol for symbol in region.variants.values()})
+        compiled.specialised[region.symbol].on_variant = lambda artifact, base=region.symbol: variant_of.setdefault(
+            artifact.symbol, base)
     count = 0
     for sample in samples:
         if max_samples is not None and count >= max_samples:
@@ -118,5 +127,7 @@ def calibrate(
     for gvar, func in mod.functions.items():
         symbol = region_symbol(gvar, func)
         if symbol in targets:
+            if symbol not in collected:
+                raise QuantizationError(f"region {symbol} ({target.name}): no calibration sample ran it")
             result[gvar] = func.with_attr(CALIBRATION_ATTR, collected[symbol].calibration().to_json())
     return result

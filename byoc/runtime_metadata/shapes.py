@@ -259,6 +259,9 @@ class SpecialisedRuntime:
         self.where = f"region {region.symbol} ({region.backend})"
         self._function: relax.Function | None = None
         self._aliases: dict[str, str] = {}
+        # Told of each variant generated here before its engine is made (calibration maps the
+        # variant's symbol to the region's).
+        self.on_variant: Callable[[RegionArtifact], None] | None = None
         self._lock = threading.Lock()
         self._failure = threading.local()
 
@@ -315,6 +318,8 @@ class SpecialisedRuntime:
             raise EngineError(f"{self.where}: code generation for {self.region.key(values)} failed: "
                               f"{type(error).__name__}: {error}") from error
         self.made_artifacts[self.region.key(values)] = artifact
+        if self.on_variant is not None:
+            self.on_variant(artifact)
         if artifact.linked_into_host:
             return _CVariant(artifact, self.backend, store, f"{self.where} at {self.region.key(values)}")
         return self.make_runtime(artifact, store)
