@@ -25,7 +25,7 @@ from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, PartitionRecord, RegionRecord
-from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact, TensorSpec
+from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
 from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.direct import find_direct_call
@@ -33,9 +33,7 @@ from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
 from byoc.runtime_metadata.engine_check import check_engine
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
 from byoc.runtime_metadata.model import CompiledModel, one_region_only
-from byoc.runtime_metadata.shapes import (
-    DEFAULT_MAX_SHAPES,
-    SpecialisedRegion,
+from byoc.runtime_metadata.shape_variants import (
     check_buckets,
     dim_pattern,
     generate_variant,
