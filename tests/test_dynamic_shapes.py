@@ -170,3 +170,21 @@ def test_int8_vendors_calibrate_over_shapes_and_compile_per_shape(vendor):
         assert np.mean(got.argmax(1) == want.argmax(1)) >= 0.9
     region = compiled.inspect()["shape_specialised"][f"{vendor}_0"]
     assert region["built_ahead"] == ["batch2"] and region["built_here"] == ["batch1"]
+
+
+def test_values_of_the_shape_alone_are_computed_once_per_shape(model, compiled, session):
+    """The position embeddings sliced to the sequence length depend on the shape only: the host
+    computes them in a function of their own, once per shape, and main reads them."""
+    from byoc.runtime_metadata.build import region_functions
+    from byoc.runtime_metadata.shape_values import SHAPE_VALUES, SHAPE_VALUES_FUNCTION, hoist_shape_values
+    from byoc.runtime_metadata.shape_variants import through_dispatch
+
+    partitioned = byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl")
+    host = hoist_shape_values(through_dispatch(partitioned, [s for s, _, _ in region_functions(partitioned)]))
+    assert "strided_slice" in host[SHAPE_VALUES_FUNCTION].script() and "strided_slice" not in host["main"].script()
+    assert SHAPE_VALUES in host["main"].script()
+    values = compiled._by_name[SHAPE_VALUES]
+    for shape in [(2, 16), (2, 16), (1, 9)]:
+        ids = _tokens(shape, 3)
+        np.testing.assert_allclose(compiled.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+    assert (2, 16) in values._kept and (1, 9) in values._kept

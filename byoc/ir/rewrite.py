@@ -37,15 +37,18 @@ class VarSubstitution(PyExprMutator):
 NameRule = Callable[[relax.Var], "str | None"]
 # A value rule may emit bindings of its own through the builder before returning the value.
 ValueRule = Callable[[relax.Expr, relax.BlockBuilder], "relax.Expr | None"]
+BindingRule = Callable[[relax.Binding, relax.Expr, relax.BlockBuilder], "relax.Expr | None"]
 
 
 def rebuild_function(
     func: relax.Function,
     name_of: NameRule | None = None,
     replace_value: ValueRule | None = None,
+    replace_binding: BindingRule | None = None,
 ) -> relax.Function:
     """A copy of `func` with bound variables renamed by `name_of` and bound values (after
-    substitution of earlier changes) replaced by `replace_value`; None keeps what was there."""
+    substitution of earlier changes) replaced by `replace_value`, or by `replace_binding`, which
+    is also told which binding of `func` the value is; None keeps what was there."""
     substitution = VarSubstitution()
     builder = relax.BlockBuilder()
     attrs = dict(func.attrs) if func.attrs else None
@@ -56,6 +59,8 @@ def rebuild_function(
                 for binding in block.bindings:
                     value = substitution.substitute(binding.value)
                     replacement = replace_value(value, builder) if replace_value is not None else None
+                    if replacement is None and replace_binding is not None:
+                        replacement = replace_binding(binding, value, builder)
                     if replacement is not None:
                         value = replacement
                     value = builder.normalize(value)

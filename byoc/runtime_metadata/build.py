@@ -33,6 +33,7 @@ from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
 from byoc.runtime_metadata.engine_check import check_engine
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
 from byoc.runtime_metadata.model import CompiledModel, one_region_only
+from byoc.runtime_metadata.shape_values import hoist_shape_values
 from byoc.runtime_metadata.shape_variants import (
     check_buckets,
     dim_pattern,
@@ -358,7 +359,7 @@ def build(
             mod = inline_regions(partitioned, failed)
             store.keep_only({name for a in artifacts for name in a.constants}
                             | {name for region in specialised.values() for name in region.template_constants})
-        host_mod = through_dispatch(mod, specialised)
+        host_mod = hoist_shape_values(through_dispatch(mod, specialised)) if dims else mod
         backends = {a.backend: configured[a.backend] for a in artifacts}
         backends.update({region.backend: configured[region.backend] for region in specialised.values()})
         inputs, outputs = model_io(host_mod)

@@ -31,6 +31,7 @@ from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
 from byoc.runtime_metadata.engines import EngineRecord, save_for_embedding
 from byoc.runtime_metadata.host_library import load_host_library
 from byoc.runtime_metadata.profile import ProfileReport, profile_model
+from byoc.runtime_metadata.shape_values import SHAPE_VALUES, SHAPE_VALUES_FUNCTION, ShapeValues
 from byoc.runtime_metadata.shapes import SpecialisedRuntime, reset_current_dims, set_current_dims
 from byoc.runtime_metadata.signing import PrivateKey, PublicKey
 
@@ -60,6 +61,11 @@ class CompiledModel:
         self._backends = backends
         self._cache = cache
         self.specialised = {region.symbol: self._specialised_runtime(region) for region in parts.specialised}
+        # What the host asks of Python by name: the shape-specialised regions, and the values
+        # that depend on the shape only (see byoc.runtime_metadata.shape_values).
+        self._by_name: dict[str, Callable] = dict(self.specialised)
+        if parts.dims:
+            self._by_name[SHAPE_VALUES] = ShapeValues(lambda: self._vm_of_its_own()[SHAPE_VALUES_FUNCTION])
         self._input_kinds = [(spec.name, tuple(spec.shape), np.dtype(spec.dtype)) for spec in parts.inputs]
         self._local = threading.local()
 
@@ -107,7 +113,7 @@ class CompiledModel:
         # A VirtualMachine is not safe to share between threads; each thread gets its own.
         vm = getattr(self._local, "vm", None)
         if vm is None:
-            vm = self._local.vm = create_vm(self.host, self.regions.values(), self.parts.artifacts, self.specialised)
+            vm = self._local.vm = create_vm(self.host, self.regions.values(), self.parts.artifacts, self._by_name)
         return vm
 
     def _entry(self) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray]]:
@@ -247,6 +253,10 @@ class CompiledModel:
             return _as_arrays(main(*buffers))
         finally:
             reset_current_dims(token)
+
+    def _vm_of_its_own(self) -> relax.VirtualMachine:
+        """A VirtualMachine of its own, for calls made while another runs `main`."""
+        return create_vm(self.host, self.regions.values(), self.parts.artifacts, self._by_name)
 
     def _dynamic_entry(self, shapes: tuple) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray]]:
         """This thread's `main` and input buffers for these input shapes, kept for the shapes

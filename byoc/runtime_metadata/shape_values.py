@@ -1,0 +1,161 @@
+"""Values that depend on a model's shape only, computed once per shape.
+
+A compile for one shape folds into constants everything that depends only on the shape: position
+ids, attention masks and the arange and broadcast arithmetic around them, T5's relative
+position bias (`sequence` x `sequence` x heads). A model with dynamic dimensions cannot fold
+them, and computing them on every run cost T5 2.3x at 1 x 512 tokens. So the host hoists them:
+
+- `hoist_shape_values` moves every binding of `main` that reads only constants and the model's
+  dimensions into a function of its own (`byoc_shape_values_compute`, taking the dimensions as
+  a shape), and `main` asks for them by a packed call (`byoc_shape_values`);
+- `ShapeValues` answers that call: it runs the function once per shape and keeps the results
+  (at most `KEPT_SHAPES` shapes, least recently used first out). The results are tensors the
+  VM only reads.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+
+import tvm
+from tvm import relax
+
+from byoc.ir.rewrite import VarSubstitution, rebuild_function
+from byoc.ir.types import is_tensor_constant, op_name
+
+SHAPE_VALUES = "byoc_shape_values"  # the packed call `main` makes, answered by `ShapeValues`
+SHAPE_VALUES_FUNCTION = "byoc_shape_values_compute"  # the host's function that computes them
+KEPT_SHAPES = 16
+# Ops that call out (regions, kernels) or allocate: never hoisted.
+_CALLS = ("relax.call_dps_packed", "relax.call_tir", "relax.call_packed", "relax.call_pure_packed", "relax.call_inplace_packed")
+
+
+def _dimension_vars(main: relax.Function) -> list:
+    """The model's dimensions as `main`'s parameters define them (each a plain variable)."""
+    found: dict[str, object] = {}
+    for param in main.params:
+        shape = getattr(param.ty, "shape", None)
+        for dim in shape.values if isinstance(shape, relax.ShapeExpr) else []:
+            if isinstance(dim, tvm.tirx.Var):
+                found.setdefault(dim.name, dim)
+    return [found[name] for name in sorted(found)]
+
+
+def _static_arg(arg: relax.Expr, hoisted: set[int], dims: set[str]) -> bool:
+    """An argument known from constants and dimensions alone (in TVM 0.27 a dimension and a
+    Relax variable are one Python type)."""
+    if isinstance(arg, relax.Var):
+        return arg.id_ in hoisted or (isinstance(arg.ty, tvm.ir.PrimType) and arg.name in dims)
+    if isinstance(arg, relax.Tuple):
+        return all(_static_arg(field, hoisted, dims) for field in arg.fields)
+    return is_tensor_constant(arg) or isinstance(arg, relax.ShapeExpr) or tvm.ir.is_prim_expr(arg) \
+        or isinstance(arg, (tvm.ir.expr.StringImm, relax.DataTypeImm))
+
+
+def _shape_only(main: relax.Function, dims: set[str]) -> list[relax.VarBinding]:
+    """`main`'s bindings that read nothing but constants and dimensions, in order."""
+    hoisted: set[int] = set()
+    found = []
+    for block in main.body.blocks:
+        if not isinstance(block, relax.DataflowBlock):
+            continue
+        for binding in block.bindings:
+            value = binding.value
+            if not isinstance(binding, relax.VarBinding) or not isinstance(binding.var.ty, (relax.TensorType, relax.TupleType)):
+                continue
+            if isinstance(value, relax.Call):
+                ok = isinstance(value.op, tvm.ir.Op) and op_name(value) not in _CALLS and all(_static_arg(a, hoisted, dims) for a in value.args)
+            elif isinstance(value, relax.TupleGetItem):
+                ok = isinstance(value.tuple_value, relax.Var) and value.tuple_value.id_ in hoisted
+            else:
+                ok = False
+            if ok:
+                hoisted.add(binding.var.id_)
+                found.append(binding)
+    return found
+
+
+def hoist_shape_values(mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod` with `main`'s shape-only values computed by `byoc_shape_values` (see above); `mod`
+    itself where there are none or the model has no dimensions."""
+    main = mod["main"]
+    dims = _dimension_vars(main)
+    bindings = _shape_only(main, {d.name for d in dims})
+    if not dims or not any(isinstance(b.value, relax.Call) for b in bindings):
+        return mod
+    hoisted = {b.var.id_ for b in bindings}
+    used_outside = _used_outside(main, hoisted)
+    boundary = [b.var for b in bindings if b.var.id_ in used_outside and isinstance(b.var.ty, relax.TensorType)]
+    if not boundary:
+        return mod
+    values = _values_function(bindings, boundary, dims)
+    position = {var.id_: index for index, var in enumerate(boundary)}
+    state: dict[str, relax.Var] = {}
+
+    def replace(binding: relax.Binding, value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
+        if binding.var.id_ not in position:
+            return None
+        if "cached" not in state:
+            state["cached"] = builder.emit(relax.call_pure_packed(SHAPE_VALUES, relax.ShapeExpr(dims),
+                                                                  ty_args=[values.ret_ty]), "shape_values")
+        return relax.TupleGetItem(state["cached"], position[binding.var.id_])
+
+    rewritten = rebuild_function(main, replace_binding=replace)
+    result = mod.clone() if hasattr(mod, "clone") else mod
+    result["main"] = rewritten
+    result[SHAPE_VALUES_FUNCTION] = values
+    return relax.transform.DeadCodeElimination(["main", SHAPE_VALUES_FUNCTION])(result)
+
+
+def _used_outside(main: relax.Function, hoisted: set[int]) -> set[int]:
+    from byoc.partition.graph import used_vars
+
+    used: set[int] = set()
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            if binding.var.id_ not in hoisted:
+                used |= {v.id_ for v in used_vars(binding.value)}
+    output = main.body.body
+    used |= {v.id_ for v in used_vars(output)} if not isinstance(output, relax.Var) else {output.id_}
+    return used & hoisted
+
+
+def _values_function(bindings: list[relax.VarBinding], boundary: list[relax.Var], dims: list) -> relax.Function:
+    param = relax.Var("dims", relax.ShapeType(dims))
+    builder = relax.BlockBuilder()
+    substitution = VarSubstitution()
+    with builder.function(SHAPE_VALUES_FUNCTION, params=[param], pure=True):
+        with builder.dataflow():
+            for binding in bindings:
+                var = builder.emit(substitution.substitute(binding.value), binding.var.name)
+                substitution.bind(binding.var, var)
+            result = builder.emit_output(relax.Tuple([substitution.substitute(v) for v in boundary]))
+        builder.emit_func_output(result)
+    return builder.get()[SHAPE_VALUES_FUNCTION]
+
+
+class ShapeValues:
+    """Answers `main`'s call of `byoc_shape_values`: the values for these dimensions, computed
+    once (by `compute`, the host's own function) and kept."""
+
+    def __init__(self, compute: Callable[[], Callable]) -> None:
+        self._compute = compute  # -> the host's byoc_shape_values, on a machine of its own
+        self._function: Callable | None = None
+        self._kept: collections.OrderedDict[tuple[int, ...], object] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, dims: tvm.runtime.ShapeTuple):
+        key = tuple(int(d) for d in dims)
+        with self._lock:
+            values = self._kept.get(key)
+            if values is not None:
+                self._kept.move_to_end(key)
+                return values
+            if self._function is None:
+                self._function = self._compute()
+            values = self._kept[key] = self._function(dims)
+            while len(self._kept) > KEPT_SHAPES:
+                self._kept.popitem(last=False)
+            return values
