@@ -46,15 +46,22 @@ def test_a_module_runs_like_torch_with_its_parts_named(vendor):
         assert_fp32_close(byoc.build(partitioned).run(x.numpy()), [module(x).numpy()])
 
 
-@needs_torch
-def test_a_transformers_model_imports_by_keyword_with_every_mac_offloaded():
+def _bert():
+    """The suite's tiny BERT as a transformers module, seeded, and its config."""
     import torch
     import transformers
 
     arch = exported.describe("bert")
     config = exported._config(arch, "tiny")
     torch.manual_seed(0)
-    model = getattr(transformers, arch.model_class)(config, **arch.model_arguments).eval()
+    return getattr(transformers, arch.model_class)(config, **arch.model_arguments).eval(), config
+
+
+@needs_torch
+def test_a_transformers_model_imports_by_keyword_with_every_mac_offloaded():
+    import torch
+
+    model, config = _bert()
     ids = torch.randint(0, config.vocab_size, (1, 32), generator=torch.Generator().manual_seed(2))
     mask = torch.ones(1, 32, dtype=torch.int64)
     partitioned = byoc.partition_for(byoc.from_torch(model, {"input_ids": ids, "attention_mask": mask}), "dnnl")
@@ -71,12 +78,8 @@ def test_a_transformers_model_imports_by_keyword_with_every_mac_offloaded():
 @needs_torch
 def test_dynamic_shapes_give_one_model_for_every_shape_in_range():
     import torch
-    import transformers
 
-    arch = exported.describe("bert")
-    config = exported._config(arch, "tiny")
-    torch.manual_seed(0)
-    model = getattr(transformers, arch.model_class)(config, **arch.model_arguments).eval()
+    model, config = _bert()
     ids, mask = torch.randint(0, config.vocab_size, (2, 16)), torch.ones(2, 16, dtype=torch.int64)
     batch, sequence = torch.export.Dim("batch", min=1, max=4), torch.export.Dim("sequence", min=1, max=64)
     axes = {0: batch, 1: sequence}
