@@ -100,6 +100,30 @@ def test_dynamic_shapes_give_one_model_for_every_shape_in_range():
 
 
 @needs_torch
+@pytest.mark.parametrize("name", exported.SUITE)
+def test_the_suite_through_from_torch_offloads_as_through_onnx(name):
+    """The same module, imported directly and through its torch.onnx export: one dnnl region
+    with every MAC either way, and torch's own numbers."""
+    import torch
+    import transformers
+
+    arch = exported.describe(name)
+    config = exported._config(arch, "tiny")
+    torch.manual_seed(0)
+    model = getattr(transformers, arch.model_class)(config, **arch.model_arguments).eval()
+    model = model.get_encoder() if arch.encoder else model
+    inputs = exported.sample_inputs(exported.export(name))
+    via_onnx = byoc.report(byoc.partition_for(byoc.from_onnx(exported.export(name)), "dnnl"))
+    partitioned = byoc.partition_for(byoc.from_torch(model, {k: torch.from_numpy(v) for k, v in inputs.items()}), "dnnl")
+    direct = byoc.report(partitioned)
+    assert len(direct.regions) == len(via_onnx.regions) == 1, str(direct)
+    assert direct.offload_ratio_macs == via_onnx.offload_ratio_macs == 1.0
+    with torch.no_grad():
+        want = model(**{k: torch.from_numpy(v) for k, v in inputs.items()})[0].numpy()
+    assert_fp32_close(byoc.build(partitioned).run(**inputs)[:1], [want])
+
+
+@needs_torch
 def test_ops_tvm_cannot_convert_are_refused_by_node():
     import torch
 

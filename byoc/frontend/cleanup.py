@@ -7,6 +7,7 @@ from tvm import relax
 
 from byoc.frontend.fold_constants import fold_constants_numpy
 from byoc.frontend.quantized import keep_weights
+from byoc.frontend.simplify import simplify
 
 
 def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
@@ -21,6 +22,7 @@ def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
             relax.transform.DecomposeOpsForInference(),
             tvm.transform.module_pass(lambda mod, _ctx: fold_constants_numpy(mod), opt_level=0, name="FoldConstantsNumpy"),
             relax.transform.FoldConstant(),
+            tvm.transform.module_pass(lambda mod, _ctx: simplify(mod), opt_level=0, name="SimplifyExports"),
             relax.transform.CanonicalizeBindings(),
             relax.transform.DeadCodeElimination(["main"]),
         ]

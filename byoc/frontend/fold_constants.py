@@ -2,8 +2,8 @@
 
 TVM's FoldConstant compiles and runs a kernel for every foldable expression with a new shape:
 2 s for the bias reshapes of a small MobileNetV2 on this machine. The ops ONNX importers leave
-on constants (bias reshapes, Gemm weight transposes, scalar arithmetic) are folded here in
-numpy first; FoldConstant then only sees what is left. So are the dequantizes of a quantized
+on constants (bias reshapes, Gemm weight transposes, scalar arithmetic, position ids' aranges)
+are folded here in numpy first; FoldConstant then only sees what is left. So are the dequantizes of a quantized
 model's int32 biases (its int8 weights stay int8, see byoc.frontend.quantized): FoldConstant
 compiled a kernel for each, 5 s for a quantized MobileNetV2.
 """
@@ -44,12 +44,15 @@ def _fold(call: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
     if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op):
         return None
     name = call.op.name
+    if name == "relax.arange":  # TVM's FoldConstant leaves it: its operands are numbers, not tensors
+        return _arange(call)
     # an operand folded earlier is a variable bound to a constant
     args = [bound if is_tensor_constant(bound := bound_value(a, builder)) else a for a in call.args]
     if not args or not is_tensor_constant(args[0]):
         return None
     data = constant_array(args[0])
-    if name == "relax.reshape" and isinstance(args[1], relax.ShapeExpr):
+    if name == "relax.reshape" and isinstance(args[1], relax.ShapeExpr) and \
+            all(isinstance(d, tvm.ir.prim.expr.IntImm) for d in args[1].values):
         result = data.reshape([int(d) for d in args[1].values])
     elif name == "relax.permute_dims":
         axes = call.attrs.axes
@@ -62,6 +65,14 @@ def _fold(call: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
     else:
         return None
     return relax.const(np.require(result, requirements="C"), str(data.dtype) if result.dtype == data.dtype else str(result.dtype))
+
+
+def _arange(call: relax.Call) -> relax.Expr | None:
+    if not all(isinstance(a, (tvm.ir.prim.expr.IntImm, tvm.ir.prim.expr.FloatImm)) for a in call.args):
+        return None  # a bound from a dimension (`arange(sequence)`)
+    start, end, step = (a.value for a in call.args)
+    dtype = str(call.attrs.dtype)
+    return relax.const(np.arange(start, end, step).astype(dtype), dtype)
 
 
 def fold_constants_numpy(mod: tvm.IRModule) -> tvm.IRModule:

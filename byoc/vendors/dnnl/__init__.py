@@ -36,6 +36,7 @@ from byoc.vendors.dnnl.predicates import (
     expected_constants,
     fused_conv,
     layer_norm_last_axis,
+    masked_rows_to_zero,
     matmul_shapes,
     nan_to_zero,
     pool_nchw,
@@ -150,6 +151,18 @@ def _softmax_nan_to_zero():
     return is_op("relax.where")(is_op("relax.isnan")(probabilities), zero, probabilities), {"root": probabilities, "zero": zero}
 
 
+def _softmax_masked_rows_to_zero():
+    """softmax, then 0 for a row whose scores are all -inf: torch's safe softmax as torch.export
+    decomposes it (a row is kept where any score is not -inf)."""
+    scores, minus_inf, zero = wildcard(), is_const(), is_const()
+    probabilities = is_op("relax.nn.softmax")(scores)
+    kept = is_op("relax.logical_not")(is_op("relax.equal")(scores, minus_inf))
+    any_kept = is_op("relax.max")(is_op("relax.astype")(kept))
+    masked = is_op("relax.logical_not")(is_op("relax.astype")(any_kept))
+    return is_op("relax.where")(masked, zero, probabilities), {"root": probabilities, "zero": zero, "minus_inf": minus_inf,
+                                                               "any": any_kept}
+
+
 _conv = emitters.convolution
 for _name, _op in _CONVOLUTIONS.items():
     dnnl.pattern(f"{_name}_bias_add_relu", *_conv_with_residual(_op, "relax.nn.relu", False), check=fused_conv, emit=_conv)
@@ -173,6 +186,7 @@ dnnl.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_we
 for _form, (_build, _values) in _GELU_FORMS.items():
     dnnl.pattern(_form, *_build(wildcard()), check=expected_constants(_values, f"the {_form} form of GELU"), emit=emitters.eltwise)
 dnnl.pattern("softmax_nan_to_zero", *_softmax_nan_to_zero(), check=nan_to_zero, emit=emitters.softmax)
+dnnl.pattern("softmax_masked_rows_to_zero", *_softmax_masked_rows_to_zero(), check=masked_rows_to_zero, emit=emitters.softmax)
 
 # ------------------------------------------------------------------ single ops
 dnnl.supports(*_CONVOLUTIONS.values(), check=conv_channels_first, emit=_conv)

@@ -18,6 +18,7 @@ _ELTWISE = {
     "relax.tanh": ("dnnl_eltwise_tanh", "0.f", "0.f"),
     "relax.exp": ("dnnl_eltwise_exp", "0.f", "0.f"),
     "relax.sqrt": ("dnnl_eltwise_sqrt", "0.f", "0.f"),
+    "relax.rsqrt": ("dnnl_eltwise_pow", "1.f", "-0.5f"),  # 1 * x^-0.5: torch's RMSNorm as torch.export writes it
     "relax.nn.gelu": ("dnnl_eltwise_gelu_erf", "0.f", "0.f"),
     "relax.nn.gelu_tanh": ("dnnl_eltwise_gelu_tanh", "0.f", "0.f"),
 }
@@ -623,6 +624,21 @@ def softmax(call: KernelCall) -> KernelCode:
     axis = node["attrs"]["axis"] % len(x.shape)
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
     kernel.result(out)
+    if call.pattern == "softmax_masked_rows_to_zero":  # exact: rows whose scores are all -inf, and only those
+        result, width = kernel.exec_args[-1][1], x.shape[-1]
+        kernel.after.insert(0, "\n".join([
+            "{",
+            "  const float* src = NULL;",
+            "  float* data = NULL;",
+            "  " + kernel.check(f"dnnl_memory_get_data_handle({x.name}_mem, (void**)&src)", "softmax scores"),
+            "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, (void**)&data)", "softmax result"),
+            f"  for (size_t row = 0; row < {x.size // width}; ++row) {{",
+            "    size_t i = 0;",
+            f"    while (i < {width} && isinf(src[row * {width} + i]) && src[row * {width} + i] < 0) ++i;",
+            f"    if (i == {width}) memset(data + row * {width}, 0, {width} * sizeof(float));",
+            "  }",
+            "}",
+        ]))
     if call.pattern == "softmax_nan_to_zero":
         result = kernel.exec_args[-1][1]
         kernel.after.insert(0, "\n".join([

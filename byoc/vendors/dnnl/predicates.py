@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from tvm import relax
 
 from byoc.ir.types import constant_array, is_tensor_constant, static_shape
@@ -121,6 +122,21 @@ def power_scalar(call: relax.Call) -> str | None:
 
 def nan_to_zero(match) -> str | None:
     return None if scalar_constant(match["zero"]) == 0.0 else "where() replaces NaN with a value other than 0"
+
+
+def masked_rows_to_zero(match) -> str | None:
+    """torch's safe softmax over the last axis: rows all -inf become 0."""
+    zero, minus_inf = constant_array(match["zero"]), constant_array(match["minus_inf"])
+    if zero.size == 0 or np.any(zero != 0):
+        return "where() gives masked rows a value other than 0"
+    if minus_inf.size != 1 or not np.isneginf(minus_inf.reshape(())):
+        return "rows are masked by a value other than -inf"
+    rank = match["root"].ty.ndim
+    axis, reduced = int(match["root"].attrs.axis) % rank, match["any"].attrs
+    axes = [int(a) % rank for a in reduced.axis] if reduced.axis is not None else list(range(rank))
+    if axis != rank - 1 or axes != [axis] or not reduced.keepdims:
+        return "softmax and the mask must both run over the last axis"
+    return None
 
 
 def dense_residual(match) -> str | None:

@@ -1,0 +1,57 @@
+"""What PyTorch's decompositions leave that no backend needs, taken out after constant folding.
+
+torch.export writes `x @ W` on a 3-D `x` as a broadcast of the activations to their own shape
+and a batched matmul against the weight broadcast to every batch (`expand`, `bmm`). Folded, the
+weight is a 3-D constant with one slice per batch, which no vendor takes as a dense layer's
+weight ("constant weights must be 2-D"), and the identity broadcasts are ops of their own that
+cut regions. ONNX exports of the same model have neither. So:
+
+- a `broadcast_to` to its operand's own shape is its operand;
+- a matmul's constant right operand whose slices along the leading axes are all equal is that
+  one 2-D slice, where the product keeps its shape (matmul broadcasts it back).
+
+Both are exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from byoc.ir.rewrite import bound_value, rebuild_module
+from byoc.ir.types import constant_array, is_tensor_constant, op_name
+
+
+def _same_shape(a: relax.Type, b: relax.Type) -> bool:
+    shape_a, shape_b = getattr(a, "shape", None), getattr(b, "shape", None)
+    return isinstance(shape_a, relax.ShapeExpr) and isinstance(shape_b, relax.ShapeExpr) and \
+        [str(d) for d in shape_a.values] == [str(d) for d in shape_b.values]
+
+
+def _shared_weight(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
+    lhs, rhs = call.args[0], bound_value(call.args[1], builder)
+    if not is_tensor_constant(rhs):
+        return None
+    weight = constant_array(rhs)
+    if weight.ndim < 3 or getattr(lhs.ty, "ndim", -1) < weight.ndim:
+        return None
+    slices = weight.reshape(-1, *weight.shape[-2:])
+    if not np.array_equal(slices, np.broadcast_to(slices[:1], slices.shape)):
+        return None
+    rewritten = relax.op.matmul(lhs, relax.const(np.ascontiguousarray(slices[0]), str(weight.dtype)), call.attrs.out_dtype or None)
+    rewritten = builder.normalize(rewritten)
+    return rewritten if _same_shape(rewritten.ty, call.ty) else None
+
+
+def _simplify(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
+    name = op_name(value)
+    if name == "relax.broadcast_to" and _same_shape(value.args[0].ty, value.ty):
+        return value.args[0]
+    if name == "relax.matmul":
+        return _shared_weight(value, builder)
+    return None
+
+
+def simplify(mod: tvm.IRModule) -> tvm.IRModule:
+    return rebuild_module(mod, _simplify)
