@@ -105,3 +105,21 @@ def test_position_ids_from_an_arange_of_constants_are_a_constant():
     assert "arange" not in mod["main"].script() and "take" not in mod["main"].script()
     x = RNG.standard_normal((6, 8)).astype(np.float32)
     np.testing.assert_allclose(byoc.build(byoc.partition_for(mod, "dnnl")).run(x=x)[0], x + table[:6], rtol=1e-6)
+
+
+def test_with_a_dynamic_batch_the_broadcast_weight_and_the_filled_zeros_go_too():
+    """What cannot be folded when the batch is symbolic: a weight broadcast to (batch, K, N),
+    and the zeros of the safe softmax as `full_like` of the scores."""
+    batch = tvm.tirx.Var("batch", "int64")
+    weight = (RNG.standard_normal((8, 16)) * 0.2).astype(np.float32)
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([batch, 4, 8], "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            dense = builder.emit(relax.op.matmul(x, builder.emit(relax.op.broadcast_to(_const(weight), (batch, 8, 16)))))
+            scores = builder.emit(relax.op.nn.softmax(dense, axis=-1))
+            zeros = builder.emit(relax.op.full_like(scores, _const(np.array(0.0, np.float32))))
+            out = builder.emit_output(relax.op.where(builder.emit(relax.op.isnan(scores)), zeros, scores))
+        builder.emit_func_output(out)
+    text = cleanup(builder.get())["main"].script()
+    assert "broadcast_to" not in text and "full_like" not in text, text

@@ -86,7 +86,9 @@ def test_dynamic_shapes_give_one_model_for_every_shape_in_range():
     mod = byoc.from_torch(model, {"input_ids": ids, "attention_mask": mask},
                           dynamic_shapes={"input_ids": axes, "attention_mask": axes})
     assert str(mod["main"].params[0].ty.shape) == "R.shape([batch, sequence])"  # named after the Dims
-    compiled = byoc.build(byoc.partition_for(mod, "dnnl"))
+    partitioned = byoc.partition_for(mod, "dnnl")
+    assert len(byoc.report(partitioned).regions) == 1 and byoc.report(partitioned).offload_ratio_macs == 1.0
+    compiled = byoc.build(partitioned)
     for shape in [(1, 5), (3, 40)]:
         ids = torch.randint(0, config.vocab_size, shape, generator=torch.Generator().manual_seed(sum(shape)))
         mask = torch.ones(shape, dtype=torch.int64)

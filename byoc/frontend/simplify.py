@@ -8,7 +8,10 @@ cut regions. ONNX exports of the same model have neither. So:
 
 - a `broadcast_to` to its operand's own shape is its operand;
 - a matmul's constant right operand whose slices along the leading axes are all equal is that
-  one 2-D slice, where the product keeps its shape (matmul broadcasts it back).
+  one 2-D slice, where the product keeps its shape (matmul broadcasts it back); so is a weight
+  broadcast to a dynamic batch (`broadcast_to(W, (batch, K, N))`), which cannot be folded;
+- `where(c, full_like(x, v), y)` of the result's own shape is `where(c, v, y)`: the safe softmax
+  of a model with dynamic dimensions fills its zeros so.
 
 Both are exact.
 """
@@ -31,10 +34,14 @@ def _same_shape(a: relax.Type, b: relax.Type) -> bool:
 
 def _shared_weight(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
     lhs, rhs = call.args[0], bound_value(call.args[1], builder)
+    if op_name(rhs) == "relax.broadcast_to":
+        rhs = bound_value(rhs.args[0], builder)
     if not is_tensor_constant(rhs):
         return None
     weight = constant_array(rhs)
-    if weight.ndim < 3 or getattr(lhs.ty, "ndim", -1) < weight.ndim:
+    if weight.ndim == 2 and rhs.same_as(call.args[1]):
+        return None  # a plain dense weight already
+    if weight.ndim < 2 or getattr(lhs.ty, "ndim", -1) < weight.ndim:
         return None
     slices = weight.reshape(-1, *weight.shape[-2:])
     if not np.array_equal(slices, np.broadcast_to(slices[:1], slices.shape)):
@@ -50,7 +57,19 @@ def _simplify(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | No
         return value.args[0]
     if name == "relax.matmul":
         return _shared_weight(value, builder)
+    if name == "relax.where":
+        return _filled_branch(value, builder)
     return None
+
+
+def _filled_branch(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
+    branches = [bound_value(a, builder) for a in call.args[1:]]
+    filled = [op_name(b) == "relax.full_like" and is_tensor_constant(b.args[1]) and _same_shape(b.ty, call.ty) for b in branches]
+    if not any(filled):
+        return None
+    args = [call.args[0]] + [relax.const(constant_array(b.args[1]).astype(str(b.ty.dtype)), str(b.ty.dtype)) if f else a
+                             for a, b, f in zip(call.args[1:], branches, filled)]
+    return relax.op.where(*args)
 
 
 def simplify(mod: tvm.IRModule) -> tvm.IRModule:

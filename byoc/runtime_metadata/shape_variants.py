@@ -43,9 +43,9 @@ def input_dims(func: relax.Function) -> list[list[int | str | None]]:
 
 @relax.expr_functor.mutator
 class _LiftConstants(relax.PyExprMutator):
-    """The tensor constants of a function's own body become parameters (their values go to the
-    constant store, where the variants' weights are too); those inside its composite functions
-    stay."""
+    """The tensor constants of a function's own body, scalars too, become parameters (their
+    values go to the constant store, where the variants' weights are too); those inside its
+    composite functions stay."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,7 +53,7 @@ class _LiftConstants(relax.PyExprMutator):
         self._seen: dict[int, relax.Var] = {}
 
     def visit_generic_const_(self, op: relax.Expr) -> relax.Expr:
-        if not is_tensor_constant(op) or op.ty.ndim == 0:  # scalars are written in the template's text
+        if not is_tensor_constant(op):
             return op
         var = self._seen.get(op.id_)
         if var is None:
@@ -78,6 +78,10 @@ def make_template(func: relax.Function, symbol: str, store: ConstantStore) -> tu
     template = relax.Function(params, body, func.ret_ty, func.is_pure, func.attrs)
     text = tvm.IRModule({"region": template}).script(show_meta=False)
     if "metadata[" in text:  # a tensor constant inside a composite function: no text form for it
+        return None, names
+    try:  # TVMScript writes some values it cannot read back (-inf in a composite function)
+        tvm.script.from_source(text, check_well_formed=False)
+    except Exception:
         return None, names
     return text, names
 
