@@ -188,3 +188,10 @@ def test_values_of_the_shape_alone_are_computed_once_per_shape(model, compiled, 
         ids = _tokens(shape, 3)
         np.testing.assert_allclose(compiled.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
     assert (2, 16) in values._kept and (1, 9) in values._kept
+
+
+def test_the_report_names_the_dimensions_and_the_regions_generated_per_shape(model, compiled):
+    partitioned = byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl")
+    line = "dynamic dimensions: batch 1..8 (opt 8), sequence 1..64 (opt 64) (MACs and bytes at each opt); generated per shape: dnnl_0"
+    assert line in byoc.report(partitioned).to_table()
+    assert line in compiled.report().to_table()

@@ -8,8 +8,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import tvm
+from tvm import relax
 
 from byoc.errors import PartitionError
+from byoc.ir.dims import dims_of, symbolic_names
+from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord
 
 
@@ -36,6 +39,10 @@ class PartitionReport:
     # generation failed so that they run on the host.
     estimates: dict[str, dict] = field(default_factory=dict)
     build_fallbacks: dict[str, str] = field(default_factory=dict)
+    # A model with dynamic dimensions: their ranges, and the regions generated per shape (see
+    # docs/shapes.md); MACs and bytes are then those at each range's opt.
+    dims: dict[str, str] = field(default_factory=dict)
+    shape_specialised: list[str] = field(default_factory=list)
 
     @classmethod
     def from_record(cls, record: PartitionRecord, estimates=None, build_fallbacks=None) -> PartitionReport:
@@ -97,11 +104,19 @@ class PartitionReport:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
+    def _shape_lines(self) -> list[str]:
+        if not self.dims:
+            return []
+        ranges = ", ".join(f"{name} {text}" for name, text in self.dims.items())
+        specialised = ", ".join(s for s in self.shape_specialised if s not in self.build_fallbacks) or "none"
+        return [f"dynamic dimensions: {ranges} (MACs and bytes at each opt); generated per shape: {specialised}"]
+
     def to_table(self, max_host_ops: int | None = 40) -> str:
         lines = [
             f"backends: {', '.join(self.backends)}",
             f"offload ratio: {self.offload_ratio_nodes:.1%} of {self.total_ops} ops, "
             f"{self.offload_ratio_macs:.1%} of {self.total_macs:,} MACs, in {len(self.regions)} region(s)",
+            *self._shape_lines(),
             "",
         ]
         header = ("region", "backend", "ops", "MACs", "inputs", "outputs", "constants", "first node")
@@ -157,4 +172,13 @@ def report(mod: tvm.IRModule) -> PartitionReport:
     raw = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
     if raw is None:
         raise PartitionError("this module carries no partition record: partition it with byoc.partition_for first")
-    return PartitionReport.from_record(PartitionRecord.from_dict(json.loads(str(raw))))
+    result = PartitionReport.from_record(PartitionRecord.from_dict(json.loads(str(raw))))
+    dims = dims_of(mod)
+    if dims:
+        result.dims = {name: f"{r} (opt {r.opt})" for name, r in dims.items()}
+        result.shape_specialised = sorted(
+            str(func.attrs[SYMBOL_ATTR]) if SYMBOL_ATTR in func.attrs else gvar.name_hint
+            for gvar, func in mod.functions.items()
+            if isinstance(func, relax.Function) and func.attrs is not None and CODEGEN_ATTR in func.attrs
+            and (symbolic_names(func.ret_ty) or any(symbolic_names(p.ty) for p in func.params)))
+    return result

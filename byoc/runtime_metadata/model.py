@@ -287,7 +287,10 @@ class CompiledModel:
         if self.parts.partition is None:
             raise ByocError("this model was not partitioned by byoc.partition_for: it has no partition record")
         estimates = {a.symbol: a.info for a in self.artifacts if a.info}
-        return PartitionReport.from_record(PartitionRecord.from_dict(self.parts.partition), estimates, self.build_fallbacks)
+        result = PartitionReport.from_record(PartitionRecord.from_dict(self.parts.partition), estimates, self.build_fallbacks)
+        result.dims = {name: f"{r} (opt {r.opt})" for name, r in self.parts.dims.items()}
+        result.shape_specialised = sorted(region.symbol for region in self.parts.specialised)
+        return result
 
     # ---------------------------------------------------------------- artifact
     def export(self, path: str | os.PathLike, sign_key: PrivateKey | None = None) -> None:
