@@ -195,3 +195,15 @@ def test_the_report_names_the_dimensions_and_the_regions_generated_per_shape(mod
     line = "dynamic dimensions: batch 1..8 (opt 8), sequence 1..64 (opt 64) (MACs and bytes at each opt); generated per shape: dnnl_0"
     assert line in byoc.report(partitioned).to_table()
     assert line in compiled.report().to_table()
+
+
+def test_two_models_of_one_architecture_keep_their_own_weights_at_a_shape_built_on_first_use(model, session):
+    """Their C variants for a new shape compile to the same code: each must run with its own
+    weights, however the dynamic loader shares the library."""
+    other = bert_encoder(layers=2, hidden=64, heads=4, intermediate=128, seq_len=64, vocab=100, dynamic=True, seed=1)
+    other_session = ort.InferenceSession(other.SerializeToString(), providers=["CPUExecutionProvider"])
+    first, second = (byoc.build(byoc.partition_for(byoc.from_onnx(m, dims=DIMS), "dnnl")) for m in (model, other))
+    ids = _tokens((3, 11), 4)
+    second.run(input_ids=ids)  # the second model's variant is made and initialised last
+    np.testing.assert_allclose(first.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+    np.testing.assert_allclose(second.run(input_ids=ids)[0], other_session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)

@@ -20,7 +20,8 @@ import tvm
 
 from byoc.codegen_c.generate import CONSTANT_MISMATCH, init_symbol
 from byoc.errors import ArtifactError, EngineError
-from byoc.runtime_metadata.artifact_types import ModelParts
+from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact
+from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.elf import check_shared_library
 from byoc.runtime_metadata.engine_cache import default_cache_dir
 from byoc.runtime_metadata.signature import check_signature, read_signature, signature
@@ -29,11 +30,17 @@ _initialised: dict[tuple[str, str], list] = {}  # (library path, symbol) -> cons
 _lock = threading.Lock()
 
 
+def libraries_directory() -> Path:
+    """Where shared libraries are kept as files (beside the engine cache)."""
+    directory = default_cache_dir().parent / "libraries"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
 def library_file(data: bytes, variant: str = "") -> Path:
     """The library `data` as a file, one per content and `variant`."""
     digest = hashlib.sha256(data).hexdigest()
-    directory = default_cache_dir().parent / "libraries"
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = libraries_directory()
     path = directory / f"{digest[:32]}{'-' + variant if variant else ''}.so"
     if not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
         with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as tmp:
@@ -46,17 +53,29 @@ def load_host_library(parts: ModelParts, where: str = "the host library") -> tvm
     """The host library of `parts`, loaded once per process, checked against the model's parts
     (see `signature`), its C regions initialised with their constants."""
     check_shared_library(parts.host_library, where)
-    initialised_with = [(a.symbol, [parts.store.key(n) for n in a.constants]) for a in parts.artifacts if a.linked_into_host]
+    module, path = load_library(parts.host_library, parts.artifacts, parts.store, where)
+    check_signature(read_signature(module, where), signature(parts.inputs, parts.outputs, parts.artifacts), where)
+    initialise(module, path, parts.artifacts, parts.store)
+    return module
+
+
+def load_library(data: bytes, artifacts: list[RegionArtifact], store: ConstantStore, where: str) -> tuple[tvm.runtime.Module, Path]:
+    """The library `data`, loaded from its own file for the constants its C regions among
+    `artifacts` are initialised with (see above), and that file."""
+    initialised_with = [(a.symbol, [store.key(n) for n in a.constants]) for a in artifacts if a.linked_into_host]
     variant = hashlib.sha256(repr(initialised_with).encode()).hexdigest()[:16] if initialised_with else ""
-    path = library_file(parts.host_library, variant)
+    path = library_file(data, variant)
     try:
-        module = tvm.runtime.load_module(str(path))
+        return tvm.runtime.load_module(str(path)), path
     except Exception as error:  # TVM raises InternalError, ValueError, ... with no common base
         raise ArtifactError(f"{where} cannot be loaded: {str(error).strip().splitlines()[-1]}") from error
-    check_signature(read_signature(module, where), signature(parts.inputs, parts.outputs, parts.artifacts), where)
-    store = parts.store
+
+
+def initialise(module: tvm.runtime.Module, path: Path, artifacts: list[RegionArtifact], store: ConstantStore) -> None:
+    """Each C region among `artifacts` initialised with its constants, once per loaded file;
+    the constants stay alive for the rest of the process."""
     with _lock:
-        for artifact in parts.artifacts:
+        for artifact in artifacts:
             if not artifact.linked_into_host or (str(path), artifact.symbol) in _initialised:
                 continue
             constants = [tvm.runtime.from_dlpack(store.get(name)) for name in artifact.constants]
@@ -72,4 +91,3 @@ def load_host_library(parts: ModelParts, where: str = "the host library") -> tvm
                 failure.region = artifact.symbol  # `build` falls back from it
                 raise failure from error
             _initialised[(str(path), artifact.symbol)] = constants
-    return module

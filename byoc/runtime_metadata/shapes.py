@@ -32,11 +32,12 @@ import tvm
 from tvm import relax
 
 from byoc.backend.spec import Backend
-from byoc.codegen_c.generate import CONSTANT_MISMATCH, init_symbol
-from byoc.errors import ArtifactError, ByocError, EngineError, InputError
+from byoc.codegen_c.generate import init_symbol
+from byoc.errors import ByocError, EngineError, InputError
 from byoc.ir.dims import DimRange
 from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, RegionArtifact, SpecialisedRegion
 from byoc.runtime_metadata.constants import ConstantStore
+from byoc.runtime_metadata.host_library import initialise, libraries_directory, load_library
 from byoc.runtime_metadata.shape_variants import generate_variant, load_template
 
 # The named dimensions of the model's current run, for a region whose tensors do not give all
@@ -52,14 +53,10 @@ def reset_current_dims(token: contextvars.Token) -> None:
     _CURRENT.reset(token)
 
 
-def _compiled_library(artifact: RegionArtifact, flags: Sequence[str], where: str) -> str:
-    """The C variant as a shared library on disk: compiled once, kept by content."""
-    from byoc.runtime_metadata.engine_cache import default_cache_dir
-
+def _compiled(artifact: RegionArtifact, flags: Sequence[str], where: str) -> bytes:
+    """The C variant compiled into a shared library: once per source and flags, kept on disk."""
     digest = hashlib.sha256(artifact.payload + "\0".join(flags).encode()).hexdigest()[:32]
-    directory = default_cache_dir().parent / "libraries"
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"variant-{digest}.so"
+    path = libraries_directory() / f"variant-{digest}.so"
     if not path.exists():
         module = tvm.get_global_func("runtime.CSourceModuleCreate")(
             artifact.payload.decode(), "c", [artifact.symbol, init_symbol(artifact.symbol)], [])
@@ -70,25 +67,21 @@ def _compiled_library(artifact: RegionArtifact, flags: Sequence[str], where: str
             except Exception as error:
                 raise EngineError(f"{where}: compiling the region's C code for this shape failed: "
                                   f"{str(error).strip().splitlines()[0]}") from error
-            with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as out, open(built, "rb") as f:
+            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as out, open(built, "rb") as f:
                 out.write(f.read())
             os.replace(out.name, path)
-    return str(path)
+    return path.read_bytes()
 
 
 class _CVariant:
-    """A C variant built on first use: its own shared library, initialised with its constants."""
+    """A C variant built on first use: its own shared library, loaded and initialised as the
+    host library is (byoc.runtime_metadata.host_library): one loaded copy per set of
+    constants, initialised once, so two models of one architecture keep their own weights."""
 
     def __init__(self, artifact: RegionArtifact, backend: Backend, store: ConstantStore, where: str) -> None:
-        path = _compiled_library(artifact, backend.codegen.link_flags(), where)
-        self.module = tvm.runtime.load_module(path)
-        self.constants = [tvm.runtime.from_dlpack(store.get(name)) for name in artifact.constants]
-        try:
-            self.module.get_function(init_symbol(artifact.symbol))(*self.constants)
-        except Exception as error:
-            kind = ArtifactError if CONSTANT_MISMATCH in str(error) else EngineError
-            raise kind(f"{where}: initialisation failed: {error}") from error
-        self.function = self.module.get_function(artifact.symbol)
+        module, path = load_library(_compiled(artifact, backend.codegen.link_flags(), where), [artifact], store, where)
+        initialise(module, path, [artifact], store)
+        self.function = module.get_function(artifact.symbol)
 
     def __call__(self, *args) -> None:
         self.function(*args)
@@ -108,7 +101,6 @@ class SpecialisedRuntime:
         self.ranges = {name: ranges[name] for name in region.dims if name in ranges}
         self.ahead = dict(ahead)  # variant key -> callable, built with the model
         self.made: collections.OrderedDict[str, Callable] = collections.OrderedDict()  # built here, most recent last
-        self.made_artifacts: dict[str, RegionArtifact] = {}
         self.make_runtime = make_runtime  # an engine-backed region's runtime for a variant artifact
         self.max_shapes = max_shapes
         self.where = f"region {region.symbol} ({region.backend})"
@@ -153,8 +145,7 @@ class SpecialisedRuntime:
                 return runtime
             runtime = self.made[key] = self._make(values)
             while len(self.made) > self.max_shapes:
-                evicted, _ = self.made.popitem(last=False)
-                self.made_artifacts.pop(evicted, None)
+                self.made.popitem(last=False)
             return runtime
 
     def _make(self, values: Mapping[str, int]) -> Callable:
@@ -172,7 +163,6 @@ class SpecialisedRuntime:
         except Exception as error:
             raise EngineError(f"{self.where}: code generation for {self.region.key(values)} failed: "
                               f"{type(error).__name__}: {error}") from error
-        self.made_artifacts[self.region.key(values)] = artifact
         if self.on_variant is not None:
             self.on_variant(artifact)
         if artifact.linked_into_host:
