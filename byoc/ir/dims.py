@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import tvm
@@ -124,15 +124,39 @@ def is_dimension(var: relax.Var) -> bool:
     return bool(values) and isinstance(var.ty, tvm.ir.PrimType) and var.name in values
 
 
-def symbolic_names(ty: relax.Type) -> set[str]:
-    """The names of the symbolic variables in a tensor (or tuple) type's shape."""
-    names: set[str] = set()
+def symbolic_vars(ty: relax.Type) -> dict[str, tvm.tirx.Var]:
+    """The symbolic variables in a tensor (or tuple) type's shape, by name."""
+    found: dict[str, tvm.tirx.Var] = {}
     if isinstance(ty, relax.TupleType):
         for field in ty.fields:
-            names |= symbolic_names(field)
+            for name, var in symbolic_vars(field).items():
+                found.setdefault(name, var)
     shape = getattr(ty, "shape", None)
     if isinstance(shape, relax.ShapeExpr):
         for dim in shape.values:
             if not isinstance(dim, tvm.ir.prim.expr.IntImm):
-                names |= {var.name for var in tvm.tirx.analysis.undefined_vars(dim)}
-    return names
+                for var in tvm.tirx.analysis.undefined_vars(dim):
+                    found.setdefault(var.name, var)
+    return found
+
+
+def symbolic_names(ty: relax.Type) -> set[str]:
+    """The names of the symbolic variables in a tensor (or tuple) type's shape."""
+    return set(symbolic_vars(ty))
+
+
+def function_dimensions(func: relax.Function) -> set[str]:
+    """The names of the dimensions a function's parameters and result use."""
+    return symbolic_names(func.ret_ty).union(*(symbolic_names(p.ty) for p in func.params))
+
+
+def defined_dimensions(types: Iterable[relax.Type]) -> dict[str, tvm.tirx.Var]:
+    """The dimensions these types give plainly (a dimension that is one variable), by name:
+    those a function whose parameters have them can read off its arguments."""
+    found: dict[str, tvm.tirx.Var] = {}
+    for ty in types:
+        shape = getattr(ty, "shape", None)
+        for dim in shape.values if isinstance(shape, relax.ShapeExpr) else []:
+            if isinstance(dim, tvm.tirx.Var):
+                found.setdefault(dim.name, dim)
+    return found

@@ -16,8 +16,8 @@ import tvm
 from tvm import relax
 
 from byoc.errors import PartitionError
+from byoc.ir.dims import defined_dimensions, symbolic_vars
 from byoc.ir.rewrite import VarSubstitution
-from byoc.ir.types import tensor_types
 from byoc.partition.graph import COMPOSITE, BlockGraph
 from byoc.partition.group import COMPOSITE_ATTR
 from byoc.partition.merge import Region
@@ -181,19 +181,11 @@ def _takes_dimensions(func: relax.Function) -> bool:
 
 def _undefined_dimensions(params: list[relax.Var], outputs: list[relax.Var]) -> list:
     """The symbolic variables the region's shapes use that no parameter's shape defines."""
-    defined, used = set(), {}
-    for var in params:
-        for ty in tensor_types(var.ty):
-            for dim in ty.shape.values if isinstance(ty.shape, relax.ShapeExpr) else []:
-                if isinstance(dim, tvm.tirx.Var):
-                    defined.add(dim.name)
-                for symbol in tvm.tirx.analysis.undefined_vars(dim):
-                    used.setdefault(symbol.name, symbol)
-    for var in outputs:
-        for ty in tensor_types(var.ty):
-            for dim in ty.shape.values if isinstance(ty.shape, relax.ShapeExpr) else []:
-                for symbol in tvm.tirx.analysis.undefined_vars(dim):
-                    used.setdefault(symbol.name, symbol)
+    defined = defined_dimensions(tensor.ty for tensor in params)
+    used: dict[str, object] = {}
+    for var in [*params, *outputs]:
+        for name, symbol in symbolic_vars(var.ty).items():
+            used.setdefault(name, symbol)
     return [symbol for name, symbol in sorted(used.items()) if name not in defined]
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax
 
 from byoc.errors import PartitionError
-from byoc.ir.dims import dims_of, symbolic_names
+from byoc.ir.dims import DimRange, dims_of, function_dimensions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord
 
@@ -104,6 +105,11 @@ class PartitionReport:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
+    def note_dims(self, dims: Mapping[str, DimRange], shape_specialised: Iterable[str]) -> None:
+        """Record a model's dynamic dimensions and its regions generated per shape."""
+        self.dims = {name: f"{r} (opt {r.opt})" for name, r in dims.items()}
+        self.shape_specialised = sorted(shape_specialised)
+
     def _shape_lines(self) -> list[str]:
         if not self.dims:
             return []
@@ -175,10 +181,8 @@ def report(mod: tvm.IRModule) -> PartitionReport:
     result = PartitionReport.from_record(PartitionRecord.from_dict(json.loads(str(raw))))
     dims = dims_of(mod)
     if dims:
-        result.dims = {name: f"{r} (opt {r.opt})" for name, r in dims.items()}
-        result.shape_specialised = sorted(
-            str(func.attrs[SYMBOL_ATTR]) if SYMBOL_ATTR in func.attrs else gvar.name_hint
-            for gvar, func in mod.functions.items()
-            if isinstance(func, relax.Function) and func.attrs is not None and CODEGEN_ATTR in func.attrs
-            and (symbolic_names(func.ret_ty) or any(symbolic_names(p.ty) for p in func.params)))
+        result.note_dims(dims, (str(func.attrs[SYMBOL_ATTR]) if SYMBOL_ATTR in func.attrs else gvar.name_hint
+                                for gvar, func in mod.functions.items()
+                                if isinstance(func, relax.Function) and func.attrs is not None and CODEGEN_ATTR in func.attrs
+                                and function_dimensions(func)))
     return result

@@ -20,7 +20,7 @@ from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, UnknownBackendError
 from byoc.host import host_pipeline
-from byoc.ir.dims import dims_of, symbolic_names
+from byoc.ir.dims import dims_of, function_dimensions, symbolic_names
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
@@ -149,14 +149,12 @@ def _generate(mod, strict, backend_options, store, backends: Mapping[str, Backen
             backend = backend or get_backend(backend_name)
             if is_shape_specialised(func):
                 region = _specialised(func, symbol, backend_name, store)
-                variants = {}
-                for values in buckets:
-                    variants.setdefault(region.key(values), (values, None))
-                for key, (values, _) in variants.items():
-                    artifact = generate_variant(func, region, values, backend, store, options)
-                    region.variants[key] = artifact.symbol
-                    variants[key] = (values, artifact)
-                artifacts += [artifact for _, artifact in variants.values()]
+                # One variant per value of the dimensions the region uses (buckets that differ
+                # only in others share it).
+                keyed = {region.key(values): values for values in buckets}
+                generated = [generate_variant(func, region, values, backend, store, options) for values in keyed.values()]
+                region.variants = {key: artifact.symbol for key, artifact in zip(keyed, generated)}
+                artifacts += generated
                 specialised[symbol] = region
             else:
                 artifacts.append(generate_region(func, symbol, backend, store, options))
@@ -171,8 +169,7 @@ def _generate(mod, strict, backend_options, store, backends: Mapping[str, Backen
 
 def _specialised(func: relax.Function, symbol: str, backend_name: str, store: ConstantStore) -> SpecialisedRegion:
     template, names = make_template(func, symbol, store)
-    dims = sorted(symbolic_names(func.ret_ty).union(*(symbolic_names(p.ty) for p in func.params)))
-    return SpecialisedRegion(symbol, backend_name, dims, input_dims(func), template, names)
+    return SpecialisedRegion(symbol, backend_name, sorted(function_dimensions(func)), input_dims(func), template, names)
 
 
 def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Backend], store: ConstantStore,

@@ -39,6 +39,28 @@ class RegionTimes:
         self.execution = 0.0
 
 
+class FailureRecord:
+    """The error a region's last failed call on a thread raised. An exception raised in a call
+    from the VM reaches the caller as a plain RuntimeError once it has crossed the VM: the
+    original is kept for `CompiledModel.run`."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def remember(self, error: Exception, where: str) -> ByocError:
+        """`error` as the caller gets it, kept: a byoc error as it is, any other wrapped in an
+        EngineError that says `where` it happened."""
+        kept = error if isinstance(error, ByocError) else EngineError(f"{where}: {type(error).__name__}: {error}")
+        self._local.error = kept
+        return kept
+
+    def take(self) -> ByocError | None:
+        """The error this thread's last failed call raised, once."""
+        error = getattr(self._local, "error", None)
+        self._local.error = None
+        return error
+
+
 class RegionRuntime:
     """The callable the VM invokes for one region; creates the engine on first use."""
 
@@ -69,9 +91,7 @@ class RegionRuntime:
         self._where = f"region {artifact.symbol} ({artifact.backend})"
         self._expected = [(s.shape, np.dtype(s.dtype)) for s in [*artifact.inputs, *artifact.outputs]]
         self._checked = False
-        # An exception raised here reaches the caller as a plain RuntimeError once it has
-        # crossed the VM: the original is kept for `take_failure`.
-        self._failure = threading.local()
+        self._failure = FailureRecord()
 
     def ensure_engine(self) -> EngineRecord:
         if self.record is None:
@@ -113,18 +133,15 @@ class RegionRuntime:
             if not self._checked:
                 self._check([*inputs, *outputs])
             record.engine.run(inputs, outputs)
-        except ByocError as error:
-            self._failure.error = error
-            raise
         except Exception as error:
-            failure = self._failure.error = EngineError(f"{self._where}: the engine failed: {type(error).__name__}: {error}")
+            failure = self._failure.remember(error, f"{self._where}: the engine failed")
+            if failure is error:
+                raise
             raise failure from error
 
     def take_failure(self) -> ByocError | None:
         """The error this thread's last failed call raised, once."""
-        error = getattr(self._failure, "error", None)
-        self._failure.error = None
-        return error
+        return self._failure.take()
 
 
 def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime], artifacts: Iterable[RegionArtifact],

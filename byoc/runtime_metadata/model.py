@@ -288,8 +288,8 @@ class CompiledModel:
             raise ByocError("this model was not partitioned by byoc.partition_for: it has no partition record")
         estimates = {a.symbol: a.info for a in self.artifacts if a.info}
         result = PartitionReport.from_record(PartitionRecord.from_dict(self.parts.partition), estimates, self.build_fallbacks)
-        result.dims = {name: f"{r} (opt {r.opt})" for name, r in self.parts.dims.items()}
-        result.shape_specialised = sorted(region.symbol for region in self.parts.specialised)
+        if self.parts.dims:
+            result.note_dims(self.parts.dims, (region.symbol for region in self.parts.specialised))
         return result
 
     # ---------------------------------------------------------------- artifact

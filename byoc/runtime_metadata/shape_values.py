@@ -22,8 +22,10 @@ from collections.abc import Callable
 import tvm
 from tvm import relax
 
+from byoc.ir.dims import defined_dimensions
 from byoc.ir.rewrite import VarSubstitution, rebuild_function
 from byoc.ir.types import is_tensor_constant, op_name
+from byoc.partition.graph import used_vars
 
 SHAPE_VALUES = "byoc_shape_values"  # the packed call `main` makes, answered by `ShapeValues`
 SHAPE_VALUES_FUNCTION = "byoc_shape_values_compute"  # the host's function that computes them
@@ -34,12 +36,7 @@ _CALLS = ("relax.call_dps_packed", "relax.call_tir", "relax.call_packed", "relax
 
 def _dimension_vars(main: relax.Function) -> list:
     """The model's dimensions as `main`'s parameters define them (each a plain variable)."""
-    found: dict[str, object] = {}
-    for param in main.params:
-        shape = getattr(param.ty, "shape", None)
-        for dim in shape.values if isinstance(shape, relax.ShapeExpr) else []:
-            if isinstance(dim, tvm.tirx.Var):
-                found.setdefault(dim.name, dim)
+    found = defined_dimensions(param.ty for param in main.params)
     return [found[name] for name in sorted(found)]
 
 
@@ -110,15 +107,12 @@ def hoist_shape_values(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def _used_outside(main: relax.Function, hoisted: set[int]) -> set[int]:
-    from byoc.partition.graph import used_vars
-
     used: set[int] = set()
     for block in main.body.blocks:
         for binding in block.bindings:
             if binding.var.id_ not in hoisted:
                 used |= {v.id_ for v in used_vars(binding.value)}
-    output = main.body.body
-    used |= {v.id_ for v in used_vars(output)} if not isinstance(output, relax.Var) else {output.id_}
+    used |= {v.id_ for v in used_vars(main.body.body)}
     return used & hoisted
 
 

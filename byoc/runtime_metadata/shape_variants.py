@@ -14,7 +14,7 @@ from tvm import relax
 
 from byoc.backend.spec import Backend
 from byoc.errors import ArtifactError, ByocError
-from byoc.ir.dims import DimRange, representative, symbolic_names
+from byoc.ir.dims import DimRange, function_dimensions, representative
 from byoc.ir.rewrite import rebuild_function
 from byoc.ir.types import constant_array, is_tensor_constant, tensor_types
 from byoc.runtime_metadata.artifact_types import RegionArtifact, SpecialisedRegion
@@ -24,7 +24,7 @@ from byoc.runtime_metadata.constants import ConstantStore
 
 def is_shape_specialised(func: relax.Function) -> bool:
     """Whether a region function's tensors have symbolic dimensions."""
-    return bool(symbolic_names(func.ret_ty)) or any(symbolic_names(p.ty) for p in func.params)
+    return bool(function_dimensions(func))
 
 
 def dim_pattern(dim) -> int | str | None:
@@ -65,24 +65,23 @@ class _LiftConstants(relax.PyExprMutator):
         return op
 
 
-def make_template(func: relax.Function, symbol: str, store: ConstantStore) -> tuple[str, list[str]]:
-    """The region function as the artifact keeps it, and the store names of its lifted weights."""
+def make_template(func: relax.Function, symbol: str, store: ConstantStore) -> tuple[str | None, list[str]]:
+    """The region function as the artifact keeps it, and the store names of its lifted
+    constants; (None, []) where it has no text form that reads back."""
     lifter = _LiftConstants()
     body = lifter.visit_expr(func.body)
-    names = []
-    for index, (_, array) in enumerate(lifter.lifted):
-        name = f"{symbol}.template{index}"
-        store.add(name, array)
-        names.append(name)
     params = [*func.params, *(var for var, _ in lifter.lifted)]
     template = relax.Function(params, body, func.ret_ty, func.is_pure, func.attrs)
     text = tvm.IRModule({"region": template}).script(show_meta=False)
     if "metadata[" in text:  # a tensor constant inside a composite function: no text form for it
-        return None, names
+        return None, []
     try:  # TVMScript writes some values it cannot read back (-inf in a composite function)
         tvm.script.from_source(text, check_well_formed=False)
     except Exception:
-        return None, names
+        return None, []
+    names = [f"{symbol}.template{index}" for index in range(len(lifter.lifted))]
+    for name, (_, array) in zip(names, lifter.lifted):
+        store.add(name, array)
     return text, names
 
 

@@ -37,6 +37,7 @@ from byoc.errors import ByocError, EngineError, InputError
 from byoc.ir.dims import DimRange
 from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, RegionArtifact, SpecialisedRegion
 from byoc.runtime_metadata.constants import ConstantStore
+from byoc.runtime_metadata.dispatch import FailureRecord
 from byoc.runtime_metadata.host_library import initialise, libraries_directory, load_library
 from byoc.runtime_metadata.shape_variants import generate_variant, load_template
 
@@ -110,7 +111,7 @@ class SpecialisedRuntime:
         # variant's symbol to the region's).
         self.on_variant: Callable[[RegionArtifact], None] | None = None
         self._lock = threading.Lock()
-        self._failure = threading.local()
+        self._failure = FailureRecord()
 
     def values_of(self, args: Sequence) -> dict[str, int]:
         """The named dimensions, read off the tensors' shapes (then the model's run)."""
@@ -175,16 +176,14 @@ class SpecialisedRuntime:
             # byoc.partition.outline): its variants take tensors only.
             tensors = [a for a in args if not isinstance(a, tvm.runtime.ShapeTuple)]
             self.variant(self.values_of(tensors))(*tensors)
-        except ByocError as error:
-            self._failure.error = error
-            raise
         except Exception as error:
-            failure = self._failure.error = EngineError(f"{self.where}: {type(error).__name__}: {error}")
+            failure = self._failure.remember(error, self.where)
+            if failure is error:
+                raise
             raise failure from error
 
     def take_failure(self) -> ByocError | None:
-        error = getattr(self._failure, "error", None)
-        self._failure.error = None
+        error = self._failure.take()
         if error is None:  # a variant's own runtime may hold the engine's failure
             for runtime in [*self.ahead.values(), *self.made.values()]:
                 take = getattr(runtime, "take_failure", None)
