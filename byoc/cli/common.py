@@ -18,7 +18,7 @@ from byoc.flow import declared_options, describe_options, partition_for
 from byoc.frontend import from_onnx
 from byoc.frontend.onnx_import import load_onnx_model
 from byoc.frontend.onnx_shapes import parse_dims, parse_shapes
-from byoc.ir.dims import dims_of
+from byoc.ir.dims import at_opt, dims_of
 from byoc.processing.passes import needs_calibration
 from byoc.runtime_metadata.build import model_io
 
@@ -96,8 +96,8 @@ def random_inputs(mod: tvm.IRModule, model: onnx.ModelProto | None, seed: int) -
     zoo's and the exported suite's know vocabulary sizes)."""
     inputs, _ = model_io(mod)
     ranges = zoo.input_ranges(model) if model is not None else {}
-    opt = {name: r.opt for name, r in dims_of(mod).items()}
-    shapes = [(s.name, tuple(opt[d] if isinstance(d, str) else d for d in s.shape), s.dtype) for s in inputs]
+    dims = dims_of(mod)
+    shapes = [(s.name, at_opt(s.shape, dims), s.dtype) for s in inputs]
     return zoo.random_inputs(shapes, seed, ranges)
 
 

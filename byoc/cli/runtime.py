@@ -13,6 +13,7 @@ from byoc.cli.common import add_backend_options, add_model_argument, add_partiti
 from byoc.cli.common import random_inputs as model_random_inputs
 from byoc.errors import InputError
 from byoc.frontend.onnx_shapes import parse_buckets
+from byoc.ir.dims import at_opt
 from byoc.models import random_inputs
 from byoc.partition import report
 from byoc.runtime_metadata.artifact import read_manifest
@@ -80,7 +81,6 @@ def run_compile(args: argparse.Namespace) -> int:
 def _inputs(specs, given: list[str], dims=None) -> dict[str, np.ndarray]:
     """Inputs from `--input` files, the others seeded random (a dynamic dimension at the value
     partitioning decided for)."""
-    opt = {name: r.opt for name, r in (dims or {}).items()}
     files = {}
     for item in given:
         name, sep, path = item.partition("=")
@@ -93,7 +93,7 @@ def _inputs(specs, given: list[str], dims=None) -> dict[str, np.ndarray]:
     unknown = sorted(set(files) - {s.name for s in specs})
     if unknown:
         raise InputError(f"unknown input(s) {unknown}; the model's inputs are {[s.name for s in specs]}")
-    shapes = [(s.name, tuple(opt[d] if isinstance(d, str) else d for d in s.shape), s.dtype) for s in specs]
+    shapes = [(s.name, at_opt(s.shape, dims or {}), s.dtype) for s in specs]
     return {**random_inputs(shapes, 0), **files}
 
 

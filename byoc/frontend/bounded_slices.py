@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import tvm
 from tvm import relax
 
-from byoc.ir.dims import DimRange
+from byoc.ir.dims import DimRange, symbolic_vars
 from byoc.ir.rewrite import rebuild_function
 from byoc.ir.types import op_name
 
@@ -29,13 +29,9 @@ from byoc.ir.types import op_name
 def _analyzer(func: relax.Function, ranges: Mapping[str, DimRange]) -> tvm.sym.Analyzer:
     analyzer = tvm.sym.Analyzer()
     for param in func.params:
-        shape = getattr(param.ty, "shape", None)
-        if not isinstance(shape, relax.ShapeExpr):
-            continue
-        for dim in shape.values:
-            for var in tvm.tirx.analysis.undefined_vars(dim):
-                if var.name in ranges:
-                    analyzer.bind(var, tvm.ir.Range(ranges[var.name].low, ranges[var.name].high + 1))
+        for name, var in symbolic_vars(param.ty).items():
+            if name in ranges:
+                analyzer.bind(var, tvm.ir.Range(ranges[name].low, ranges[name].high + 1))
     return analyzer
 
 

@@ -11,7 +11,7 @@ are all named at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import onnx
 
@@ -108,48 +108,41 @@ def static_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[in
     return resolved, ranges
 
 
-def parse_dims(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """`NAME=LOW:HIGH` or `NAME=LOW:OPT:HIGH` items (the command line's `--dims`) as `dims=`."""
-    dims = {}
+def _named_items(items: Sequence[str], flag: str, form: str, values_of: Callable[[str], object]) -> dict[str, object]:
+    """`NAME=VALUES` command-line items by name, each read by `values_of` (which returns None
+    or raises ValueError for text it does not take); an error showing `form` otherwise."""
+    parsed = {}
     for item in items:
         name, sep, text = item.rpartition("=")
         try:
-            values = tuple(int(v) for v in text.split(":")) if sep and name else ()
+            values = values_of(text) if sep and name else None
         except ValueError:
-            values = ()
-        if len(values) not in (2, 3):
-            raise ModelLoadError(f"--dims expects NAME=LOW:HIGH or NAME=LOW:OPT:HIGH (e.g. sequence=1:512), got {item!r}")
-        dims[name] = values
-    return dims
+            values = None
+        if values is None:
+            raise ModelLoadError(f"{flag} expects {form}, got {item!r}")
+        parsed[name] = values
+    return parsed
+
+
+def _range(text: str) -> tuple[int, ...] | None:
+    values = tuple(int(v) for v in text.split(":"))
+    return values if len(values) in (2, 3) else None
+
+
+def parse_dims(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """`NAME=LOW:HIGH` or `NAME=LOW:OPT:HIGH` items (the command line's `--dims`) as `dims=`."""
+    return _named_items(items, "--dims", "NAME=LOW:HIGH or NAME=LOW:OPT:HIGH (e.g. sequence=1:512)", _range)
 
 
 def parse_buckets(items: Sequence[str] | None) -> dict[str, list[int]] | None:
     """`NAME=V,V,...` items (the command line's `--shape-buckets`) as `shape_buckets=`."""
     if items is None:
         return None
-    buckets = {}
-    for item in items:
-        name, sep, text = item.rpartition("=")
-        try:
-            values = [int(v) for v in text.split(",")] if sep and name else []
-        except ValueError:
-            values = []
-        if not values:
-            raise ModelLoadError(f"--shape-buckets expects NAME=VALUE,VALUE,... (e.g. sequence=32,128), got {item!r}")
-        buckets[name] = values
-    return buckets
+    return _named_items(items, "--shape-buckets", "NAME=VALUE,VALUE,... (e.g. sequence=32,128)",
+                        lambda text: [int(v) for v in text.split(",")])
 
 
 def parse_shapes(items: Sequence[str]) -> dict[str, list[int]]:
     """`NAME=1x32` items (the command line's `--shapes`) as `shapes=`."""
-    shapes = {}
-    for item in items:
-        name, sep, text = item.rpartition("=")
-        try:
-            dims = [int(d) for d in text.lower().split("x")] if sep and name else None
-        except ValueError:
-            dims = None
-        if dims is None:
-            raise ModelLoadError(f"--shapes expects INPUT=DIMxDIMx... (e.g. input_ids=1x32), got {item!r}")
-        shapes[name] = dims
-    return shapes
+    return _named_items(items, "--shapes", "INPUT=DIMxDIMx... (e.g. input_ids=1x32)",
+                        lambda text: [int(d) for d in text.lower().split("x")])

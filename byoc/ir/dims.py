@@ -60,6 +60,12 @@ def dim_range(name: str, given: object) -> DimRange:
     return DimRange(low, high, opt)
 
 
+def at_opt(shape: Iterable[int | str], dims: Mapping[str, DimRange]) -> tuple[int, ...]:
+    """An input's shape as recorded (a size, or a dimension's name) with each named dimension at
+    its `opt`: the shape an example input takes."""
+    return tuple(dims[d].opt if isinstance(d, str) else d for d in shape)
+
+
 def dims_of(mod: tvm.IRModule) -> dict[str, DimRange]:
     """The named dynamic dimensions of an imported (or partitioned) module, empty for a static
     one."""
