@@ -1,6 +1,7 @@
 """int8 on the CPU: byoc + dnnl on models quantized by onnxruntime's `quantize_static` (QDQ,
 per-channel int8 weights, calibrated on 8 seeded inputs), against onnxruntime and OpenVINO running
-the same files, and against the fp32 model; byoc + onnxruntime on the same files beside. Both activation types are made (u8 and s8); for each
+the same files, and against the fp32 model; byoc + onnxruntime on the same files beside, and
+byoc + dnnl quantizing the fp32 model itself (`precision="int8"`, calibrated on the same 8 inputs). Both activation types are made (u8 and s8); for each
 int8 system the faster counts. All systems run in one process, timed against each other in
 alternating blocks (see `byoc.timing.time_blocks`). Prints a Markdown table per model, then the
 ratios the targets are stated in.
@@ -27,6 +28,7 @@ from byoc.timing import pin_threads, spread, time_blocks
 MODELS = ("resnet50", "mobilenet_v2", "bert_encoder")
 ACTIVATIONS = {"u8": "uint8", "s8": "int8"}
 PEERS = ("onnxruntime", "openvino")
+PRECISION_INT8 = "byoc + dnnl, precision=int8 (fp32 model)"
 
 
 @dataclass
@@ -51,11 +53,12 @@ def _session(model, threads: int):
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def _byoc(model, inputs: dict, want: list, name: str, runners: dict, rows: dict, threads: int, vendor: str = "dnnl") -> None:
+def _byoc(model, inputs: dict, want: list, name: str, runners: dict, rows: dict, threads: int, vendor: str = "dnnl",
+          **options) -> None:
     import byoc
 
     start = time.perf_counter()
-    partitioned = byoc.partition_for(byoc.from_onnx(model), vendor)
+    partitioned = byoc.partition_for(byoc.from_onnx(model), vendor, **options)
     compiled = byoc.build(partitioned, backend_options={"onnxruntime": {"intra_op_num_threads": threads}} if vendor == "onnxruntime" else None)
     got = compiled.run(inputs)
     rows[name] = Row(name, build_s=time.perf_counter() - start, relative_l2=_relative_l2(got, want),
@@ -76,6 +79,7 @@ def benchmark(name: str, threads: int, runs: int, small: bool) -> list[Row]:
     want = fp32.run(None, inputs)
     runners["onnxruntime fp32"], rows["onnxruntime fp32"] = lambda: fp32.run(None, inputs), Row("onnxruntime fp32")
     _byoc(model, inputs, want, "byoc + dnnl fp32", runners, rows, threads)
+    _byoc(model, inputs, want, PRECISION_INT8, runners, rows, threads, precision="int8", calibration=calibration)
     for label, activations in ACTIVATIONS.items():
         quantized = quantize_static(model, calibration, activations)
         session = _session(quantized, threads)
@@ -110,7 +114,10 @@ def markdown(name: str, rows: list[Row]) -> str:
     peers = [p for p in (_fastest(rows, f"{peer} int8") for peer in PEERS) if p is not None]
     best = min(peers, key=lambda r: r.median_ms)
     lines += ["", f"byoc + dnnl int8 ({byoc_int8.system[-2:]}): {byoc_int8.median_ms / best.median_ms:.2f}x the fastest peer int8 "
-              f"({best.system}), {byoc_fp32.median_ms / byoc_int8.median_ms:.2f}x faster than byoc + dnnl fp32", ""]
+              f"({best.system}), {byoc_fp32.median_ms / byoc_int8.median_ms:.2f}x faster than byoc + dnnl fp32"]
+    own = next(r for r in rows if r.system == PRECISION_INT8)
+    lines += [f"byoc + dnnl, precision=int8 on the fp32 model: {own.median_ms / best.median_ms:.2f}x the fastest peer int8, "
+              f"{byoc_fp32.median_ms / own.median_ms:.2f}x faster than byoc + dnnl fp32", ""]
     return "\n".join(lines)
 
 

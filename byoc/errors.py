@@ -97,6 +97,12 @@ class QuantizationError(ByocError):
     """Quantization that cannot be done as asked (no calibration data, unknown dtype)."""
 
 
+class RequantizationWarning(UserWarning):
+    """A device that cannot hold a quantized model's scales as they are quantizes it again (the
+    DPU's power-of-two scales); the warning says how much error that adds. `build(strict=True)`
+    makes it an error."""
+
+
 class PlacementError(PartitionError):
     """Measured placement cannot run as asked: a model it cannot cut, an RPC tracker that does
     not answer, a key with no device; names the tracker, key or backend."""

@@ -21,14 +21,16 @@ from byoc.backend.options import Option
 from byoc.backend.spec import Backend
 from byoc.errors import PartitionError, QuantizationError
 from byoc.ir.dims import copy_dims, dims_of, representative
+from byoc.ir.types import calls_op
 from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backends
+from byoc.partition.precision import int8_plan, quantize_model
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
 from byoc.placement.remote import measurer_for
 from byoc.processing.passes import needs_calibration
 from byoc.processing.ranges import METHODS
 from byoc.runtime_metadata.build import region_functions
-from byoc.runtime_metadata.calibration import calibrate
+from byoc.runtime_metadata.calibration import calibrate, value_ranges
 
 
 def _samples_from_text(text: str):
@@ -86,12 +88,14 @@ def configure(backends: str | Backend | Sequence[str | Backend],
 
 
 PLACEMENTS = ("priority", "auto")
+PRECISIONS = ("fp32", "int8")
 
 
 def partition_for(
     mod: tvm.IRModule,
     backends: str | Backend | Sequence[str | Backend],
     placement: str = "priority",
+    precision: str = "fp32",
     budget_s: float | None = None,
     rpc_tracker: str | None = None,
     rpc_key: str | None = None,
@@ -117,12 +121,18 @@ def partition_for(
     within `budget_s` seconds, on `placement_inputs` (model inputs by name; default seeded
     random), with timings cached under `placement_cache_dir`. `byoc.placement_report` reads
     what was measured and chosen.
+
+    With `precision="int8"`, a float model is quantized first, its activation ranges calibrated
+    on `calibration` (`num_calibration_samples`, `calibration_method` apply), as onnxruntime's
+    `quantize_static` would quantize it (see `byoc.partition.precision`), for a vendor that
+    computes a quantized model in int8 (dnnl).
     """
     if placement not in PLACEMENTS:
         raise PartitionError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
     remote = {"rpc_tracker": rpc_tracker, "rpc_key": rpc_key}
     if placement != "auto" and (budget_s is not None or placement_inputs is not None or any(remote.values())):
         raise PartitionError("budget_s, placement_inputs and the rpc_* options apply to placement='auto' only")
+    mod, options = _at_precision(mod, precision, backends, options)
     configured, cost, routed = configure(backends, options)
     dims = dims_of(mod)
     if dims and placement == "auto":
@@ -133,11 +143,14 @@ def partition_for(
                                    placement_cache_dir, placement_inputs)
     partitioned = copy_dims(mod, partitioned)
     for backend in configured:
-        if not needs_calibration(backend.processing) or not _has_regions(partitioned, backend.name):
+        regions = [func for _, name, func in region_functions(partitioned) if name == backend.name]
+        if not needs_calibration(backend.processing) or not regions:
             continue
         values = routed[backend.name]
         samples = values.get("calibration")
         if samples is None:
+            if all(calls_op(func, "relax.quantize") for func in regions):
+                continue  # the model's own quantization: nothing to calibrate (byoc.processing.adopt)
             raise QuantizationError(
                 f"{backend.name} quantizes at compile time and needs calibration data: pass calibration=[inputs, ...] "
                 "(model inputs by name or by position) to partition_for, or --calibration N on the command line "
@@ -148,6 +161,36 @@ def partition_for(
     return partitioned
 
 
+def _at_precision(mod: tvm.IRModule, precision: str, backends, options: dict[str, Any]) -> tuple[tvm.IRModule, dict[str, Any]]:
+    """The model as `precision` asks, and the options left for the backends (the calibration
+    options that only int8 precision took are used up)."""
+    if precision not in PRECISIONS:
+        raise PartitionError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    if precision == "fp32":
+        return mod, options
+    ordered = resolve_backends(backends)
+    if not any(b.limits.quantized and b.limits.int8_weights for b in ordered):
+        raise PartitionError(f"precision='int8' quantizes the model for a vendor that computes a quantized model in int8 "
+                             f"with its scales (dnnl); {', '.join(b.name for b in ordered)} does not (vitis_ai and ethos_u "
+                             "quantize at compile time anyway)")
+    if calls_op(mod["main"], "relax.quantize", "relax.dequantize"):
+        raise PartitionError("precision='int8': the model is quantized already; partition it as it is")
+    if dims_of(mod):
+        raise PartitionError(f"precision='int8' calibrates at one shape; this model has dynamic dimensions "
+                             f"({', '.join(dims_of(mod))}): import it with static shapes")
+    samples = options.get("calibration")
+    if samples is None:
+        raise QuantizationError("precision='int8' calibrates activation ranges on the model: pass calibration=[inputs, ...] "
+                                "(model inputs by name or by position), or --calibration N on the command line")
+    plan = int8_plan(mod)
+    bounds = value_ranges(mod, plan.calibrated, samples, max_samples=options.get("num_calibration_samples"),
+                          method=options.get("calibration_method") or "minmax")
+    quantized = quantize_model(mod, plan, bounds)
+    declared = {o.name for b in ordered for o in declared_options(b)}
+    calibration_names = {o.name for o in CALIBRATION_OPTIONS}
+    return quantized, {k: v for k, v in options.items() if k in declared or k not in calibration_names}
+
+
 def _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local, placement_cache_dir,
                  placement_inputs) -> tvm.IRModule:
     if placement == "auto":
@@ -155,10 +198,6 @@ def _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_ke
         return place(mod, configured, budget_s if budget_s is not None else DEFAULT_BUDGET_S, measurer,
                      MeasurementCache(placement_cache_dir), placement_inputs, **cost)
     return partition_graph(mod, configured, **cost)
-
-
-def _has_regions(mod: tvm.IRModule, backend: str) -> bool:
-    return any(name == backend for _, name, _ in region_functions(mod))
 
 
 __all__ = ["CALIBRATION_OPTIONS", "declared_options", "describe_options", "partition_for", "route_options"]

@@ -209,3 +209,39 @@ def test_a_dynamically_quantized_model_offloads_its_products(tmp_path):
     compiled = byoc.build(partitioned)
     assert _within_bound(_relative_l2(compiled, quantized))
     assert _as_accurate_as_onnxruntime(compiled, quantized, model)
+
+
+def test_precision_int8_quantizes_a_float_model_for_dnnl():
+    # byoc calibrates and quantizes the float model itself, as onnxruntime's tool would: one
+    # region, every convolution an int8 composite, as accurate as onnxruntime's own quantization.
+    samples = [zoo.sample_inputs(FLOAT_RESNET, seed=s) for s in range(8)]
+    partitioned = byoc.partition_for(byoc.from_onnx(FLOAT_RESNET), "dnnl", precision="int8", calibration=samples)
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_nodes == 1.0, report.to_table()
+    patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
+    convolutions = sum(1 for n in FLOAT_RESNET.graph.node if n.op_type == "Conv")
+    assert sum(n for p, n in patterns.items() if p.startswith("dnnl.qconv2d")) == convolutions, patterns
+    assert patterns["dnnl.qconv2d_bias_add_relu"] > 0 and patterns["dnnl.qmax_pool2d"] == 1, patterns
+    compiled = byoc.build(partitioned)
+    session = ort.InferenceSession(FLOAT_RESNET.SerializeToString(), providers=["CPUExecutionProvider"])
+    ours = onnxruntimes = 0.0
+    quantized = ort.InferenceSession(quantize_static(FLOAT_RESNET, samples, "uint8").SerializeToString(),
+                                     providers=["CPUExecutionProvider"])
+    for seed in (100, 101, 102):
+        inputs = zoo.sample_inputs(FLOAT_RESNET, seed=seed)
+        exact = session.run(None, inputs)[0]
+        ours += float(np.linalg.norm(compiled.run(inputs)[0] - exact) / np.linalg.norm(exact)) / 3
+        onnxruntimes += float(np.linalg.norm(quantized.run(None, inputs)[0] - exact) / np.linalg.norm(exact)) / 3
+    assert ours <= onnxruntimes + 0.005, (ours, onnxruntimes)
+
+
+def test_precision_int8_refusals_name_the_cause(resnet_u8):
+    mod = byoc.from_onnx(FLOAT_RESNET)
+    with pytest.raises(byoc.errors.PartitionError, match="precision must be one of"):
+        byoc.partition_for(mod, "dnnl", precision="int4")
+    with pytest.raises(byoc.errors.QuantizationError, match="calibration"):
+        byoc.partition_for(mod, "dnnl", precision="int8")
+    with pytest.raises(byoc.errors.PartitionError, match="quantize at compile time anyway"):
+        byoc.partition_for(mod, "vitis_ai", precision="int8", calibration=[zoo.sample_inputs(FLOAT_RESNET)])
+    with pytest.raises(byoc.errors.PartitionError, match="quantized already"):
+        byoc.partition_for(byoc.from_onnx(resnet_u8), "dnnl", precision="int8", calibration=[zoo.sample_inputs(FLOAT_RESNET)])

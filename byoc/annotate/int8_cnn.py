@@ -1,7 +1,11 @@
 """What quantized CNN accelerators (a DPU, an NPU) take, declared once: convolutions with bias
 and ReLU/ReLU6 fused, dense layers with constant weights, residual adds, pooling, global average
 pooling, channel concatenation and flattening. Each device brings its own limits: the checks on
-convolutions and pooling windows, and the largest global pooling it runs."""
+convolutions and pooling windows, and the largest global pooling it runs.
+
+A quantized model's own quantize and dequantize ops are taken too, one scale and zero point per
+tensor: the region then computes with the model's scales (byoc.processing.adopt) instead of
+calibrating again."""
 
 from __future__ import annotations
 
@@ -18,8 +22,18 @@ from byoc.annotate.predicates import (
     two_dimensional_weights,
 )
 from byoc.backend.spec import Backend
+from byoc.ir.types import constant_array, is_tensor_constant
 
 OpCheck = Callable[..., "str | None"]
+
+
+def per_tensor_quantization(call) -> str | None:
+    """A quantize or dequantize of activations the device can take: one constant scale and zero point."""
+    if not all(is_tensor_constant(a) for a in call.args[1:3]):
+        return "scale and zero point must be constants"
+    if constant_array(call.args[1]).size != 1 or constant_array(call.args[2]).size != 1:
+        return "activations quantized per channel; the device takes one scale and zero point per tensor"
+    return None
 
 
 def declare_int8_cnn(backend: Backend, conv: OpCheck, pool: OpCheck, mean_window: int) -> None:
@@ -40,3 +54,4 @@ def declare_int8_cnn(backend: Backend, conv: OpCheck, pool: OpCheck, mean_window
     backend.supports("relax.add", check=same_shape_add)
     backend.supports("relax.concat", check=channel_concat)
     backend.supports("relax.reshape", check=flatten_only)
+    backend.supports("relax.quantize", "relax.dequantize", check=per_tensor_quantization)

@@ -52,6 +52,10 @@ class Limits:
     # (its weights stay int8, see byoc.frontend.quantized); one that lists none gets the weights
     # folded to float.
     quantized: tuple[str, ...] = ()
+    # Whether the model's int8 weights are taken as int8 data behind their dequantize. A device
+    # whose weights need their own quantization (the DPU's power-of-two scales per tensor) takes
+    # them in float32 and quantizes them again at code generation (byoc.processing.adopt).
+    int8_weights: bool = True
 
     def violation(self, call: relax.Call, inside: Callable[[relax.Expr], bool] | None = None, output: bool = True) -> str | None:
         """Why `call` breaks these limits, or None. In a composite, values that never leave it

@@ -177,12 +177,14 @@ def layout_on_int8_data(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.DeadCodeElimination(["main"])(rebuild_module(mod, rewrite))
 
 
-def for_partitioning(mod: tvm.IRModule, takes_quantized: bool) -> tvm.IRModule:
-    """A quantized model as the backends being partitioned for take it: with int8 weights and
-    the rewrites above where one of them takes quantized ops (`Limits.quantized`), with float
-    weights otherwise; a model without quantize or dequantize ops as it is."""
+def for_partitioning(mod: tvm.IRModule, takes_quantized: bool, int8_weights: bool = True) -> tvm.IRModule:
+    """A quantized model as the backends being partitioned for take it: with the rewrites above
+    where one of them takes quantized ops (`Limits.quantized`), its weights int8 unless none of
+    those takes int8 weights (`Limits.int8_weights`); with float weights otherwise; a model
+    without quantize or dequantize ops as it is."""
     if not _has_quantize_ops(mod):
         return mod
     if takes_quantized:
-        return dequantize_per_consumer(layout_on_int8_data(fold_float_weights(mod)))
+        weights = fold_float_weights if int8_weights else fold_weight_dequantize
+        return dequantize_per_consumer(layout_on_int8_data(weights(mod)))
     return fold_weight_dequantize(mod)

@@ -78,3 +78,15 @@ def nbytes(ty: relax.Type) -> int:
         if has_static_shape(tensor):
             total += int(np.prod(static_shape(tensor), dtype=np.int64)) * np.dtype(dtype_name(tensor)).itemsize
     return total
+
+
+def calls_op(func: relax.Function, *names: str) -> bool:
+    """Whether `func`, or a function defined inside it (a composite), calls one of the ops `names`."""
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Function) and calls_op(value, *names):
+                return True
+            if op_name(value) in names:
+                return True
+    return False

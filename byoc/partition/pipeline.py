@@ -69,7 +69,8 @@ def partition_graph(
         raise PartitionError(f"unknown partition option(s) {unknown}; cost options are {sorted(COST_OPTIONS)}")
     ordered = resolve_backends(backends)
     _check_main_function(mod)
-    mod = for_partitioning(mod, takes_quantized=any(b.limits.quantized for b in ordered))
+    quantized = [b for b in ordered if b.limits.quantized]
+    mod = for_partitioning(mod, takes_quantized=bool(quantized), int8_weights=any(b.limits.int8_weights for b in quantized))
     rules = [backend.cost.with_options(**options) for backend in ordered]
     host_ops = frozenset().union(*(r.host_ops for r in rules))
     reasons = HostReasons()

@@ -4,13 +4,18 @@ the backend's format. Only region graphs are touched: the host part never is."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from byoc.backend.region_pass import Constants, Graph, RegionContext, RegionPass
+from byoc.errors import RequantizationWarning
+from byoc.processing.adopt import adopt_model_quantization, holds_model_quantization, requantization
 from byoc.processing.cast import to_float16
 from byoc.processing.layout import to_nhwc
-from byoc.processing.quantize import CALIBRATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph
+from byoc.processing.quantize import CALIBRATION_ATTR, REQUANTIZATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph
 
 __all__ = ["Float16Pass", "LayoutPass", "QuantizePass", "RegionContext", "RegionPass", "apply_passes"]
 
@@ -41,9 +46,35 @@ class QuantizePass:
         return self.config(options) if callable(self.config) else self.config
 
     def __call__(self, graph, constants, context):
+        config = self.configure(context.options)
+        if holds_model_quantization(graph):
+            return self._model_quantization(graph, constants, context, config)
         text = context.attrs.get(CALIBRATION_ATTR)
         calibration = RegionCalibration.from_json(text) if text else None
-        return quantize_graph(graph, constants, self.configure(context.options), calibration)
+        return quantize_graph(graph, constants, config, calibration)
+
+    @staticmethod
+    def _model_quantization(graph, constants, context, config: QuantizationConfig):
+        """A quantized model's region, quantized from the model's own scales (byoc.processing.adopt);
+        a warning with the error added where the device cannot hold them as they are."""
+        region = adopt_model_quantization(graph, constants)
+        quantized = quantize_graph(region.graph, region.constants, dataclasses.replace(config, calibration="static"), region.calibration)
+        changes = requantization(region, config)
+        if not changes.exact:
+            form = "symmetric power-of-two scales" if config.power_of_two else "symmetric scales" if config.symmetric else "its scales"
+            per = "per channel" if config.per_channel else "per tensor"
+            measured = context.attrs.get(REQUANTIZATION_ATTR)
+            if measured:
+                found = json.loads(measured)
+                error = f"it adds {found['relative_l2']:.2%} relative L2 to the region's outputs on {found['samples']} calibration sample(s)"
+            else:
+                error = "the error it adds is not measured: partition with calibration=[inputs, ...] to measure it"
+            warnings.warn(
+                f"byoc: region {context.symbol} ({context.backend}): the device needs {form} and weights {per}, so the model's "
+                f"quantization is quantized again ({changes.activations} of {changes.activations_total} activation scales, "
+                f"steps up to {changes.coarsest:.1f}x coarser; {changes.weights} of {changes.weights_total} weight tensors): "
+                f"{error}. Build with strict=True to refuse instead", RequantizationWarning, stacklevel=2)
+        return quantized
 
 
 def apply_passes(processing, graph: Graph, constants: Constants, context: RegionContext) -> tuple[Graph, Constants]:

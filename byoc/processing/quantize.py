@@ -6,7 +6,12 @@ int8 weights, computes, and its result is quantized again. This is the QDQ form 
 accelerator compilers consume and that TVM can execute, so a quantized region is also its own
 numerical reference. Scales are symmetric (zero point 0), per tensor for activations and per
 output channel (or per tensor) for weights, from calibration at compile time or from the data
-at run time, optionally rounded up to powers of two for fixed-point hardware.
+at run time, optionally rounded up to powers of two for fixed-point hardware. Activations may
+instead be asymmetric, int8 with a zero point (TFLite's int8, which Ethos-U runs), so that a
+ReLU's output spends all 256 levels on its non-negative range.
+
+A quantized model's region starts from the model's own ranges instead of calibration (see
+byoc.processing.adopt).
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from byoc.processing.ranges import METHODS
 from byoc.processing.rewrite import GraphWriter
 
 CALIBRATION_ATTR = "byoc.calibration"
+# What a device's own quantization of a quantized model's region adds to its error, measured on
+# the calibration samples: {"samples": n, "relative_l2": e}.
+REQUANTIZATION_ATTR = "byoc.requantization"
 _QUANTIZE_ATTRS = "relax.attrs.QuantizeAttrs"
 # Ops whose second operand is a weight, and the axis of its output channels by layout.
 _WEIGHT_OPS = {"relax.nn.conv2d", "relax.matmul"}
@@ -39,6 +47,7 @@ class QuantizationConfig:
     power_of_two: bool = False
     calibration: str = "static"  # "static": scales from calibration data; "dynamic": from the data at run time
     calibration_method: str = "minmax"  # how calibration data becomes ranges (byoc.processing.ranges)
+    symmetric: bool = True  # activations: zero point 0; else int8 with a zero point over [low, high]
 
     def __post_init__(self) -> None:
         if self.dtype != "int8":
@@ -47,12 +56,33 @@ class QuantizationConfig:
             raise QuantizationError(f"calibration must be 'static' or 'dynamic', not {self.calibration!r}")
         if self.calibration_method not in METHODS:
             raise QuantizationError(f"calibration_method must be one of {', '.join(METHODS)}, not {self.calibration_method!r}")
+        if self.power_of_two and not self.symmetric:
+            raise QuantizationError("power-of-two scales are fixed-point positions: they need symmetric quantization")
 
     def scale(self, magnitude: np.ndarray | float) -> np.ndarray:
         scale = np.maximum(np.asarray(magnitude, dtype=np.float64), _TINY) / _QMAX[self.dtype]
         if self.power_of_two:
             scale = np.exp2(np.ceil(np.log2(scale)))
         return scale.astype(np.float32)
+
+    def activation(self, low: float, high: float) -> tuple[float, int]:
+        """Scale and zero point for a tensor ranging over [low, high]. Asymmetric, the range is
+        widened to hold 0, as zero padding and ReLU need zero exactly representable."""
+        if self.symmetric:
+            return float(self.scale(max(abs(low), abs(high)))), 0
+        low, high = min(float(low), 0.0), max(float(high), 0.0)
+        scale = float(np.float32(max(high - low, _TINY) / 255))
+        return scale, int(np.clip(round(-128 - low / scale), -128, 127))
+
+    def quantize_weights(self, weights: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+        """int8 weights and their scales: per slice along `axis` (flattened) when per channel,
+        else one scale (shape ())."""
+        if self.per_channel:
+            scales = self.weight_scale(weights, tuple(a for a in range(weights.ndim) if a != axis))
+        else:
+            scales = self.weight_scale(weights, None)
+        quantized = np.clip(np.round(weights / scales), -_QMAX["int8"], _QMAX["int8"]).astype(np.int8)
+        return quantized, scales.reshape(-1) if self.per_channel else scales.reshape(())
 
     def weight_scale(self, weights: np.ndarray, reduce_axes: tuple[int, ...] | None) -> np.ndarray:
         """Scales for `weights`, one per slice along the axes not reduced (None: one in all).
@@ -91,8 +121,9 @@ class RegionCalibration:
         return cls(**json.loads(text))
 
 
-def _magnitude(low_high: list[float]) -> float:
-    return max(abs(low_high[0]), abs(low_high[1]))
+def weight_axis(node: Mapping[str, Any], weights: np.ndarray) -> int:
+    """The axis of a weight's output channels: O of a convolution's kernel layout, a dense layer's last."""
+    return node["attrs"].get("kernel_layout", "OIHW").index("O") if node["op"] == "relax.nn.conv2d" else weights.ndim - 1
 
 
 class _Quantizer:
@@ -107,12 +138,16 @@ class _Quantizer:
     def _scalar(self, value, dtype: str) -> dict:
         return self.writer.constant(np.asarray(value, dtype=dtype), "q")
 
-    def _pair(self, value: dict, shape, magnitude: float | None, name: str) -> dict:
-        """quantize + dequantize of `value`; returns the dequantized reference."""
+    def _pair(self, value: dict, shape, bounds: list[float] | None, name: str) -> dict:
+        """quantize + dequantize of `value` (over `bounds`, None: from the data at run time);
+        returns the dequantized reference."""
         w = self.writer
         qtype = self.config.dtype
-        zero = self._scalar(0, qtype)
-        scale = self._scalar(self.config.scale(magnitude), "float32") if magnitude is not None else self._runtime_scale(value, shape, name)
+        if bounds is None:
+            zero, scale = self._scalar(0, qtype), self._runtime_scale(value, shape, name)
+        else:
+            scale_value, zero_point = self.config.activation(*bounds)
+            zero, scale = self._scalar(zero_point, qtype), self._scalar(scale_value, "float32")
         attrs = {"axis": -1, "out_dtype": qtype}
         quantized = w.add("relax.quantize", [value, scale, zero], [{"shape": shape, "dtype": qtype}], name, attrs, _QUANTIZE_ATTRS)
         attrs = {"axis": -1, "out_dtype": "float32"}
@@ -135,33 +170,28 @@ class _Quantizer:
         """int8 weights with their scales, dequantized for the kernel."""
         w = self.writer
         weights = self.constants[ref["const"]]
-        layout = node["attrs"].get("kernel_layout", "OIHW")
-        axis = layout.index("O") if node["op"] == "relax.nn.conv2d" else weights.ndim - 1
+        axis = weight_axis(node, weights)
+        quantized, scales = self.config.quantize_weights(weights, axis)
         if self.config.per_channel:
-            scales = self.config.weight_scale(weights, tuple(a for a in range(weights.ndim) if a != axis))
-            quantized = np.clip(np.round(weights / scales), -_QMAX["int8"], _QMAX["int8"]).astype(np.int8)
-            scales = scales.reshape(-1)
             scale_ref, zero_ref, attrs = w.constant(scales, "wscale"), w.constant(np.zeros(scales.shape, np.int8), "wzero"), {"axis": axis}
         else:
-            scale = self.config.weight_scale(weights, None)
-            quantized = np.clip(np.round(weights / scale), -_QMAX["int8"], _QMAX["int8"]).astype(np.int8)
-            scale_ref, zero_ref, attrs = self._scalar(scale.reshape(()), "float32"), self._scalar(0, "int8"), {"axis": -1}
+            scale_ref, zero_ref, attrs = self._scalar(scales, "float32"), self._scalar(0, "int8"), {"axis": -1}
         stored = w.constant(quantized, "qweight")
         return w.add("relax.dequantize", [stored, scale_ref, zero_ref], [{"shape": list(weights.shape), "dtype": "float32"}],
                      node["name"], {**attrs, "out_dtype": "float32"}, _QUANTIZE_ATTRS)
 
-    def _magnitude(self, kind: str, index: int, output: int = 0) -> float | None:
+    def _bounds(self, kind: str, index: int, output: int = 0) -> list[float] | None:
         if self.config.calibration == "dynamic":
             return None
         if kind == "input":
-            return _magnitude(self.calibration.inputs[index])
-        return _magnitude(self.calibration.kernels[index][output])
+            return self.calibration.inputs[index]
+        return self.calibration.kernels[index][output]
 
     def run(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         w = self.writer
         for index, spec in enumerate(self.graph["inputs"]):
             if spec["dtype"] == "float32":
-                w.mapping[("input", index)] = self._pair({"input": index}, spec["shape"], self._magnitude("input", index), spec["name"])
+                w.mapping[("input", index)] = self._pair({"input": index}, spec["shape"], self._bounds("input", index), spec["name"])
         for kernel in kernels(self.graph):
             for node in kernel.nodes:
                 args = []
@@ -173,8 +203,8 @@ class _Quantizer:
             for output, ref in enumerate(kernel.output_refs()):
                 spec = kernel.result["outputs"][output]
                 if spec["dtype"] == "float32":
-                    magnitude = self._magnitude("kernel", kernel.index, output)
-                    w.mapping[ref_key(ref)] = self._pair(w.mapping[ref_key(ref)], spec["shape"], magnitude, kernel.result["name"])
+                    bounds = self._bounds("kernel", kernel.index, output)
+                    w.mapping[ref_key(ref)] = self._pair(w.mapping[ref_key(ref)], spec["shape"], bounds, kernel.result["name"])
         graph = w.graph([w.lookup(ref) for ref in self.graph["outputs"]])
         return graph, w.used_constants(graph)
 

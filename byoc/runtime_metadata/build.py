@@ -18,7 +18,7 @@ from byoc.backend.engine import EngineContext
 from byoc.backend.registry import backend_origin, checked_backend_options, get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
-from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, UnknownBackendError
+from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, RequantizationWarning, UnknownBackendError
 from byoc.host import host_pipeline
 from byoc.ir.dims import dims_of, function_dimensions, symbolic_names
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
@@ -340,7 +340,10 @@ def build(
     record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
     partition = json.loads(str(record)) if record is not None else None
     planned = {r.symbol: r for r in PartitionRecord.from_dict(partition).regions} if partition else {}
-    artifacts, failed, specialised = _generate(mod, strict, backend_options, store, configured, planned, buckets)
+    with warnings.catch_warnings():
+        if strict:  # a device that would quantize the model's scales again refuses instead
+            warnings.simplefilter("error", RequantizationWarning)
+        artifacts, failed, specialised = _generate(mod, strict, backend_options, store, configured, planned, buckets)
     variant_of = {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
     backends = {a.backend: configured[a.backend] for a in artifacts}
     cache = EngineCache(cache_dir if cache_dir is not None else default_cache_dir())

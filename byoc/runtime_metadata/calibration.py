@@ -4,25 +4,33 @@ The partitioned model runs with every region executed in float32 by TVM through 
 engine, which returns the region's outputs and records the range of its inputs and of every
 kernel's outputs. The ranges are attached to the region functions (attribute
 `byoc.calibration`), where quantization finds them at code generation.
+
+A region that holds a quantized model's own quantization needs no ranges (byoc.processing.adopt);
+there the samples measure the error the device's own form of it adds, as the model quantizes
+the region against as the device will (attribute `byoc.requantization`), for the build's warning.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import tvm
+from tvm import relax
 
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_json import JsonRuntime, tvm_engine
 from byoc.codegen_json.graph import kernels
-from byoc.errors import QuantizationError
+from byoc.errors import QuantizationError, RequantizationWarning
+from byoc.ir.types import calls_op
 from byoc.partition.outline import CODEGEN_ATTR
 from byoc.processing.passes import RegionContext, apply_passes, default_calibration_method, passes_before_quantization
-from byoc.processing.quantize import CALIBRATION_ATTR, RegionCalibration
+from byoc.processing.quantize import CALIBRATION_ATTR, REQUANTIZATION_ATTR, RegionCalibration
 from byoc.processing.ranges import METHODS, TensorRange
 from byoc.runtime_metadata.build import build, region_functions, region_symbol
 
@@ -63,15 +71,56 @@ class _ProbeEngine:
                 self.ranges.kernels[kernel][output].add(array)
 
 
-def _probe_backend(collected: dict[str, _Ranges], target: Backend, options: Mapping[str, Any], method: str) -> Backend:
+class _Requantization:
+    """The error a device's quantization adds to a quantized model's region, over the samples."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.differences = self.references = 0.0
+
+    def to_json(self) -> str:
+        error = (self.differences / self.references) ** 0.5 if self.references else 0.0
+        return json.dumps({"samples": self.samples, "relative_l2": error})
+
+
+class _RequantizationProbe:
+    """Runs a quantized model's region as the model quantizes it (the outputs it returns) and as
+    the device would, and adds up how far apart the two are."""
+
+    def __init__(self, model: tuple[dict, dict], device: tuple[dict, dict], errors: _Requantization) -> None:
+        self.engines = [tvm_engine.build_engine(graph, constants, {}) for graph, constants in (model, device)]
+        self.errors = errors
+        self.lock = threading.Lock()
+
+    def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        self.engines[0].run(inputs, outputs)
+        device = [np.empty_like(out) for out in outputs]
+        self.engines[1].run(inputs, device)
+        with self.lock:
+            self.errors.samples += 1
+            for want, got in zip(outputs, device):
+                self.errors.differences += float(np.sum((got.astype(np.float64) - want) ** 2))
+                self.errors.references += float(np.sum(want.astype(np.float64) ** 2))
+
+
+def _probe_backend(collected: dict[str, _Ranges], requantized: dict[str, _Requantization], target: Backend,
+                   options: Mapping[str, Any], method: str) -> Backend:
     before = passes_before_quantization(target.processing)
 
     def build_engine(graph, constants, _options):
         # A shape-specialised region is probed per shape (`vitis_ai_0__batch4`); its ranges are
         # the region's, over every shape calibrated.
         symbol = options["variant_of"].get(graph["symbol"], graph["symbol"])
+        context = RegionContext(graph["symbol"], target.name, {}, options["build"])
+        if symbol in options["measured"]:
+            model = apply_passes(before, graph, constants, context)
+            with warnings.catch_warnings(record=True) as warned:
+                warnings.simplefilter("always", RequantizationWarning)  # what this probe measures
+                device = apply_passes(target.processing[len(before):], *model, context)
+            if not any(issubclass(w.category, RequantizationWarning) for w in warned):
+                return tvm_engine.build_engine(*model, {})  # the device holds the model's scales: nothing to measure
+            return _RequantizationProbe(model, device, requantized.setdefault(symbol, _Requantization()))
         if symbol in options["targets"] and before:
-            context = RegionContext(graph["symbol"], target.name, {}, options["build"])
             graph, constants = apply_passes(before, graph, constants, context)
         ranges = collected.setdefault(symbol, _Ranges(len(graph["inputs"]), [len(k.result["outputs"]) for k in kernels(graph)], method))
         return _ProbeEngine(graph, constants, ranges)
@@ -96,9 +145,12 @@ def calibrate(
     method = method or default_calibration_method(target.processing, options or {})
     if method not in METHODS:
         raise QuantizationError(f"unknown calibration method {method!r}; the methods are {', '.join(METHODS)}")
-    regions = region_functions(mod)
-    targets = [symbol for symbol, name, _ in regions if name == target.name]
-    if not targets:
+    regions = [(symbol, func) for symbol, name, func in region_functions(mod) if name == target.name]
+    # A region with the model's own quantization takes its ranges from it (byoc.processing.adopt);
+    # the samples measure what the device's own form of it costs instead.
+    targets = [symbol for symbol, func in regions if not calls_op(func, "relax.quantize")]
+    measured = [symbol for symbol, func in regions if symbol not in targets]
+    if not regions:
         return mod
     probe = mod.clone()
     for gvar, func in mod.functions.items():
@@ -106,8 +158,9 @@ def calibrate(
             probe[gvar] = func.with_attr(CODEGEN_ATTR, PROBE_BACKEND)
     collected: dict[str, _Ranges] = {}
     variant_of: dict[str, str] = {}
-    probe_backend = _probe_backend(collected, target, {"targets": set(targets), "build": dict(options or {}),
-                                                        "variant_of": variant_of}, method)
+    requantized: dict[str, _Requantization] = {}
+    probe_backend = _probe_backend(collected, requantized, target, {"targets": set(targets), "measured": set(measured),
+                                                                    "build": dict(options or {}), "variant_of": variant_of}, method)
     # Lazy: the probe's engines are byoc's own recorders, and a build-time trial run would be
     # recorded as a calibration sample.
     compiled = build(probe, backends={PROBE_BACKEND: probe_backend}, engines="lazy")
@@ -130,4 +183,42 @@ def calibrate(
             if symbol not in collected:
                 raise QuantizationError(f"region {symbol} ({target.name}): no calibration sample ran it")
             result[gvar] = func.with_attr(CALIBRATION_ATTR, collected[symbol].calibration().to_json())
+        elif symbol in requantized:
+            result[gvar] = func.with_attr(REQUANTIZATION_ATTR, requantized[symbol].to_json())
     return result
+
+
+def _with_outputs(func: relax.Function, var_ids: Sequence[int]) -> relax.Function:
+    """`func` returning its result followed by the values `var_ids` bind (for calibration)."""
+    flat = relax.transform.ToNonDataflow()(tvm.IRModule({"main": func}))["main"]
+    # ToNonDataflow keeps the variables it rebinds; match them by position
+    original = [b.var for block in func.body.blocks for b in block.bindings]
+    rebound = [b.var for block in flat.body.blocks for b in block.bindings]
+    by_id = {old.id_: new for old, new in zip([*func.params, *original], [*flat.params, *rebound])}
+    result = flat.body.body
+    outputs = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    returned = relax.BlockBuilder().normalize(relax.Tuple([*outputs, *(by_id[i] for i in var_ids)]))
+    return relax.Function(flat.params, relax.SeqExpr(flat.body.blocks, returned), returned.ty, flat.is_pure, flat.attrs)
+
+
+def value_ranges(mod: tvm.IRModule, var_ids: Sequence[int], samples: Iterable, max_samples: int | None = None,
+                 method: str = "minmax") -> dict[int, list[float]]:
+    """The range ([low, high] by `method`) of each value of `mod["main"]` that `var_ids` name (its
+    bindings or parameters), over the model run on the host on `samples` (model inputs)."""
+    if method not in METHODS:
+        raise QuantizationError(f"unknown calibration method {method!r}; the methods are {', '.join(METHODS)}")
+    probe = tvm.IRModule({"main": _with_outputs(mod["main"], var_ids)})
+    compiled = build(probe)
+    first = len(compiled.outputs) - len(var_ids)
+    ranges = [TensorRange(method, seed) for seed in range(len(var_ids))]
+    count = 0
+    for sample in samples:
+        if max_samples is not None and count >= max_samples:
+            break
+        results = compiled.run(**sample) if isinstance(sample, Mapping) else compiled.run(*sample)
+        for tensor, array in zip(ranges, results[first:]):
+            tensor.add(array)
+        count += 1
+    if count == 0:
+        raise QuantizationError("calibration needs model inputs: none was given")
+    return {var_id: tensor.bounds() for var_id, tensor in zip(var_ids, ranges)}

@@ -111,7 +111,7 @@ def vitis_ai_backend(config: DpuConfig, single_region: bool = False) -> Backend:
         name="vitis_ai",
         priority=8,
         description=f"simulated Xilinx {config.name}, {config.description}",
-        limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True),
+        limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True, quantized=("int8", "uint8"), int8_weights=False),
         cost=CostRules(max_regions=1) if single_region else CostRules(),
         # Vitis AI's own quantizer picks each fixed-point position by least error (`min_diffs` here), which
         # lowers the error of most models but ties a classifier's saturated top scores (byoc.processing.ranges):
