@@ -10,6 +10,7 @@ from byoc.backend.registry import BUILTIN_VENDORS
 from byoc.flow import partition_for
 from byoc.frontend import cleanup, from_onnx, from_torch
 from byoc.partition import PartitionReport, RegionSummary, report
+from byoc.placement.precision import PrecisionReport, precision_report
 from byoc.placement.report import PlacementReport, placement_report
 from byoc.runtime_metadata import CompiledModel, Engine, build, load
 
@@ -25,6 +26,7 @@ __all__ = [
     "Pattern",
     "PartitionReport",
     "PlacementReport",
+    "PrecisionReport",
     "RegionSummary",
     "Tolerance",
     "build",
@@ -43,6 +45,7 @@ __all__ = [
     "partition_for_tensorrt",
     "partition_for_vitis_ai",
     "placement_report",
+    "precision_report",
     "register_backend",
     "report",
     "unregister_backend",

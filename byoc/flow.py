@@ -26,6 +26,7 @@ from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backe
 from byoc.partition.precision import int8_plan, quantize_model
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
+from byoc.placement.precision import DEFAULT_BUDGET, PRECISION_ATTR, PrecisionReport, choose_precision
 from byoc.placement.remote import measurer_for
 from byoc.processing.passes import needs_calibration
 from byoc.processing.ranges import METHODS
@@ -88,7 +89,7 @@ def configure(backends: str | Backend | Sequence[str | Backend],
 
 
 PLACEMENTS = ("priority", "auto")
-PRECISIONS = ("fp32", "int8")
+PRECISIONS = ("fp32", "int8", "auto")
 
 
 def partition_for(
@@ -96,6 +97,7 @@ def partition_for(
     backends: str | Backend | Sequence[str | Backend],
     placement: str = "priority",
     precision: str = "fp32",
+    max_rel_l2: float | None = None,
     budget_s: float | None = None,
     rpc_tracker: str | None = None,
     rpc_key: str | None = None,
@@ -125,14 +127,17 @@ def partition_for(
     With `precision="int8"`, a float model is quantized first, its activation ranges calibrated
     on `calibration` (`num_calibration_samples`, `calibration_method` apply), as onnxruntime's
     `quantize_static` would quantize it (see `byoc.partition.precision`), for a vendor that
-    computes a quantized model in int8 (dnnl).
+    computes a quantized model in int8 (dnnl). With `precision="auto"`, each segment of the
+    model's layers runs in int8 or fp32 by measurement: the fastest choice whose relative L2
+    error against the fp32 model on the calibration inputs is within `max_rel_l2` (default 2%;
+    see `byoc.placement.precision`); `byoc.precision_report` reads what was measured and chosen.
     """
     if placement not in PLACEMENTS:
         raise PartitionError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
     remote = {"rpc_tracker": rpc_tracker, "rpc_key": rpc_key}
     if placement != "auto" and (budget_s is not None or placement_inputs is not None or any(remote.values())):
         raise PartitionError("budget_s, placement_inputs and the rpc_* options apply to placement='auto' only")
-    mod, options = _at_precision(mod, precision, backends, options)
+    mod, options, measured_precision = _at_precision(mod, precision, max_rel_l2, backends, options)
     configured, cost, routed = configure(backends, options)
     dims = dims_of(mod)
     if dims and placement == "auto":
@@ -158,37 +163,55 @@ def partition_for(
             )
         method = {"method": values["calibration_method"]} if values.get("calibration_method") else {}
         partitioned = calibrate(partitioned, backend, samples, max_samples=values.get("num_calibration_samples"), **method)
+    if measured_precision is not None:
+        partitioned = partitioned.with_attr(PRECISION_ATTR, measured_precision.to_json())
     return partitioned
 
 
-def _at_precision(mod: tvm.IRModule, precision: str, backends, options: dict[str, Any]) -> tuple[tvm.IRModule, dict[str, Any]]:
-    """The model as `precision` asks, and the options left for the backends (the calibration
-    options that only int8 precision took are used up)."""
+def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, backends,
+                  options: dict[str, Any]) -> tuple[tvm.IRModule, dict[str, Any], PrecisionReport | None]:
+    """The model as `precision` asks, the options left for the backends (the calibration options
+    that only int8 precision took are used up), and what `precision="auto"` measured."""
     if precision not in PRECISIONS:
         raise PartitionError(f"precision must be one of {PRECISIONS}, not {precision!r}")
+    if max_rel_l2 is not None and precision != "auto":
+        raise PartitionError("max_rel_l2 is the error budget of precision='auto'")
     if precision == "fp32":
-        return mod, options
+        return mod, options, None
     ordered = resolve_backends(backends)
     if not any(b.limits.quantized and b.limits.int8_weights for b in ordered):
-        raise PartitionError(f"precision='int8' quantizes the model for a vendor that computes a quantized model in int8 "
-                             f"with its scales (dnnl); {', '.join(b.name for b in ordered)} does not (vitis_ai and ethos_u "
-                             "quantize at compile time anyway)")
+        raise PartitionError(f"precision={precision!r} quantizes the model for a vendor that computes a quantized model in "
+                             f"int8 with its scales (dnnl); {', '.join(b.name for b in ordered)} does not (vitis_ai and "
+                             "ethos_u quantize at compile time anyway)")
     if calls_op(mod["main"], "relax.quantize", "relax.dequantize"):
-        raise PartitionError("precision='int8': the model is quantized already; partition it as it is")
+        raise PartitionError(f"precision={precision!r}: the model is quantized already; partition it as it is")
     if dims_of(mod):
-        raise PartitionError(f"precision='int8' calibrates at one shape; this model has dynamic dimensions "
+        raise PartitionError(f"precision={precision!r} calibrates at one shape; this model has dynamic dimensions "
                              f"({', '.join(dims_of(mod))}): import it with static shapes")
-    samples = options.get("calibration")
-    if samples is None:
-        raise QuantizationError("precision='int8' calibrates activation ranges on the model: pass calibration=[inputs, ...] "
-                                "(model inputs by name or by position), or --calibration N on the command line")
-    plan = int8_plan(mod)
-    bounds = value_ranges(mod, plan.calibrated, samples, max_samples=options.get("num_calibration_samples"),
-                          method=options.get("calibration_method") or "minmax")
-    quantized = quantize_model(mod, plan, bounds)
+    if options.get("calibration") is None:
+        raise QuantizationError(f"precision={precision!r} calibrates activation ranges on the model: pass calibration=[inputs, "
+                                "...] (model inputs by name or by position), or --calibration N on the command line")
+    samples = list(options["calibration"])[:options.get("num_calibration_samples")]
+    float_backends = [b for b in ordered if not needs_calibration(b.processing)]
+    known: dict[int, list[float]] = {}
+
+    def bounds(plan):
+        missing = [i for i in plan.calibrated if i not in known]
+        if missing:
+            known.update(value_ranges(mod, missing, samples, method=options.get("calibration_method") or "minmax",
+                                      backends=float_backends))
+        return known
+
+    report = None
+    if precision == "int8":
+        plan = int8_plan(mod)
+        quantized = quantize_model(mod, plan, bounds(plan))
+    else:
+        quantized, report = choose_precision(mod, float_backends, samples, bounds,
+                                             DEFAULT_BUDGET if max_rel_l2 is None else max_rel_l2)
     declared = {o.name for b in ordered for o in declared_options(b)}
     calibration_names = {o.name for o in CALIBRATION_OPTIONS}
-    return quantized, {k: v for k, v in options.items() if k in declared or k not in calibration_names}
+    return quantized, {k: v for k, v in options.items() if k in declared or k not in calibration_names}, report
 
 
 def _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local, placement_cache_dir,

@@ -245,3 +245,21 @@ def test_precision_int8_refusals_name_the_cause(resnet_u8):
         byoc.partition_for(mod, "vitis_ai", precision="int8", calibration=[zoo.sample_inputs(FLOAT_RESNET)])
     with pytest.raises(byoc.errors.PartitionError, match="quantized already"):
         byoc.partition_for(byoc.from_onnx(resnet_u8), "dnnl", precision="int8", calibration=[zoo.sample_inputs(FLOAT_RESNET)])
+
+
+def test_precision_auto_keeps_the_measured_error_within_the_budget():
+    samples = [zoo.sample_inputs(FLOAT_RESNET, seed=s) for s in range(3)]
+    mod = byoc.from_onnx(FLOAT_RESNET)
+    fp32 = byoc.build(byoc.partition_for(mod, "dnnl"))  # what the error is measured against
+    want = [fp32.run(s)[0] for s in samples]
+    # no budget for int8 at all: every layer stays fp32; a generous one: the whole model in int8
+    for budget, int8_layers in ((1e-6, 0), (0.5, 21)):
+        partitioned = byoc.partition_for(mod, "dnnl", precision="auto", max_rel_l2=budget, calibration=samples)
+        report = byoc.precision_report(partitioned)
+        assert sum(s.layers for s in report.segments if s.chosen == "int8") == int8_layers, report.to_table()
+        patterns = Counter({p: n for r in byoc.report(partitioned).regions for p, n in r.patterns.items()})
+        assert sum(n for p, n in patterns.items() if p.startswith(("dnnl.qconv", "dnnl.qdense"))) == int8_layers, patterns
+        got = [byoc.build(partitioned).run(s)[0] for s in samples]
+        error = float(np.sqrt(sum(np.sum((g - w) ** 2) for g, w in zip(got, want)) / sum(np.sum(w ** 2) for w in want)))
+        assert error <= budget + 1e-6 and abs(error - report.rel_l2) < 1e-3, (error, report.to_table())
+    assert "all int8" in report.to_table() and report.fp32_ms > 0

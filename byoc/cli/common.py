@@ -63,9 +63,12 @@ def add_partition_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", help="the vendor's hardware configuration option (e.g. DPUCZDX8G-B1024, ethos-u55-128)")
     parser.add_argument("--calibration", "--calibration-samples", type=int, default=8, metavar="N", dest="calibration",
                         help="vendors that quantize at compile time: calibrate on N seeded random inputs (default 8)")
-    parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
+    parser.add_argument("--precision", choices=("fp32", "int8", "auto"), default="fp32",
                         help="int8: quantize the float model first, calibrated on --calibration N seeded random inputs, for "
-                             "a vendor that computes quantized models in int8 (dnnl)")
+                             "a vendor that computes quantized models in int8 (dnnl); auto: int8 or fp32 per segment, the "
+                             "fastest within --max-rel-l2 of fp32 on those inputs")
+    parser.add_argument("--max-rel-l2", type=float, metavar="ERROR",
+                        help="--precision auto: the relative L2 error allowed against fp32 (default 0.02)")
     parser.add_argument("--placement", choices=("priority", "auto"), default="priority",
                         help="priority: the first vendor that takes an op runs it; auto: measured cost chooses")
     parser.add_argument("--budget-s", type=float, metavar="SECONDS", help="--placement auto: time allowed for measuring (default 600)")
@@ -131,11 +134,13 @@ def partition(args: argparse.Namespace, mod: tvm.IRModule, model: onnx.ModelProt
     `--calibration N` seeded random inputs."""
     backends = [get_backend(name) for name in vendors(args)]
     options = {**partition_options(args), **vendor_options(args, backends)}
-    calibrating = args.precision == "int8" or any(needs_calibration(b.processing) for b in backends)
+    calibrating = args.precision != "fp32" or any(needs_calibration(b.processing) for b in backends)
     if calibrating and "calibration" not in options:
         options["calibration"] = [random_inputs(mod, model, seed) for seed in range(args.calibration)]
     if args.precision != "fp32":
         options["precision"] = args.precision
+    if args.max_rel_l2 is not None:
+        options["max_rel_l2"] = args.max_rel_l2
     if args.placement == "auto":
         options.update(placement="auto", budget_s=args.budget_s, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
                        rpc_fallback_local=args.rpc_fallback_local, placement_inputs=random_inputs(mod, model, 0))

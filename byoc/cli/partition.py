@@ -7,6 +7,7 @@ import argparse
 from byoc.cli.common import add_model_argument, add_partition_options, load_model, partition
 from byoc.partition import report
 from byoc.partition.visualize import to_dot, to_svg
+from byoc.placement.precision import precision_report
 from byoc.placement.report import placement_report
 
 
@@ -30,10 +31,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"model: {label}")
         print(result.to_table(max_host_ops=None if args.all_host_ops else 40))
-        measured = placement_report(partitioned)
-        if measured is not None:
-            print()
-            print(measured.to_table())
+        for measured in (placement_report(partitioned), precision_report(partitioned)):
+            if measured is not None:
+                print()
+                print(measured.to_table())
     if args.svg:
         with open(args.svg, "w") as f:
             f.write(to_svg(partitioned))

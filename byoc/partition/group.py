@@ -134,6 +134,9 @@ class _PatternChecker:
         for var in ctx.matched_bindings.keys():
             if var.id_ != root.id_ and any(user.id_ not in inside for user in ctx.var_usages.get(var, [])):
                 return f"{var.name} is also used outside the pattern"
+            # A value the dataflow block hands out (a model output, say) has no user here to see.
+            if var.id_ != root.id_ and not isinstance(var, relax.DataflowVar):
+                return f"{var.name} is also an output of the model"
         for name, call in calls:
             if self.policy.forced_to_host(name, call.op.name):
                 return f"{call.op.name} at {name} is forced to the host"

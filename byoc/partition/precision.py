@@ -37,6 +37,7 @@ _ACTIVATION_OPS = ("relax.nn.relu", "relax.clip")
 @dataclass(frozen=True)
 class Int8Plan:
     layers: frozenset[int]  # bindings (var ids) of the convolutions and dense layers to quantize
+    order: tuple[int, ...]  # the same, in the model's order
     ends: dict[int, int | None]  # var id -> quantized at its definition: calibrated (None) or the var id whose scale it keeps
     inputs: frozenset[int]  # var ids quantized where a quantized op reads them (not quantized where defined)
 
@@ -61,7 +62,7 @@ def _quantizable_layer(value: relax.Expr) -> bool:
     return (value.attrs.data_layout, value.attrs.kernel_layout) in _CHANNELS_FIRST
 
 
-def _plan(func: relax.Function) -> Int8Plan:
+def _plan(func: relax.Function, only: frozenset[int] | None = None) -> Int8Plan:
     bindings = [b for block in func.body.blocks if isinstance(block, relax.DataflowBlock) for b in block.bindings]
     values = {b.var.id_: b.value for b in bindings}
     users: dict[int, list[relax.Var]] = {}
@@ -96,7 +97,7 @@ def _plan(func: relax.Function) -> Int8Plan:
     pools: dict[int, int] = {}  # max pooling -> what it reads
     for binding in bindings:
         value, var = binding.value, binding.var
-        if _quantizable_layer(value):
+        if _quantizable_layer(value) and (only is None or var.id_ in only):
             layers[var.id_] = (var_ids(value.args[:1]), end_of(var, (bias_add, activation)).id_)
         elif op_name(value) == "relax.add" and all(isinstance(a, relax.Var) and _float_tensor(a) for a in value.args) \
                 and static_shape(value.args[0].ty) == static_shape(value.args[1].ty):
@@ -116,7 +117,7 @@ def _plan(func: relax.Function) -> Int8Plan:
         adds, pools = kept_adds, kept_pools
     ends: dict[int, int | None] = {end: None for end in quantized_ends}
     ends.update(pools)
-    return Int8Plan(frozenset(layers), ends, frozenset(readers - set(ends)))
+    return Int8Plan(frozenset(layers), tuple(layers), ends, frozenset(readers - set(ends)))
 
 
 class _Quantizer:
@@ -174,9 +175,10 @@ class _Quantizer:
         return value
 
 
-def int8_plan(mod: tvm.IRModule) -> Int8Plan:
-    """What `quantize_model` quantizes in `mod`; its `calibrated` values need ranges."""
-    plan = _plan(mod["main"])
+def int8_plan(mod: tvm.IRModule, only: frozenset[int] | None = None) -> Int8Plan:
+    """What `quantize_model` quantizes in `mod` (of its layers, `only` these: var ids); its
+    `calibrated` values need ranges."""
+    plan = _plan(mod["main"], only)
     if not plan.layers:
         raise QuantizationError("precision='int8': the model has no convolution or dense layer with constant float32 weights "
                                 "to quantize")

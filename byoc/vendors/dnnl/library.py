@@ -91,8 +91,20 @@ static dnnl_stream_t byoc_stream = NULL;
 #define DNNL_CHECK(call, what) do { if ((call) != dnnl_success) BYOC_FAIL(what); } while (0)
 /* A kernel's check: its location (one string per kernel) and what failed, joined on failure. */
 static char byoc_dnnl_failure[1024];
-#define DNNL_CHECK_AT(call, where, what) do { if ((call) != dnnl_success) { \
-  snprintf(byoc_dnnl_failure, sizeof byoc_dnnl_failure, "%s: %s", where, what); BYOC_FAIL(byoc_dnnl_failure); } } while (0)
+static const char* byoc_status_name(dnnl_status_t status) {
+  switch (status) {
+    case dnnl_out_of_memory: return "out of memory";
+    case dnnl_invalid_arguments: return "invalid arguments";
+    case dnnl_unimplemented: return "unimplemented";
+    case dnnl_last_impl_reached: return "no implementation left";
+    case dnnl_runtime_error: return "runtime error";
+    default: return "error";
+  }
+}
+
+#define DNNL_CHECK_AT(call, where, what) do { dnnl_status_t byoc_status_ = (call); if (byoc_status_ != dnnl_success) { \
+  snprintf(byoc_dnnl_failure, sizeof byoc_dnnl_failure, "%s: %s (oneDNN: %s)", where, what, byoc_status_name(byoc_status_)); \
+  BYOC_FAIL(byoc_dnnl_failure); } } while (0)
 
 static dnnl_status_t byoc_dnnl_setup(void) {
   dnnl_status_t status = dnnl_success;
