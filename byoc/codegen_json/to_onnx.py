@@ -800,6 +800,38 @@ def _dequantized_matmul_as_gemm(writer: _Writer, constants: Mapping[str, np.ndar
         writer.nodes[:] = _in_order(kept)
 
 
+def _layout_between_quantize_and_dequantize(writer: _Writer) -> None:
+    """QuantizeLinear -> Reshape or Transpose -> DequantizeLinear (of one scale and zero point), as
+    partitioning leaves a quantized model's layout ops on its int8 data, written back as the model
+    had them: DequantizeLinear -> the layout op -> QuantizeLinear, the same values exactly.
+    onnxruntime makes int8 activations uint8 (its fast format on x86) only for a QuantizeLinear
+    that a DequantizeLinear reads directly; with the layout op between, its QGemm and QLinearConv
+    fusions did not happen (MobileNetV2's classifier ran in float)."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in writer.nodes:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    producer = {out: node for node in writer.nodes for out in node.output}
+    rewritten = []
+    for layout in writer.nodes:
+        quantize = producer.get(layout.input[0]) if layout.op_type in ("Reshape", "Transpose") else None
+        after = readers.get(layout.output[0], [])
+        if quantize is None or quantize.op_type != "QuantizeLinear" or not after \
+                or any(d.op_type != "DequantizeLinear" or list(d.input[1:]) != list(quantize.input[1:]) for d in after):
+            continue
+        dequantized = writer.fresh(f"{layout.name}_dequantized")
+        moved = writer.fresh(f"{layout.name}_float")
+        attrs = {a.name: helper.get_attribute_value(a) for a in quantize.attribute}
+        rewritten.append((layout, [
+            helper.make_node("DequantizeLinear", [layout.input[0], *quantize.input[1:]], [dequantized], name=writer.fresh(layout.name), **attrs),
+            helper.make_node(layout.op_type, [dequantized, *layout.input[1:]], [moved], name=layout.name,
+                             **{a.name: helper.get_attribute_value(a) for a in layout.attribute}),
+            helper.make_node("QuantizeLinear", [moved, *quantize.input[1:]], list(layout.output), name=writer.fresh(layout.name), **attrs),
+        ]))
+    replaced = {id(layout): nodes for layout, nodes in rewritten}
+    writer.nodes[:] = [new for node in writer.nodes for new in replaced.get(id(node), [node])]
+
+
 def _in_order(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
     """`nodes` topologically sorted (nodes appended by a rewrite come after their readers)."""
     producer = {out: index for index, node in enumerate(nodes) for out in node.output}
@@ -856,6 +888,7 @@ def graph_to_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray],
     matrices = {f"n{node['id']}_0" for node in graph["nodes"]
                 if node["op"] == "relax.matmul" and len(value_spec(graph, node["args"][0])["shape"]) == 2}
     _dequantized_matmul_as_gemm(writer, constants, graph_outputs, matrices)
+    _layout_between_quantize_and_dequantize(writer)
     # A node's result is renamed to the output it is; an output that is a region input, a
     # constant or another output's tensor is an Identity (onnxruntime keeps an Identity whose
     # input other nodes read too: one more copy per run).
