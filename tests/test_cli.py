@@ -30,6 +30,16 @@ def test_partition_json_and_options(capsys):
     assert all(r["num_ops"] <= 2 for r in data["regions"]) and len(data["regions"]) > 1
 
 
+def test_partition_at_int8_precision(capsys):
+    assert main(["partition", "resnet18", "--small", "--vendor", "dnnl", "--precision", "int8", "--calibration", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (region,) = data["regions"]
+    assert any(pattern.startswith("dnnl.qconv2d") for pattern in region["patterns"]), region["patterns"]
+    # a budget without precision auto: a clear error, no traceback
+    assert main(["partition", "mlp", "--small", "--vendor", "dnnl", "--max-rel-l2", "0.01"]) != 0
+    assert "max_rel_l2 is the error budget of precision='auto'" in capsys.readouterr().err
+
+
 def test_partition_of_an_onnx_file(tmp_path, capsys):
     import onnx
 
