@@ -20,6 +20,7 @@ import tvm
 from byoc.backend.options import Option
 from byoc.backend.spec import Backend
 from byoc.errors import PartitionError, QuantizationError
+from byoc.frontend.quantized import has_quantize_ops
 from byoc.ir.dims import copy_dims, dims_of, representative
 from byoc.ir.types import calls_op
 from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backends
@@ -183,7 +184,7 @@ def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, b
         raise PartitionError(f"precision={precision!r} quantizes the model for a vendor that computes a quantized model in "
                              f"int8 with its scales (dnnl); {', '.join(b.name for b in ordered)} does not (vitis_ai and "
                              "ethos_u quantize at compile time anyway)")
-    if calls_op(mod["main"], "relax.quantize", "relax.dequantize"):
+    if has_quantize_ops(mod):
         raise PartitionError(f"precision={precision!r}: the model is quantized already; partition it as it is")
     if dims_of(mod):
         raise PartitionError(f"precision={precision!r} calibrates at one shape; this model has dynamic dimensions "

@@ -719,16 +719,22 @@ def _refuse_what_cannot_be_written(graph: Mapping[str, Any], constants: Mapping[
                 f"claim only ops whose check in onnx_checks({opset}) passes")
 
 
+def _readers(nodes: list[onnx.NodeProto]) -> dict[str, list[onnx.NodeProto]]:
+    """The nodes that read each tensor, by name."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
+
+
 def _bias_into_conv(writer: _Writer, constants: Mapping[str, np.ndarray], outputs: set[str], channels: Mapping[str, int]) -> None:
     """A Conv whose only reader adds a constant per output channel (Relax writes a convolution's
     bias as an add) takes it as its bias input. onnxruntime fuses the add itself only into a Conv
     whose weights are an initializer; a quantized model's weights are a DequantizeLinear, and its
     QDQ fusion into int8 kernels wants the bias in the Conv: ResNet-50's quantized convolutions ran
     in float otherwise (73 ms; 10 with the bias in place)."""
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in writer.nodes:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = _readers(writer.nodes)
     dropped = set()
     for conv in writer.nodes:
         if conv.op_type != "Conv" or len(conv.input) != 2 or conv.output[0] in outputs or len(readers.get(conv.output[0], [])) != 1:
@@ -751,14 +757,12 @@ def _dequantized_matmul_as_gemm(writer: _Writer, constants: Mapping[str, np.ndar
     """MatMul(A, DequantizeLinear(int8 [K, N] constant, per column)) of a 2-D A, as the Gemm a
     quantized model writes: Gemm(A, DequantizeLinear([N, K] transposed, per row), transB=1), with
     the constant bias its only reader adds as C (int32 where A is dequantized). onnxruntime fuses
-    that into its int8 QGemm, and
-    dequantizes the weights per row; per column, on the last axis, its DequantizeLinear took
-    4.7 ms a run for MobileNetV2's [1280, 1000] classifier (1.6 ms the whole model from the file)."""
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in writer.nodes:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    that into its int8 QGemm, and dequantizes the weights per row; per column, on the last axis,
+    its DequantizeLinear took 4.7 ms a run for MobileNetV2's [1280, 1000] classifier (1.6 ms the
+    whole model from the file)."""
+    readers = _readers(writer.nodes)
     producer = {out: node for node in writer.nodes for out in node.output}
+    replaced: dict[int, list[onnx.NodeProto]] = {}  # a MatMul -> the nodes that take its place
     dropped: set[int] = set()
     for matmul in writer.nodes:
         if matmul.op_type != "MatMul" or matmul.output[0] not in matrices:
@@ -773,8 +777,8 @@ def _dequantized_matmul_as_gemm(writer: _Writer, constants: Mapping[str, np.ndar
             continue
         transposed = writer.constant(np.ascontiguousarray(data.T), f"{dequantize.name}_transposed")
         weights = writer.fresh(f"{dequantize.name}_rows")
-        writer.nodes.append(helper.make_node("DequantizeLinear", [transposed, *dequantize.input[1:]], [weights],
-                                             name=writer.fresh(dequantize.name), **({"axis": 0} if scale.size > 1 else {})))
+        nodes = [helper.make_node("DequantizeLinear", [transposed, *dequantize.input[1:]], [weights],
+                                  name=writer.fresh(dequantize.name), **({"axis": 0} if scale.size > 1 else {}))]
         inputs, result = [matmul.input[0], weights], matmul.output[0]
         add = readers.get(result, [None])[0] if len(readers.get(result, [])) == 1 and result not in outputs else None
         bias = next((n for n in add.input if n != result and n in constants), None) if add is not None and add.op_type == "Add" else None
@@ -788,16 +792,14 @@ def _dequantized_matmul_as_gemm(writer: _Writer, constants: Mapping[str, np.ndar
             quantized = [writer.constant(values, f"{matmul.name}_bias"), writer.constant(np.broadcast_to(step, values.shape).copy(), "scale"),
                          writer.constant(np.zeros(values.shape, np.int32), "zero")]
             inputs.append(writer.fresh(f"{matmul.name}_bias"))
-            writer.nodes.append(helper.make_node("DequantizeLinear", quantized, [inputs[-1]], name=writer.fresh(matmul.name), axis=0))
+            nodes.append(helper.make_node("DequantizeLinear", quantized, [inputs[-1]], name=writer.fresh(matmul.name), axis=0))
             result = add.output[0]
             dropped.add(id(add))
-        writer.nodes.append(helper.make_node("Gemm", inputs, [result], name=writer.fresh(matmul.name), transB=1))
-        dropped.add(id(matmul))
+        # in the MatMul's place: its inputs come before it, and the add's readers after the add
+        replaced[id(matmul)] = [*nodes, helper.make_node("Gemm", inputs, [result], name=writer.fresh(matmul.name), transB=1)]
         if len(readers.get(dequantize.output[0], [])) == 1 and dequantize.output[0] not in outputs:
             dropped.add(id(dequantize))
-    if dropped:
-        kept = [node for node in writer.nodes if id(node) not in dropped]
-        writer.nodes[:] = _in_order(kept)
+    writer.nodes[:] = [new for node in writer.nodes if id(node) not in dropped for new in replaced.get(id(node), [node])]
 
 
 def _layout_between_quantize_and_dequantize(writer: _Writer) -> None:
@@ -807,10 +809,7 @@ def _layout_between_quantize_and_dequantize(writer: _Writer) -> None:
     onnxruntime makes int8 activations uint8 (its fast format on x86) only for a QuantizeLinear
     that a DequantizeLinear reads directly; with the layout op between, its QGemm and QLinearConv
     fusions did not happen (MobileNetV2's classifier ran in float)."""
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in writer.nodes:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = _readers(writer.nodes)
     producer = {out: node for node in writer.nodes for out in node.output}
     rewritten = []
     for layout in writer.nodes:
@@ -830,30 +829,6 @@ def _layout_between_quantize_and_dequantize(writer: _Writer) -> None:
         ]))
     replaced = {id(layout): nodes for layout, nodes in rewritten}
     writer.nodes[:] = [new for node in writer.nodes for new in replaced.get(id(node), [node])]
-
-
-def _in_order(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
-    """`nodes` topologically sorted (nodes appended by a rewrite come after their readers)."""
-    producer = {out: index for index, node in enumerate(nodes) for out in node.output}
-    done: set[int] = set()
-    ordered: list[onnx.NodeProto] = []
-
-    def visit(index: int) -> None:
-        stack = [(index, False)]
-        while stack:
-            current, expanded = stack.pop()
-            if current in done:
-                continue
-            if expanded:
-                done.add(current)
-                ordered.append(nodes[current])
-                continue
-            stack.append((current, True))
-            stack.extend((producer[name], False) for name in nodes[current].input if name in producer and producer[name] not in done)
-
-    for index in range(len(nodes)):
-        visit(index)
-    return ordered
 
 
 def graph_to_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], opset: int = OPSET) -> onnx.ModelProto:

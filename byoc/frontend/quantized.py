@@ -19,16 +19,16 @@ from tvm import relax
 
 from byoc.frontend.fold_constants import dequantized_values, fold_constants_numpy
 from byoc.ir.rewrite import bound_value, rebuild_function, rebuild_module
-from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name
+from byoc.ir.types import calls_op, constant_array, dtype_name, is_tensor_constant, op_name
 
 WEIGHT_DTYPES = ("int8", "uint8")
 # Ops whose second operand an int8 kernel takes as int8 weights.
 _WEIGHT_READERS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.matmul")
 
 
-def _has_quantize_ops(mod: tvm.IRModule) -> bool:
+def has_quantize_ops(mod: tvm.IRModule) -> bool:
     """Whether the model's main function quantizes or dequantizes (else every pass here is a no-op)."""
-    return any(op_name(b.value) in ("relax.quantize", "relax.dequantize") for block in mod["main"].body.blocks for b in block.bindings)
+    return calls_op(mod["main"], "relax.quantize", "relax.dequantize")
 
 
 def is_weight_dequantize(expr: relax.Expr) -> bool:
@@ -61,7 +61,7 @@ def keep_weights(passes: Callable[[tvm.IRModule], tvm.IRModule]) -> Callable[[tv
     that its dequantize has an operand that is not constant, and bound back afterwards."""
 
     def run(mod: tvm.IRModule) -> tvm.IRModule:
-        if not _has_quantize_ops(mod):
+        if not has_quantize_ops(mod):
             return passes(mod)
         mod = rebuild_module(mod, _transposed_weight)
         hidden: dict[str, np.ndarray] = {}
@@ -182,7 +182,7 @@ def for_partitioning(mod: tvm.IRModule, takes_quantized: bool, int8_weights: boo
     where one of them takes quantized ops (`Limits.quantized`), its weights int8 unless none of
     those takes int8 weights (`Limits.int8_weights`); with float weights otherwise; a model
     without quantize or dequantize ops as it is."""
-    if not _has_quantize_ops(mod):
+    if not has_quantize_ops(mod):
         return mod
     if takes_quantized:
         weights = fold_float_weights if int8_weights else fold_weight_dequantize

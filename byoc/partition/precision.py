@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import tvm
@@ -26,9 +27,8 @@ from tvm import relax
 from byoc.errors import QuantizationError
 from byoc.ir.rewrite import rebuild_function
 from byoc.ir.types import constant_array, dtype_name, has_static_shape, is_tensor_constant, op_name, static_shape
-from byoc.processing.quantize import QuantizationConfig
+from byoc.processing.quantize import INTEGER_RANGES, QuantizationConfig, with_zero_point
 
-ACTIVATIONS = {"uint8": (0, 255), "int8": (-128, 127)}
 _LAYERS = ("relax.nn.conv2d", "relax.nn.conv1d", "relax.matmul")
 _CHANNELS_FIRST = (("NCHW", "OIHW"), ("NCW", "OIW"))
 _ACTIVATION_OPS = ("relax.nn.relu", "relax.clip")
@@ -36,10 +36,13 @@ _ACTIVATION_OPS = ("relax.nn.relu", "relax.clip")
 
 @dataclass(frozen=True)
 class Int8Plan:
-    layers: frozenset[int]  # bindings (var ids) of the convolutions and dense layers to quantize
-    order: tuple[int, ...]  # the same, in the model's order
+    order: tuple[int, ...]  # bindings (var ids) of the convolutions and dense layers to quantize, in the model's order
     ends: dict[int, int | None]  # var id -> quantized at its definition: calibrated (None) or the var id whose scale it keeps
     inputs: frozenset[int]  # var ids quantized where a quantized op reads them (not quantized where defined)
+
+    @cached_property  # read for every binding of the model as it is rewritten
+    def layers(self) -> frozenset[int]:
+        return frozenset(self.order)
 
     @property
     def calibrated(self) -> list[int]:
@@ -117,7 +120,7 @@ def _plan(func: relax.Function, only: frozenset[int] | None = None) -> Int8Plan:
         adds, pools = kept_adds, kept_pools
     ends: dict[int, int | None] = {end: None for end in quantized_ends}
     ends.update(pools)
-    return Int8Plan(frozenset(layers), tuple(layers), ends, frozenset(readers - set(ends)))
+    return Int8Plan(tuple(layers), ends, frozenset(readers - set(ends)))
 
 
 class _Quantizer:
@@ -132,11 +135,7 @@ class _Quantizer:
             kept = self.plan.ends.get(var_id)
             if kept is not None:
                 return self.scale(kept)
-            qmin, qmax = ACTIVATIONS[self.dtype]
-            low, high = self.bounds[var_id]
-            low, high = min(float(low), 0.0), max(float(high), 0.0)
-            step = float(np.float32(max(high - low, 1e-8) / (qmax - qmin)))
-            self.scales[var_id] = (step, int(np.clip(round(qmin - low / step), qmin, qmax)))
+            self.scales[var_id] = with_zero_point(*self.bounds[var_id], self.dtype)
         return self.scales[var_id]
 
     def fake_quantize(self, expr: relax.Expr, var_id: int, name: str, builder: relax.BlockBuilder) -> relax.Expr:
@@ -188,8 +187,8 @@ def int8_plan(mod: tvm.IRModule, only: frozenset[int] | None = None) -> Int8Plan
 def quantize_model(mod: tvm.IRModule, plan: Int8Plan, bounds: Mapping[int, list[float]], activations: str = "uint8") -> tvm.IRModule:
     """`mod` in the QDQ form `plan` makes, with `bounds` (value id -> [low, high], for each of
     `plan.calibrated`) as the activation ranges."""
-    if activations not in ACTIVATIONS:
-        raise QuantizationError(f"activations={activations!r}: expected one of {', '.join(ACTIVATIONS)}")
+    if activations not in INTEGER_RANGES:
+        raise QuantizationError(f"activations={activations!r}: expected one of {', '.join(INTEGER_RANGES)}")
     quantizer = _Quantizer(plan, bounds, activations)
     result = mod.clone()
     result["main"] = rebuild_function(mod["main"], name_of=quantizer.name_of, replace_binding=quantizer.rewrite)

@@ -30,6 +30,7 @@ from byoc.partition.pipeline import partition_graph
 from byoc.partition.precision import Int8Plan, int8_plan, quantize_model
 from byoc.progress import Progress
 from byoc.runtime_metadata.build import build
+from byoc.runtime_metadata.calibration import run_sample
 from byoc.timing import time_blocks
 
 PRECISION_ATTR = "byoc.precision"
@@ -113,7 +114,7 @@ class _Candidates:
         return build(partition_graph(self.model(layers), self.backends))
 
     def outputs(self, compiled) -> list[list[np.ndarray]]:
-        return [compiled.run(**s) if isinstance(s, Mapping) else compiled.run(*s) for s in self.samples]
+        return [run_sample(compiled, sample) for sample in self.samples]
 
 
 def choose_precision(mod: tvm.IRModule, backends: Sequence[Backend], samples: list, bounds: Callable[[Int8Plan], Mapping],
@@ -181,8 +182,6 @@ def _advance(progress: Progress | None, what: str) -> None:
 
 def _median_ms(compiled: Mapping, inputs, runs: int) -> dict:
     """Median milliseconds per run of each compiled model on `inputs`, timed against each other."""
-    def runner(model):
-        return lambda: model.run(**inputs) if isinstance(inputs, Mapping) else model.run(*inputs)
-
-    timings = time_blocks({key: runner(model) for key, model in compiled.items()}, runs, passes=2, idle_s=0.2)
+    timings = time_blocks({key: (lambda model=model: run_sample(model, inputs)) for key, model in compiled.items()}, runs, passes=2,
+                          idle_s=0.2)
     return {key: statistics.median(values) * 1e3 for key, values in timings.items()}

@@ -31,12 +31,11 @@ import numpy as np
 
 from byoc.codegen_json.graph import kernels, ref_key, tensor_refs
 from byoc.errors import CodegenError
-from byoc.processing.quantize import QuantizationConfig, RegionCalibration, weight_axis
+from byoc.processing.quantize import INTEGER_RANGES, QUANTIZED_WEIGHT_OPS, QuantizationConfig, RegionCalibration, weight_axis
 from byoc.processing.rewrite import GraphWriter
 
 _QDQ = ("relax.quantize", "relax.dequantize")
 _INT8_LAYOUT = ("relax.reshape", "relax.permute_dims")  # ops that move int8 data as it is
-_LIMITS = {"int8": (-128, 127), "uint8": (0, 255)}
 _ACTIVATIONS = ("relax.nn.relu", "relax.clip")
 # Ops whose output range lies within their inputs' (a model may leave their output unquantized).
 _WITHIN_INPUTS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.mean", "relax.reshape", "relax.permute_dims",
@@ -53,7 +52,7 @@ class ModelScale:
 
     @property
     def bounds(self) -> list[float]:
-        low, high = _LIMITS[self.dtype]
+        low, high = INTEGER_RANGES[self.dtype]
         return [self.scale * (low - self.zero_point), self.scale * (high - self.zero_point)]
 
 
@@ -95,7 +94,7 @@ class _Reader:
         if scale.size != 1 or zero.size != 1:
             raise CodegenError(f"{what}: activations quantized per channel; the device takes one scale and zero point per tensor")
         dtype = node["outputs"][0]["dtype"] if node["op"] == "relax.quantize" else str(zero.dtype)
-        if dtype not in _LIMITS:
+        if dtype not in INTEGER_RANGES:
             raise CodegenError(f"{what}: {dtype} quantization; the device computes in int8 (int8 or uint8 models)")
         return ModelScale(float(scale.reshape(-1)[0]), int(zero.reshape(-1)[0]), dtype)
 
@@ -241,7 +240,7 @@ def requantization(region: AdoptedRegion, config: QuantizationConfig) -> Requant
             coarsest = max(coarsest, new_scale / scale.scale)
     weights = total = 0
     for node in region.graph["nodes"]:
-        if node["op"] in ("relax.nn.conv2d", "relax.matmul") and "const" in node["args"][1]:
+        if node["op"] in QUANTIZED_WEIGHT_OPS and "const" in node["args"][1]:
             array = region.constants[node["args"][1]["const"]]
             if array.dtype != np.float32:
                 continue

@@ -35,9 +35,21 @@ CALIBRATION_ATTR = "byoc.calibration"
 REQUANTIZATION_ATTR = "byoc.requantization"
 _QUANTIZE_ATTRS = "relax.attrs.QuantizeAttrs"
 # Ops whose second operand is a weight, and the axis of its output channels by layout.
-_WEIGHT_OPS = {"relax.nn.conv2d", "relax.matmul"}
+QUANTIZED_WEIGHT_OPS = {"relax.nn.conv2d", "relax.matmul"}
 _QMAX = {"int8": 127, "uint8": 255, "int16": 32767}
 _TINY = 1e-8
+
+
+INTEGER_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}  # the activation types a quantized model has
+
+
+def with_zero_point(low: float, high: float, dtype: str) -> tuple[float, int]:
+    """Scale and zero point that map [low, high], widened to hold 0 (zero padding and ReLU need
+    zero exactly), onto the whole range of `dtype` (int8 or uint8)."""
+    qmin, qmax = INTEGER_RANGES[dtype]
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    scale = float(np.float32(max(high - low, _TINY) / (qmax - qmin)))
+    return scale, int(np.clip(round(qmin - low / scale), qmin, qmax))
 
 
 @dataclass(frozen=True)
@@ -70,9 +82,7 @@ class QuantizationConfig:
         widened to hold 0, as zero padding and ReLU need zero exactly representable."""
         if self.symmetric:
             return float(self.scale(max(abs(low), abs(high)))), 0
-        low, high = min(float(low), 0.0), max(float(high), 0.0)
-        scale = float(np.float32(max(high - low, _TINY) / 255))
-        return scale, int(np.clip(round(-128 - low / scale), -128, 127))
+        return with_zero_point(low, high, "int8")
 
     def quantize_weights(self, weights: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
         """int8 weights and their scales: per slice along `axis` (flattened) when per channel,
@@ -196,7 +206,7 @@ class _Quantizer:
             for node in kernel.nodes:
                 args = []
                 for position, arg in enumerate(node["args"]):
-                    is_weight = node["op"] in _WEIGHT_OPS and position == 1 and "const" in arg
+                    is_weight = node["op"] in QUANTIZED_WEIGHT_OPS and position == 1 and "const" in arg
                     is_weight = is_weight and self.graph["constants"][arg["const"]]["dtype"] == "float32"
                     args.append(self._weight(node, arg) if is_weight else w.lookup(arg))
                 w.copy(node, args)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -118,7 +118,13 @@ def _probe_backend(collected: dict[str, _Ranges], requantized: dict[str, _Requan
             with warnings.catch_warnings(record=True) as warned:
                 warnings.simplefilter("always", RequantizationWarning)  # what this probe measures
                 device = apply_passes(target.processing[len(before):], *model, context)
-            if not any(issubclass(w.category, RequantizationWarning) for w in warned):
+            requantizes = False
+            for warning in warned:  # any other warning reaches the user as it would have
+                if issubclass(warning.category, RequantizationWarning):
+                    requantizes = True
+                else:
+                    warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+            if not requantizes:
                 return tvm_engine.build_engine(*model, {})  # the device holds the model's scales: nothing to measure
             return _RequantizationProbe(model, device, requantized.setdefault(symbol, _Requantization()))
         if symbol in options["targets"] and before:
@@ -169,13 +175,7 @@ def calibrate(
         variant_of.update({symbol: region.symbol for symbol in region.variants.values()})
         compiled.specialised[region.symbol].on_variant = lambda artifact, base=region.symbol: variant_of.setdefault(
             artifact.symbol, base)
-    count = 0
-    for sample in samples:
-        if max_samples is not None and count >= max_samples:
-            break
-        compiled.run(**sample) if isinstance(sample, Mapping) else compiled.run(*sample)
-        count += 1
-    if count == 0:
+    if not sum(1 for _ in _run_samples(compiled, samples, max_samples)):
         raise QuantizationError(f"backend {target.name!r} quantizes at compile time and needs calibration data: none was given")
     result = mod.clone()
     for gvar, func in mod.functions.items():
@@ -187,6 +187,19 @@ def calibrate(
         elif symbol in requantized:
             result[gvar] = func.with_attr(REQUANTIZATION_ATTR, requantized[symbol].to_json())
     return result
+
+
+def run_sample(compiled, sample: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> list[np.ndarray]:
+    """`compiled` run on one calibration sample: model inputs by name or by position."""
+    return compiled.run(**sample) if isinstance(sample, Mapping) else compiled.run(*sample)
+
+
+def _run_samples(compiled, samples: Iterable, max_samples: int | None) -> Iterator[list[np.ndarray]]:
+    """The outputs of `compiled` on each of `samples`, at most `max_samples` of them."""
+    for count, sample in enumerate(samples):
+        if max_samples is not None and count >= max_samples:
+            return
+        yield run_sample(compiled, sample)
 
 
 def _with_outputs(func: relax.Function, var_ids: Sequence[int]) -> relax.Function:
@@ -215,14 +228,11 @@ def value_ranges(mod: tvm.IRModule, var_ids: Sequence[int], samples: Iterable, m
     compiled = build(probe)
     first = len(compiled.outputs) - len(var_ids)
     ranges = [TensorRange(method, seed) for seed in range(len(var_ids))]
-    count = 0
-    for sample in samples:
-        if max_samples is not None and count >= max_samples:
-            break
-        results = compiled.run(**sample) if isinstance(sample, Mapping) else compiled.run(*sample)
+    ran = 0
+    for results in _run_samples(compiled, samples, max_samples):
+        ran += 1
         for tensor, array in zip(ranges, results[first:]):
             tensor.add(array)
-        count += 1
-    if count == 0:
+    if ran == 0:
         raise QuantizationError("calibration needs model inputs: none was given")
     return {var_id: tensor.bounds() for var_id, tensor in zip(var_ids, ranges)}
