@@ -139,10 +139,29 @@ def _cpuinfo(field: str) -> str | None:
         return None
 
 
-def instruction_set() -> str:
-    """The widest vector instruction set of this CPU that oneDNN and onnxruntime choose kernels by."""
+def onednn_isa_cap() -> str | None:
+    """The instruction set oneDNN is limited to by its environment (`ONEDNN_MAX_CPU_ISA`), if any.
+    Such a run is not a run on that machine: onnxruntime's kernels, and OpenVINO's own, ignore it."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return cap if cap and cap.upper() not in ("ALL", "DEFAULT") else None
+
+
+def has_vnni() -> bool:
+    """Whether this CPU has VNNI: int8 dot products summed in 32 bits. Without it, x86 int8
+    kernels sum pairs of u8 x s8 products in 16 bits, which saturate for large values."""
     flags = (_cpuinfo("flags") or "").split()
-    return "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+def instruction_set() -> str:
+    """The widest vector instruction set of this CPU that oneDNN and onnxruntime choose kernels
+    by, whether it has VNNI (see `has_vnni`), and any limit set on oneDNN's."""
+    flags = (_cpuinfo("flags") or "").split()
+    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
+    if has_vnni():
+        isa += " with VNNI"
+    cap = onednn_isa_cap()
+    return f"{isa}, oneDNN limited to {cap}" if cap else isa
 
 
 def machine_description() -> str:
@@ -151,4 +170,5 @@ def machine_description() -> str:
     measurement's key."""
     model = _cpuinfo("model name") or platform.processor() or platform.machine()
     threads = os.environ.get("OMP_NUM_THREADS") or os.environ.get("TVM_NUM_THREADS") or str(os.cpu_count())
-    return f"{model}; {threads} thread(s)"
+    cap = onednn_isa_cap()
+    return f"{model}; {threads} thread(s)" + (f"; oneDNN limited to {cap}" if cap else "")

@@ -95,26 +95,81 @@ def test_a_model_quantized_by_onnxruntime_runs_in_int8_primitives_in_one_region(
     assert _as_accurate_as_onnxruntime(compiled, resnet_u8, FLOAT_RESNET)
 
     # In a fresh process, from the exported artifact: oneDNN's own log shows what runs.
-    compiled.export(tmp_path / "model.byoc")
-    onnx.save(resnet_u8, tmp_path / "model.onnx")
-    run = subprocess.run([sys.executable, "-c", _VERBOSE_RUN, str(tmp_path / "model.byoc"), str(tmp_path / "model.onnx")],
-                         capture_output=True, text=True, env={**__import__("os").environ, "ONEDNN_VERBOSE": "1"}, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    executed = [line.split(",") for line in run.stdout.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
+    executed = _primitives_run(compiled, resnet_u8, tmp_path)
     convolutions_run = [fields for fields in executed if fields[3] == "convolution"]
     assert len(convolutions_run) == convolutions
     assert all("src_u8" in fields[6] and "wei_s8" in fields[6] for fields in convolutions_run), convolutions_run[:2]
     assert not [fields for fields in executed if fields[4].startswith("ref")], "oneDNN ran reference (C loop) kernels"
 
 
-def test_int8_activations_run_too():
-    model = _quantized("resnet18", "int8")
-    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+def _primitives_run(compiled, model: onnx.ModelProto, tmp_path) -> list[list[str]]:
+    """The fields of each primitive execution oneDNN logs (ONEDNN_VERBOSE) when the exported
+    artifact of `compiled` runs `model`'s inputs once, in a fresh process."""
+    compiled.export(tmp_path / "model.byoc")
+    onnx.save(model, tmp_path / "model.onnx")
+    run = subprocess.run([sys.executable, "-c", _VERBOSE_RUN, str(tmp_path / "model.byoc"), str(tmp_path / "model.onnx")],
+                         capture_output=True, text=True, env={**__import__("os").environ, "ONEDNN_VERBOSE": "1"}, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return [line.split(",") for line in run.stdout.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
+
+
+@pytest.fixture(scope="module")
+def resnet_s8() -> onnx.ModelProto:
+    return _quantized("resnet18", "int8")
+
+
+def test_int8_activations_run_as_uint8(resnet_s8, tmp_path):
+    """onnxruntime's default (int8 activations) runs as uint8 inside the region, where x86's int8
+    kernels are fastest and, without VNNI, most accurate (byoc.processing.unsigned)."""
+    partitioned = byoc.partition_for(byoc.from_onnx(resnet_s8), "dnnl")
     assert len(byoc.report(partitioned).regions) == 1
     compiled = byoc.build(partitioned)
-    errors = _relative_l2(compiled, model)
+    errors = _relative_l2(compiled, resnet_s8)
     assert _within_bound(errors), errors
-    assert _as_accurate_as_onnxruntime(compiled, model, FLOAT_RESNET)
+    assert _as_accurate_as_onnxruntime(compiled, resnet_s8, FLOAT_RESNET)
+    convolutions_run = [fields for fields in _primitives_run(compiled, resnet_s8, tmp_path) if fields[3] == "convolution"]
+    assert len(convolutions_run) == sum(1 for n in resnet_s8.graph.node if n.op_type == "Conv")
+    assert all("src_u8" in fields[6] and "wei_s8" in fields[6] for fields in convolutions_run), convolutions_run[:2]
+
+
+def test_moving_int8_activations_to_uint8_changes_no_value(resnet_s8):
+    """Each quantize the region keeps to itself produces uint8 with its zero point 128 up, its
+    readers take the moved zero point, and the region computes the same bits (run by TVM)."""
+    from byoc.codegen_json import tvm_engine
+    from byoc.codegen_json.graph import value_spec
+    from byoc.codegen_json.serialize import region_to_json
+    from byoc.processing.unsigned import int8_activations_to_uint8
+    from byoc.runtime_metadata.build import region_functions
+
+    ((symbol, name, func),) = region_functions(byoc.partition_for(byoc.from_onnx(resnet_s8), "dnnl"))
+    graph, constants = region_to_json(func, symbol, name)
+    moved, moved_constants = int8_activations_to_uint8(graph, constants)
+    quantizes = [n for n in moved["nodes"] if n["op"] == "relax.quantize"]
+    assert quantizes and all(n["outputs"][0]["dtype"] == n["attrs"]["out_dtype"] == "uint8" for n in quantizes)
+    before = [n for n in graph["nodes"] if n["op"] == "relax.quantize"]
+    zero = {n["args"][2]["const"] for n in before}
+    assert all(constants[z].dtype == np.int8 for z in zero)
+    assert all(moved_constants[n["args"][2]["const"]].astype(np.int32) == constants[b["args"][2]["const"]].astype(np.int32) + 128
+               for n, b in zip(quantizes, before))
+
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(spec["shape"]).astype(np.float32) for spec in graph["inputs"]]
+    results = []
+    for g, c in ((graph, constants), (moved, moved_constants)):
+        outputs = [np.empty(spec["shape"], np.float32) for spec in (value_spec(g, ref) for ref in g["outputs"])]
+        tvm_engine.build_engine(g, c, {}).run(inputs, outputs)
+        results.append(outputs)
+    assert all(np.array_equal(a, b) for a, b in zip(*results))
+
+    # int8 data that leaves the region, or that an op other than a dequantize reads, stays int8
+    first = before[0]
+    leaving, _ = int8_activations_to_uint8({**graph, "outputs": [*graph["outputs"], {"node": first["id"], "index": 0}]}, constants)
+    assert leaving["nodes"][first["id"]]["outputs"][0]["dtype"] == "int8"
+    cast = {"id": len(graph["nodes"]), "name": "cast", "op": "relax.astype", "args": [{"node": first["id"], "index": 0}],
+            "attrs": {"dtype": "float32"}, "outputs": [{"shape": first["outputs"][0]["shape"], "dtype": "float32"}]}
+    read, _ = int8_activations_to_uint8({**graph, "nodes": [*graph["nodes"], cast]}, constants)
+    assert read["nodes"][first["id"]]["outputs"][0]["dtype"] == "int8"
+    assert sum(n["outputs"][0]["dtype"] == "uint8" for n in read["nodes"] if n["op"] == "relax.quantize") == len(before) - 1
 
 
 def test_weights_stay_int8_from_import_to_the_artifact(resnet_u8, tmp_path):
@@ -166,7 +221,32 @@ def test_the_onnxruntime_vendor_writes_a_quantized_dense_layer_as_the_model_did(
     assert onnx.helper.get_attribute_value(weights.attribute[0]) == 0
     initializers = {i.name: numpy_helper.to_array(i) for i in region.graph.initializer}
     assert initializers[bias.input[0]].dtype == np.int32
-    assert max(_relative_l2(byoc.build(partitioned), model)) < 1e-5
+    assert _within_bound(_relative_l2(byoc.build(partitioned), model))
+
+
+def test_the_onnxruntime_vendor_hands_int8_activations_over_as_uint8_where_the_cpu_has_vnni(resnet_s8, monkeypatch):
+    """With VNNI, onnxruntime's int8 kernels take uint8 activations without saturating, and it
+    runs s8 ones through its float kernels: the region goes to it as uint8, the same values."""
+    import byoc.vendors.onnxruntime as vendor
+    from byoc.timing import has_vnni
+
+    sessions: list[onnx.ModelProto] = []
+
+    class Recording(vendor.SessionEngine):
+        def __init__(self, model_bytes, options):
+            sessions.append(onnx.load_from_string(model_bytes))
+            super().__init__(model_bytes, options)
+
+    monkeypatch.setattr(vendor, "SessionEngine", Recording)
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(resnet_s8), "onnxruntime"))
+    (model,) = sessions
+    types = {i.name: i.data_type for i in model.graph.initializer}
+    zero_points = [types[node.input[2]] for node in model.graph.node if node.op_type == "QuantizeLinear"]
+    want = onnx.TensorProto.UINT8 if has_vnni() else onnx.TensorProto.INT8
+    assert zero_points and set(zero_points) == {want}, zero_points
+    errors = _relative_l2(compiled, resnet_s8)
+    assert _within_bound(errors), errors
+    assert _as_accurate_as_onnxruntime(compiled, resnet_s8, FLOAT_RESNET)
 
 
 def test_weights_with_a_zero_point_stay_float_and_say_why(resnet_u8):

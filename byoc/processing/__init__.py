@@ -1,9 +1,10 @@
 """Accelerator-specific processing (paper section 3.2), applied inside regions only: partial
-quantization with calibration, layout transformation, casting to float16."""
+quantization with calibration, layout transformation, casting to float16, int8 activations made
+uint8."""
 
 from byoc.processing.cast import to_float16
 from byoc.processing.layout import to_nhwc
-from byoc.processing.passes import Float16Pass, LayoutPass, QuantizePass, RegionContext, RegionPass
+from byoc.processing.passes import Float16Pass, LayoutPass, QuantizePass, RegionContext, RegionPass, UnsignedActivationsPass
 from byoc.processing.quantize import CALIBRATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "RegionCalibration",
     "RegionContext",
     "RegionPass",
+    "UnsignedActivationsPass",
     "quantize_graph",
     "to_float16",
     "to_nhwc",

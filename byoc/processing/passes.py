@@ -16,8 +16,9 @@ from byoc.processing.adopt import adopt_model_quantization, holds_model_quantiza
 from byoc.processing.cast import to_float16
 from byoc.processing.layout import to_nhwc
 from byoc.processing.quantize import CALIBRATION_ATTR, REQUANTIZATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph
+from byoc.processing.unsigned import int8_activations_to_uint8
 
-__all__ = ["Float16Pass", "LayoutPass", "QuantizePass", "RegionContext", "RegionPass", "apply_passes"]
+__all__ = ["Float16Pass", "LayoutPass", "QuantizePass", "RegionContext", "RegionPass", "UnsignedActivationsPass", "apply_passes"]
 
 
 class LayoutPass:
@@ -32,6 +33,15 @@ class Float16Pass:
 
     def __call__(self, graph, constants, context):
         return to_float16(graph, constants)
+
+
+class UnsignedActivationsPass:
+    """A quantized model's int8 activations made uint8 where the region keeps them to itself (exact)."""
+
+    name = "uint8 activations"
+
+    def __call__(self, graph, constants, context):
+        return int8_activations_to_uint8(graph, constants)
 
 
 class QuantizePass:

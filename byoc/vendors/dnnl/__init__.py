@@ -9,7 +9,8 @@ layer normalisation, GELU (erf form), concatenation, reshape and transpose. Regi
 stay on the host: a reorder-only region costs more than it saves.
 
 Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
-scale per output channel and zero point 0) compute in int8 with the model's own scales: quantized
+scale per output channel and zero point 0) compute in int8 with the model's own scales (s8
+activations as u8, their zero point moved 128 up: exact, and x86's fast form): quantized
 convolutions and dense layers with bias and ReLU/clip, a residual add fused into its convolution,
 residual adds, the erf GELU and max pooling on the int8 data, reshapes and transposes of int8
 data, and quantize/dequantize as reorders (`int8.py`).
@@ -26,6 +27,7 @@ from byoc.annotate import fused_pattern
 from byoc.backend import Backend, CostRules, Limits, Option, register_backend
 from byoc.codegen_c import CLibrary
 from byoc.flow import partition_for
+from byoc.processing import UnsignedActivationsPass
 from byoc.vendors.dnnl import emitters, int8, library, threads
 from byoc.vendors.dnnl.predicates import (
     binary_broadcast,
@@ -65,6 +67,7 @@ dnnl = Backend(
     description="Intel oneDNN on the CPU (C API, fused post-ops, blocked layouts inside regions)",
     limits=Limits(dtypes=("float32",), max_rank=6, quantized=("int8", "uint8")),
     cost=CostRules(fallback_without_macs=True),
+    processing=[UnsignedActivationsPass()],  # int8 activations computed as uint8, exactly (byoc.processing.unsigned)
     build_options=[Option("layout", "activation layouts inside a region: follow the producer's, let each primitive "
                           "choose, or follow only in regions with a grouped convolution (auto)", default="auto",
                           choices=emitters.LAYOUT_POLICIES)],

@@ -8,7 +8,8 @@ constraints of each ONNX op and where the CPU provider has a kernel, so the grap
 frontend makes of exported transformers and CNNs are one region each. A quantized model keeps its
 QuantizeLinear, DequantizeLinear and int8 weights in the region, and onnxruntime fuses them into
 its int8 kernels as it does for the model alone (a convolution's bias is written into its Conv
-for that, see `to_onnx`). Regions without MACs stay
+for that, see `to_onnx`); on a CPU with VNNI its int8 activations go as uint8, the same values in
+the form onnxruntime's int8 kernels take (`byoc.processing.unsigned`). Regions without MACs stay
 on the host. Each region becomes an ONNX model at opset 20 and one inference session, built once,
 its inputs and outputs bound to the host's buffers. Session options, passed per build with
 `backend_options={"onnxruntime": {...}}`: `intra_op_num_threads` (default: every core),
@@ -28,6 +29,8 @@ from byoc.codegen_json import JsonRuntime
 from byoc.codegen_json.to_onnx import LATEST_OPSET, graph_to_onnx, onnx_checks
 from byoc.flow import partition_for
 from byoc.ir.types import dtype_name
+from byoc.processing.unsigned import int8_activations_to_uint8
+from byoc.timing import has_vnni
 from byoc.vendors.onnxruntime.engine import BUILD_OPTIONS, SessionEngine
 
 # Types ONNX allows but onnxruntime's CPU execution provider has no kernel for (the ONNX op of
@@ -50,6 +53,11 @@ def _cpu_kernel(op_name: str, missing: tuple[str, ...]):
 
 
 def build_engine(graph, constants, options) -> SessionEngine:
+    if has_vnni():
+        # onnxruntime runs int8 (s8) activations of a QDQ graph through its float kernels here,
+        # as fast as the float model; as uint8 (exactly the same values) they reach its int8
+        # kernels, which VNNI computes without saturating: ResNet-50 28.4 -> 9.6 ms.
+        graph, constants = int8_activations_to_uint8(graph, constants)
     return SessionEngine(graph_to_onnx(graph, constants, LATEST_OPSET).SerializeToString(), options)
 
 
