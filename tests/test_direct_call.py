@@ -1,5 +1,6 @@
-"""A model that is one region called with its inputs runs without the virtual machine: the same
-outputs as through the VM, in the model's order, kept across export and load, and checked there."""
+"""A model that is one region called with its inputs runs without the virtual machine (an engine
+region, or C in the host library): the same outputs as through the VM, in the model's order,
+kept across export and load, and checked there."""
 
 import json
 import zipfile
@@ -64,8 +65,19 @@ def test_a_whole_model_region_runs_directly_with_the_outputs_in_the_models_order
         np.testing.assert_array_equal(a, b)
 
 
-def test_only_a_model_that_is_one_engine_region_runs_directly():
-    assert byoc.build(byoc.partition_for(small_module("mlp"), "dnnl")).parts.direct_call is None  # C: in the host library
+def test_a_model_that_is_one_c_region_calls_it_in_the_host_library(tmp_path):
+    compiled = byoc.build(byoc.partition_for(small_module("mlp"), "dnnl"))
+    assert compiled.parts.direct_call == DirectCall("dnnl_0", (0,), (0,))
+    x = RNG.standard_normal((1, 64)).astype(np.float32)
+    got = compiled.run(x)
+    assert getattr(compiled._local, "vm", None) is None
+    np.testing.assert_array_equal(got[0], _through_vm(compiled, x)[0])
+    path = tmp_path / "mlp.byoc"
+    compiled.export(path)
+    np.testing.assert_array_equal(byoc.load(path).run(x)[0], got[0])
+
+
+def test_a_model_with_host_work_runs_through_the_vm():
     detector = byoc.build(byoc.partition_for(small_module("ssd_detector"), "onnxruntime"))
     assert detector.parts.direct_call is None  # NonMaxSuppression stays on the host
 
@@ -77,7 +89,7 @@ def test_a_direct_call_that_does_not_fit_the_model_is_refused_at_load(tmp_path):
     with zipfile.ZipFile(path) as archive:
         files = {name: archive.read(name) for name in archive.namelist()}
     manifest = json.loads(files["manifest.json"])
-    for wrong, message in [({"symbol": "onnxruntime_7", "inputs": [0], "outputs": [0]}, "not a region with an engine"),
+    for wrong, message in [({"symbol": "onnxruntime_7", "inputs": [0], "outputs": [0]}, "not a region of the model"),
                            ({"symbol": "onnxruntime_0", "inputs": [3], "outputs": [0]}, "does not match the model's inputs")]:
         manifest["direct_call"] = wrong
         bad = tmp_path / "bad.byoc"

@@ -95,8 +95,8 @@ class DirectCall:
               where: str) -> None:
         """Raise ArtifactError unless this call fits the model's region and tensors."""
         region = next((a for a in artifacts if a.symbol == self.symbol), None)
-        if region is None or region.linked_into_host:
-            raise ArtifactError(f"{where}: the direct call names region {self.symbol!r}, which is not a region with an engine")
+        if region is None:
+            raise ArtifactError(f"{where}: the direct call names region {self.symbol!r}, which is not a region of the model")
         ok = (len(self.inputs) == len(region.inputs) and len(self.outputs) == len(outputs)
               and all(0 <= i < len(inputs) and _same(inputs[i], spec) for i, spec in zip(self.inputs, region.inputs))
               and all(0 <= o < len(region.outputs) and _same(region.outputs[o], spec) for o, spec in zip(self.outputs, outputs)))

@@ -1,12 +1,13 @@
 """Models that are one region called with the model's inputs: run without the virtual machine.
 
-When the host function only hands the model's inputs to one region that runs through an engine
-and returns that region's outputs (an ONNX file the onnxruntime vendor takes whole, an exported
-transformer), the VM adds nothing but its call path: for each run, the VM's call, a Python
-callback, DLPack views of every buffer and the outputs read back through the FFI, 20-30 us in
-all, 5-13% of a tiny model's 0.2-0.5 ms. `CompiledModel.run` then calls the engine directly on
-buffers it keeps (the same ones run after run, as the VM's are, so an engine that binds them,
-like onnxruntime's, binds once).
+When the host function only hands the model's inputs to one region and returns that region's
+outputs (an ONNX file the onnxruntime vendor takes whole, an exported transformer or a CNN that
+dnnl takes whole), the VM adds nothing but its call path: for each run, the VM's call, for an
+engine a Python callback and DLPack views of every buffer, and the outputs read back through the
+FFI: 20-30 us in all, 5-13% of a tiny model's 0.2-0.5 ms. `CompiledModel.run` then calls the
+region directly on buffers it keeps (the same ones run after run, as the VM's are, so an engine
+that binds them, like onnxruntime's, binds once): an engine through its runtime, a C region
+through its function in the host library.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from byoc.runtime_metadata.artifact_types import DirectCall, RegionArtifact
 
 def find_direct_call(mod: tvm.IRModule, artifacts: Sequence[RegionArtifact], region_symbol) -> DirectCall | None:
     """The direct call `mod`'s main function amounts to, or None when it does anything else
-    (host ops, several regions, a region linked into the host, an input passed through)."""
+    (host ops, several regions, an input passed through)."""
     main = mod["main"]
     count = int(main.attrs["num_input"]) if main.attrs is not None and "num_input" in main.attrs else len(main.params)
     params = list(main.params[:count])
-    engines = {a.symbol for a in artifacts if not a.linked_into_host}
+    regions = {a.symbol for a in artifacts}
     body = main.body
     if not isinstance(body, relax.SeqExpr):
         return None
@@ -49,7 +50,7 @@ def find_direct_call(mod: tvm.IRModule, artifacts: Sequence[RegionArtifact], reg
             value = binding.value
             if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) and call is None:
                 symbol = region_symbol(value.op, mod[value.op])
-                if symbol not in engines or not all(any(arg.same_as(p) for p in params) for arg in value.args):
+                if symbol not in regions or not all(any(arg.same_as(p) for p in params) for arg in value.args):
                     return None
                 positions = tuple(next(i for i, p in enumerate(params) if p.same_as(arg)) for arg in value.args)
                 call = (symbol, positions)

@@ -127,23 +127,35 @@ class CompiledModel:
             entry = self._local.entry = (self._vm()["main"], buffers, [np.from_dlpack(b) for b in buffers])
         return entry
 
-    def _direct_entry(self) -> tuple[RegionRuntime, list[np.ndarray], list[np.ndarray]]:
-        """This thread's buffers for the direct call (the model is one region): numpy views of
+    def _direct_entry(self) -> tuple[Callable[[], None], list[np.ndarray], list[np.ndarray]]:
+        """This thread's direct call (the model is one region) and its buffers: numpy views of
         TVM-allocated tensors, aligned as engines are promised, the same ones run after run."""
         entry = getattr(self._local, "direct", None)
         if entry is None:
-            region = self.regions[self.parts.direct_call.symbol]
-            tensors = [tvm.runtime.empty(s.shape, s.dtype) for s in [*region.artifact.inputs, *region.artifact.outputs]]
+            symbol = self.parts.direct_call.symbol
+            artifact = next(a for a in self.parts.artifacts if a.symbol == symbol)
+            tensors = [tvm.runtime.empty(s.shape, s.dtype) for s in [*artifact.inputs, *artifact.outputs]]
             views = [np.from_dlpack(t) for t in tensors]
-            count = len(region.artifact.inputs)
-            entry = self._local.direct = (region, views[:count], views[count:], tensors)
+            count = len(artifact.inputs)
+            if symbol in self.regions:  # an engine
+                region = self.regions[symbol]
+                inputs, outputs = views[:count], views[count:]
+
+                def call() -> None:
+                    region.run_arrays(inputs, outputs)
+            else:  # C in the host library, called as the VM calls it: inputs, then outputs
+                function = self.host.get_function(symbol, query_imports=True)
+
+                def call() -> None:
+                    function(*tensors)
+            entry = self._local.direct = (call, views[:count], views[count:], tensors)
         return entry[:3]
 
     def _run_direct(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        region, inputs, outputs = self._direct_entry()
+        call, inputs, outputs = self._direct_entry()
         for buffer, index in zip(inputs, self.parts.direct_call.inputs):
             np.copyto(buffer, arrays[index])
-        region.run_arrays(inputs, outputs)
+        call()
         return [outputs[index].copy() for index in self.parts.direct_call.outputs]
 
     def create_engines(self) -> None:
