@@ -1,7 +1,8 @@
 """int8 on the CPU: byoc + dnnl on models quantized by onnxruntime's `quantize_static` (QDQ,
 per-channel int8 weights, calibrated on 8 seeded inputs), against onnxruntime and OpenVINO running
 the same files, and against the fp32 model; byoc + onnxruntime on the same files beside, and
-byoc + dnnl quantizing the fp32 model itself (`precision="int8"`, calibrated on the same 8 inputs). Both activation types are made (u8 and s8); for each
+byoc + dnnl quantizing the fp32 model itself (`precision="int8"`, calibrated on the same 8 inputs), and for
+transformers the file `quantize_dynamic` makes (activations quantized at run time). Both activation types are made (u8 and s8); for each
 int8 system the faster counts. All systems run in one process, timed against each other in
 alternating blocks (see `byoc.timing.time_blocks`). Prints a Markdown table per model, then the
 ratios the targets are stated in.
@@ -68,7 +69,7 @@ def _byoc(model, inputs: dict, want: list, name: str, runners: dict, rows: dict,
 
 def benchmark(name: str, threads: int, runs: int, small: bool) -> list[Row]:
     from byoc import models as zoo
-    from byoc.models.quantized import quantize_static
+    from byoc.models.quantized import quantize_dynamic, quantize_static
 
     model = zoo.get(name, small=small)
     calibration = [zoo.sample_inputs(model, seed=s) for s in range(8)]
@@ -92,6 +93,13 @@ def benchmark(name: str, threads: int, runs: int, small: bool) -> list[Row]:
             rows[f"openvino int8 {label}"] = Row(f"openvino int8 {label}", relative_l2=_relative_l2(openvino(), want))
         _byoc(quantized, inputs, want, f"byoc + dnnl int8 {label}", runners, rows, threads)
         _byoc(quantized, inputs, want, f"byoc + onnxruntime int8 {label}", runners, rows, threads, "onnxruntime")
+    if any(n.op_type == "MatMul" for n in model.graph.node):  # a transformer: as quantize_dynamic makes it too
+        dynamic = quantize_dynamic(model)
+        session = _session(dynamic, threads)
+        want = session.run(None, inputs)
+        runners["onnxruntime dynamic int8"], rows["onnxruntime dynamic int8"] = (lambda: session.run(None, inputs)), Row("onnxruntime dynamic int8")
+        _byoc(dynamic, inputs, want, "byoc + dnnl dynamic int8", runners, rows, threads)
+        _byoc(dynamic, inputs, want, "byoc + onnxruntime dynamic int8", runners, rows, threads, "onnxruntime")
     for system, samples in time_blocks(runners, runs).items():
         timing = spread(samples)
         rows[system].median_ms, rows[system].p90_ms = timing.median_ms, timing.p90_ms
@@ -117,7 +125,12 @@ def markdown(name: str, rows: list[Row]) -> str:
               f"({best.system}), {byoc_fp32.median_ms / byoc_int8.median_ms:.2f}x faster than byoc + dnnl fp32"]
     own = next(r for r in rows if r.system == PRECISION_INT8)
     lines += [f"byoc + dnnl, precision=int8 on the fp32 model: {own.median_ms / best.median_ms:.2f}x the fastest peer int8, "
-              f"{byoc_fp32.median_ms / own.median_ms:.2f}x faster than byoc + dnnl fp32", ""]
+              f"{byoc_fp32.median_ms / own.median_ms:.2f}x faster than byoc + dnnl fp32"]
+    dynamic = {r.system: r for r in rows if "dynamic" in r.system}
+    if dynamic:
+        ours, theirs = dynamic["byoc + dnnl dynamic int8"], dynamic["onnxruntime dynamic int8"]
+        lines += [f"byoc + dnnl on the quantize_dynamic file: {ours.median_ms / theirs.median_ms:.2f}x onnxruntime on it"]
+    lines.append("")
     return "\n".join(lines)
 
 

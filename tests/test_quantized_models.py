@@ -295,23 +295,47 @@ def test_a_model_in_quantized_operators_runs_as_its_qdq_form():
     assert _within_bound(_relative_l2(byoc.build(byoc.partition_for(byoc.from_onnx(quantized), "reference")), quantized))
 
 
-def test_a_dynamically_quantized_model_offloads_its_products(tmp_path):
-    """onnxruntime's `quantize_dynamic`: MatMulInteger on activations quantized at run time by
-    DynamicQuantizeLinear. Each integer product is computed in float against its constant weights
-    less their zero points, so dnnl takes every multiply-accumulate (the host took them all, as an
-    int32 matmul, 177x onnxruntime's time on a full BERT)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+def _dynamically_quantized(name: str) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    from byoc.models.quantized import quantize_dynamic
 
-    model = zoo.get("bert_encoder", small=True)
-    onnx.save(model, tmp_path / "float.onnx")
-    quantize_dynamic(tmp_path / "float.onnx", tmp_path / "dynamic.onnx", weight_type=QuantType.QInt8)
-    quantized = onnx.load(tmp_path / "dynamic.onnx")
-    assert any(n.op_type == "MatMulInteger" for n in quantized.graph.node)
+    model = zoo.get(name, small=True)
+    return model, quantize_dynamic(model)
+
+
+def test_a_dynamically_quantized_model_runs_its_products_in_int8(tmp_path):
+    """onnxruntime's `quantize_dynamic`: MatMulInteger on activations quantized at run time by
+    DynamicQuantizeLinear. Each dense layer is one int8 kernel that quantizes its input per call
+    (the host took the products as an int32 matmul, 177x onnxruntime's time on a full BERT, then
+    the quantization arithmetic cut the model into 84 regions)."""
+    model, quantized = _dynamically_quantized("bert_encoder")
+    products = sum(1 for n in quantized.graph.node if n.op_type == "MatMulInteger")
     partitioned = byoc.partition_for(byoc.from_onnx(quantized), "dnnl")
-    assert byoc.report(partitioned).offload_ratio_macs == 1.0
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
+    patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
+    assert patterns["dnnl.qdense_dynamic_bias"] == products, patterns
     compiled = byoc.build(partitioned)
     assert _within_bound(_relative_l2(compiled, quantized))
     assert _as_accurate_as_onnxruntime(compiled, quantized, model)
+    products_run = [f for f in _primitives_run(compiled, quantized, tmp_path) if f[3] == "matmul" and "src_u8" in f[6]]
+    assert len(products_run) == products and all("wei_s8" in f[6] for f in products_run), products_run[:2]
+
+
+def test_a_dense_layer_quantized_at_run_time_is_exact_and_takes_an_all_zero_input():
+    """The integer product of one layer is onnxruntime's to float rounding; an all-zero input
+    (scale 0 by DynamicQuantizeLinear's formula) gives the bias, as onnxruntime does."""
+    from byoc.frontend.onnx_qoperator import qdq_form
+
+    _, quantized = _dynamically_quantized("mlp")
+    assert any(n.op_type == "DynamicQuantizeLinear" for n in qdq_form(quantized).graph.node)
+    partitioned = byoc.partition_for(byoc.from_onnx(quantized), "dnnl")
+    patterns = Counter({p: n for r in byoc.report(partitioned).regions for p, n in r.patterns.items()})
+    assert patterns["dnnl.qdense_dynamic_bias"] == sum(1 for n in quantized.graph.node if n.op_type == "MatMulInteger"), patterns
+    compiled = byoc.build(partitioned)
+    session = ort.InferenceSession(quantized.SerializeToString(), providers=["CPUExecutionProvider"])
+    for inputs in (zoo.sample_inputs(quantized, seed=3), {k: np.zeros_like(v) for k, v in zoo.sample_inputs(quantized).items()}):
+        want, got = session.run(None, inputs)[0], compiled.run(inputs)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
 def test_precision_int8_quantizes_a_float_model_for_dnnl():

@@ -8,6 +8,11 @@ TVM's frontend converts none of them. Each is exactly dequantize -> float op -> 
 scales and zero points it carries (that is how ONNX and onnxruntime define them), so it is
 written so here, and the model goes the way of a QDQ model: its weights stay int8, and a vendor
 that takes quantized ops computes the chains in int8 (see byoc.frontend.quantized).
+
+`quantize_dynamic` writes a dense layer as MatMulInteger on DynamicQuantizeLinear's result, read
+back as float and scaled by the product of the two scales: that is
+DequantizeLinear(DynamicQuantizeLinear(x)) @ DequantizeLinear(W), and is written so. Other
+integer products are computed in float.
 """
 
 from __future__ import annotations
@@ -32,9 +37,12 @@ class _Writer:
         self.nodes: list[onnx.NodeProto] = []
         self.quantization: dict[str, tuple[str, str]] = {}  # int8 tensor -> (scale, zero point)
         self.readers: dict[str, list[onnx.NodeProto]] = {}
+        self.producers: dict[str, onnx.NodeProto] = {}
         for node in model.graph.node:
             for name in node.input:
                 self.readers.setdefault(name, []).append(node)
+            for name in node.output:
+                self.producers[name] = node
         self.outputs = {o.name for o in model.graph.output}
         self.dropped: set[int] = set()  # nodes a rewrite made unnecessary
 
@@ -181,8 +189,50 @@ def _integer(op_type: str, weight_axis: int) -> Callable[[_Writer, onnx.NodeProt
     return rewrite
 
 
+def _dynamic_matmul(w: _Writer, node: onnx.NodeProto) -> bool:
+    """MatMulInteger of DynamicQuantizeLinear's result by constant int8 weights, read back as
+    float and scaled by the product of the two scales (how `quantize_dynamic` writes a dense
+    layer): exactly DequantizeLinear(DynamicQuantizeLinear(x)) @ DequantizeLinear(W), written
+    so, with a DynamicQuantizeLinear of its own for each product (the input's scale is computed
+    at run time; a vendor that takes the chain whole quantizes the input in the same kernel)."""
+    a, b, *zeros = node.input
+    a_zero, b_zero = (zeros + ["", ""])[:2]
+    quantize = w.producers.get(a)
+    weights = w.array(b)
+    cast = w.float_cast_of(node.output[0])
+    if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or quantize.output[0] != a or a_zero != quantize.output[2] \
+            or weights is None or weights.ndim != 2 or cast is None or cast.output[0] in w.outputs:
+        return False
+    readers = w.readers.get(cast.output[0], [])
+    scaling = readers[0] if len(readers) == 1 and readers[0].op_type == "Mul" else None
+    product = next((i for i in scaling.input if i != cast.output[0]), None) if scaling is not None else None
+    maker = w.producers.get(product) if product else None
+    if maker is None or maker.op_type != "Mul" or quantize.output[1] not in maker.input:
+        return False
+    weight_scale = next((i for i in maker.input if i != quantize.output[1]), quantize.output[1])
+    scales = w.array(weight_scale)
+    if scales is None or scales.size not in (1, weights.shape[1]):
+        return False
+    base = node.name or node.output[0]
+    x = quantize.input[0]
+    q, scale, zero = (f"{base}/{x}_{part}" for part in ("quantized", "scale", "zero_point"))
+    w.nodes.append(helper.make_node("DynamicQuantizeLinear", [x], [q, scale, zero], name=f"{base}/DynamicQuantizeLinear"))
+    source = w.dequantize(q, scale, zero, base)
+    weight = w.dequantize(b, weight_scale, b_zero, base, axis=1 if scales.size > 1 else None)
+    w.nodes.append(helper.make_node("MatMul", [source, weight], [scaling.output[0]], name=base))
+    w.dropped |= {id(cast), id(scaling)}
+    return True
+
+
+def _first(*rewrites: Callable[[_Writer, onnx.NodeProto], bool]) -> Callable[[_Writer, onnx.NodeProto], bool]:
+    def rewrite(w: _Writer, node: onnx.NodeProto) -> bool:
+        return any(r(w, node) for r in rewrites)
+
+    return rewrite
+
+
 _REWRITES: dict[tuple[str, str], Callable[[_Writer, onnx.NodeProto], bool]] = {
-    ("", "MatMulInteger"): _integer("MatMul", -1),
+    ("", "MatMulInteger"): _first(_dynamic_matmul, _integer("MatMul", -1)),
     ("", "ConvInteger"): _integer("Conv", 0),
     ("", "QLinearConv"): _conv,
     ("", "QLinearMatMul"): _matmul,

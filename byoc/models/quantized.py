@@ -1,4 +1,5 @@
-"""Quantized models as users make them: onnxruntime's `quantize_static`, QDQ format.
+"""Quantized models as users make them: onnxruntime's `quantize_static`, QDQ format, and its
+`quantize_dynamic`.
 
 The usual recipe, from onnxruntime's documentation: `quant_pre_process` (shape inference and
 graph optimisation, which folds batch norms into convolutions), then `quantize_static`
@@ -47,4 +48,18 @@ def quantize_static(model: onnx.ModelProto, calibration: Sequence[Mapping[str, n
                             per_channel=per_channel,
                             activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
                             weight_type=QuantType.QInt8)
+        return onnx.load(quantized)
+
+
+def quantize_dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` quantized by onnxruntime's `quantize_dynamic` with its defaults as users call it
+    (int8 weights per tensor; activations quantized at run time by DynamicQuantizeLinear, each
+    dense layer a MatMulInteger): no calibration."""
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, quantized = (os.path.join(tmp, f"{name}.onnx") for name in ("model", "quantized"))
+        onnx.save(model, source)
+        ort_quantize_dynamic(source, quantized, weight_type=QuantType.QInt8)
         return onnx.load(quantized)

@@ -487,6 +487,78 @@ def matmul(call: KernelCall) -> KernelCode:
     return kernel.code(create, (attr,))
 
 
+def dynamic_dense(call: KernelCall) -> KernelCode:
+    """A dense layer whose float input is quantized at run time (ONNX DynamicQuantizeLinear, as
+    `quantize_dynamic` writes it; see dnnl.int8): per call, the input's range, scale and zero
+    point as the op defines them, the input quantized to uint8 by a reorder with them, and the
+    product one int8 primitive with that scale and zero point, the weights' scales and the
+    float bias: what onnxruntime's DynamicQuantizeMatMul computes."""
+    kernel = _Kernel(call)
+    k = kernel.k
+    node = call.node("relax.matmul")
+    x = call.arg(call.node("relax.quantize"), 0)
+    weights_node = dequantized(call, call.arg(node, 1))
+    w, weight_scales = call.arg(weights_node, 0), scales_of(call, weights_node)
+    out = call.outputs[0]
+    bias, post, residuals = _fused_tail(call, node)
+    count = math.prod(x.shape[:-1])
+    x_shape, out_shape = (count, x.shape[-1]), (count, out.shape[-1])
+    kernel.state += [f"static float {k}_scale = 1.f;", f"static int32_t {k}_zero = 0;",
+                     f"static dnnl_memory_t {k}_scale_mem = NULL, {k}_zero_mem = NULL, {k}_q = NULL;",
+                     f"static dnnl_primitive_t {k}_quantize = NULL;"]
+    scale_md, zero_md = kernel.md((1,), "plain", "float32"), kernel.md((1,), "plain", "int32")
+    x_md, q_md = kernel.md(x_shape, "plain", "float32"), kernel.md(x_shape, "plain", "uint8")
+    rows = kernel.rows_view(x, x_md)
+    kernel.setup += [
+        kernel.check(f"dnnl_memory_create(&{k}_scale_mem, {scale_md}, byoc_engine, &{k}_scale)", "run-time scale"),
+        kernel.check(f"dnnl_memory_create(&{k}_zero_mem, {zero_md}, byoc_engine, &{k}_zero)", "run-time zero point"),
+        kernel.check(f"dnnl_memory_create(&{k}_q, {q_md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "quantized input"),
+        "{",
+        "  dnnl_primitive_attr_t quantization;",
+        "  dnnl_primitive_desc_t quantize = NULL;",
+        "  " + kernel.check("dnnl_primitive_attr_create(&quantization)", "attribute"),
+        "  " + kernel.check("dnnl_primitive_attr_set_scales_mask(quantization, DNNL_ARG_DST, 0)", "scales"),
+        "  " + kernel.check("dnnl_primitive_attr_set_zero_points_mask(quantization, DNNL_ARG_DST, 0)", "zero points"),
+        "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&quantize, {x_md}, byoc_engine, {q_md}, byoc_engine, quantization)",
+                            "input quantization"),
+        "  " + kernel.check(f"byoc_primitive(&{k}_quantize, quantize)", "input quantization"),
+        "  dnnl_primitive_attr_destroy(quantization);",
+        "}",
+    ]
+    # DynamicQuantizeLinear: scale = (max(x, 0) - min(x, 0)) / 255, zero point = the level of 0,
+    # rounded half to even; an all-zero input quantizes to its zero point 0 at any scale.
+    kernel.before += [
+        "{",
+        "  void* data = NULL;",
+        "  float low, high;",
+        "  " + kernel.check(f"dnnl_memory_get_data_handle({rows}, &data)", "input"),
+        f"  byoc_range((const float*)data, {count * x.shape[-1]}L, &low, &high);",
+        f"  {k}_scale = (high - low) / 255.f;",
+        f"  {k}_zero = {k}_scale > 0.f ? (int32_t)nearbyintf(fminf(fmaxf(0.f - low / {k}_scale, 0.f), 255.f)) : 0;",
+        f"  if (!({k}_scale > 0.f)) {k}_scale = 1.f;",
+        f"  dnnl_exec_arg_t args[4] = {{{{DNNL_ARG_FROM, {rows}}}, {{DNNL_ARG_TO, {k}_q}}, "
+        f"{{DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, {k}_scale_mem}}, {{DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, {k}_zero_mem}}}};",
+        "  " + kernel.check(f"byoc_execute({k}_quantize, 4, args)", "input quantization"),
+        "}",
+    ]
+    attr = kernel.post_ops(post, residuals, len(out_shape))
+    kernel.setup += [kernel.check(f"dnnl_primitive_attr_set_scales_mask({attr}, DNNL_ARG_SRC, 0)", "scales"),
+                     kernel.check(f"dnnl_primitive_attr_set_zero_points_mask({attr}, DNNL_ARG_SRC, 0)", "zero points")]
+    kernel.exec_args += [("DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC", f"{k}_scale_mem"), ("DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC", f"{k}_zero_mem")]
+    kernel.scales(attr, "DNNL_ARG_WEIGHTS", weight_scales, 1 << 1 if weight_scales.per_channel else 0)
+    weights_md = kernel.md(w.shape, dtype=w.dtype)
+    bias_md = "NULL"
+    kernel.direct("DNNL_ARG_SRC", f"{k}_q")
+    kernel.weights("DNNL_ARG_WEIGHTS", kernel.view(w, w.shape), "dnnl_query_weights_md")
+    if bias is not None:
+        bias_md = kernel.md((1, out_shape[-1]), "plain")
+        kernel.direct("DNNL_ARG_BIAS", kernel.view(bias, (1, out_shape[-1])))
+    dst_md = kernel.md(out_shape, "plain", out.dtype)
+    kernel.direct("DNNL_ARG_DST", kernel.result_view(out, dst_md))
+    create = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {q_md}, {weights_md}, {bias_md}, {dst_md}, {attr})"
+    return kernel.code(create, (attr,))
+
+
 def pooling(call: KernelCall) -> KernelCode:
     kernel = _Kernel(call)
     node = call.nodes[0]

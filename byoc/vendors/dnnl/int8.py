@@ -107,6 +107,52 @@ def quantized_kernel(match) -> str | None:
             or (_per_tensor(output, "result") if output is not None else None))
 
 
+def _dynamically_quantized_dense(bias: bool) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """x, quantized at run time by ONNX's DynamicQuantizeLinear as TVM imports it (the range of
+    x widened to 0, scale = range / 255, zero point = round(clip(0 - low / scale, 0, 255)) as
+    uint8) and read back, times dequantized constant int8 weights [+ a constant bias]: how
+    `quantize_dynamic` writes a dense layer (see byoc.frontend.onnx_qoperator)."""
+    x = wildcard()
+    parts: dict[str, DFPattern] = {name: is_const() for name in ("high_floor", "low_ceiling", "levels", "origin")}
+    high = is_op("relax.maximum")(parts["high_floor"], is_op("relax.max")(x))
+    low = is_op("relax.minimum")(parts["low_ceiling"], is_op("relax.min")(x))
+    scale = is_op("relax.divide")(is_op("relax.subtract")(high, low), parts["levels"])
+    parts["clip"] = is_op("relax.clip")(is_op("relax.subtract")(parts["origin"], is_op("relax.divide")(low, scale)), wildcard(), wildcard())
+    zero = is_op("relax.astype")(is_op("relax.round")(parts["clip"]))
+    parts["quantize"] = is_op("relax.quantize")(x, scale, zero)
+    parts["source"] = is_op("relax.dequantize")(parts["quantize"], scale, zero)
+    parts["weights"] = _dequantized(True)
+    out = parts["root"] = is_op("relax.matmul")(parts["source"], parts["weights"])
+    if bias:
+        parts["bias"] = is_const()
+        out = is_op("relax.add")(out, parts["bias"])
+    return out, parts
+
+
+_DYNAMIC_CONSTANTS = expected_constants({"high_floor": 0.0, "low_ceiling": 0.0, "levels": 255.0, "origin": 0.0},
+                                        "ONNX's DynamicQuantizeLinear")
+
+
+def _number(arg) -> float | None:
+    """A clip bound's value (an IntImm or FloatImm, or a PrimValue holding one)."""
+    value = getattr(arg, "value", None)
+    value = getattr(value, "value", value)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def dynamically_quantized_dense(match) -> str | None:
+    """A dense layer on an input quantized at run time, computed as one int8 kernel."""
+    bounds = [_number(a) for a in match["clip"].args[1:]]
+    if bounds != [0.0, 255.0] or dtype_name(match["quantize"].ty) != "uint8":
+        return "the input is not quantized to uint8 over [0, 255] as DynamicQuantizeLinear does"
+    if len(static_shape(match["weights"].ty)) != 2 or len(static_shape(match["source"].ty)) < 2:
+        return "a quantized matrix product takes 2-D constant weights"
+    bias = match.get("bias")
+    if bias is not None and constant_array(bias).size != static_shape(match["root"].ty)[-1]:
+        return "the bias is not one value per output channel"
+    return _DYNAMIC_CONSTANTS(match) or _weights(match["weights"], -1)
+
+
 def _quantized_add() -> tuple[DFPattern, dict[str, DFPattern]]:
     """quantize(add(dequantize(a), dequantize(b))), a ReLU before the quantize or not: a residual add."""
     parts = {"a": _dequantized(False), "b": _dequantized(False)}
@@ -175,6 +221,9 @@ def quantize_op(call: relax.Call) -> str | None:
 def declare(backend: Backend) -> None:
     """The int8 composites and the quantize/dequantize reorders, declared before the float
     patterns so that a quantized chain is matched whole."""
+    for bias in (True, False):
+        backend.pattern(f"qdense_dynamic{'_bias' * bias}", *_dynamically_quantized_dense(bias), check=dynamically_quantized_dense,
+                        emit=emitters.dynamic_dense)
     for name in ("conv2d", "conv1d"):
         for residual_first in (False, True):
             for relu in (True, False):

@@ -229,6 +229,18 @@ static dnnl_status_t byoc_primitive(dnnl_primitive_t* primitive, dnnl_primitive_
   dnnl_primitive_desc_destroy(pd);
   return status;
 }
+
+/* The range ONNX's DynamicQuantizeLinear quantizes over: the least and greatest of n values,
+   widened to take 0. fast-math lets the compiler vectorize the search (a NaN is not ordered). */
+__attribute__((unused, optimize("O3", "fast-math"))) static void byoc_range(const float* x, long n, float* lo, float* hi) {
+  float least = 0.f, greatest = 0.f;
+  for (long i = 0; i < n; ++i) {
+    least = x[i] < least ? x[i] : least;
+    greatest = x[i] > greatest ? x[i] : greatest;
+  }
+  *lo = least;
+  *hi = greatest;
+}
 """
 
 
