@@ -321,6 +321,16 @@ def test_a_dynamically_quantized_model_runs_its_products_in_int8(tmp_path):
     assert len(products_run) == products and all("wei_s8" in f[6] for f in products_run), products_run[:2]
 
 
+def test_the_onnxruntime_vendor_takes_a_dynamically_quantized_model_whole():
+    """The zero point DynamicQuantizeLinear computes is cast to uint8: a vendor that declares
+    uint8 takes that cast, so the run-time quantization does not cut the model at each layer."""
+    _, quantized = _dynamically_quantized("bert_encoder")
+    partitioned = byoc.partition_for(byoc.from_onnx(quantized), "onnxruntime")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and [h.ops for h in report.host_ops] == [["relax.take"]], report.host_reasons()
+    assert _within_bound(_relative_l2(byoc.build(partitioned), quantized))
+
+
 def test_a_dense_layer_quantized_at_run_time_is_exact_and_takes_an_all_zero_input():
     """The integer product of one layer is onnxruntime's to float rounding; an all-zero input
     (scale 0 by DynamicQuantizeLinear's formula) gives the bias, as onnxruntime does."""

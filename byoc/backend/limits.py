@@ -27,8 +27,9 @@ WEIGHT_OPS = frozenset(
 )
 _LAYOUT_ATTRS = ("data_layout", "layout")
 # Ops that take the integer side of a quantized model where `quantized` dtypes are declared: its
-# quantize and dequantize, and the layout ops that move its int8 data as they are.
-_QUANTIZED_DATA_OPS = ("relax.quantize", "relax.dequantize", "relax.reshape", "relax.permute_dims")
+# quantize and dequantize, the layout ops that move its int8 data as they are, and the cast that
+# makes a zero point computed at run time (ONNX DynamicQuantizeLinear as TVM imports it).
+_QUANTIZED_DATA_OPS = ("relax.quantize", "relax.dequantize", "relax.reshape", "relax.permute_dims", "relax.astype")
 
 
 def _parameter(arg: relax.Expr) -> bool:
