@@ -18,6 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from byoc.frontend.onnx_inputs import bind_inputs
+from byoc.relative_l2 import RelativeL2
 from byoc.runtime_metadata.model import CompiledModel
 
 Reference = Callable[[Mapping[str, np.ndarray]], Sequence[np.ndarray]]
@@ -67,7 +68,7 @@ def measure_accuracy(compiled: CompiledModel, reference: onnx.ModelProto | Refer
         raise ValueError("accuracy needs at least one sample")
     run_reference = (onnxruntime_reference(reference, [spec.name for spec in compiled.inputs])
                      if isinstance(reference, onnx.ModelProto) else reference)
-    max_error, squared_error, squared_norm, agreements = 0.0, 0.0, 0.0, []
+    max_error, relative, agreements = 0.0, RelativeL2(), []
     shared_rows, all_rows = 0, 0
     classifier = True
     for sample in samples:
@@ -77,10 +78,7 @@ def measure_accuracy(compiled: CompiledModel, reference: onnx.ModelProto | Refer
                 shared, union = _row_overlap(g, w)
                 shared_rows, all_rows = shared_rows + shared, all_rows + union
                 continue
-            difference = g.astype(np.float64) - w
-            max_error = max(max_error, float(np.abs(difference).max(initial=0.0)))
-            squared_error += float(np.sum(difference**2))
-            squared_norm += float(np.sum(w.astype(np.float64) ** 2))
+            max_error = max(max_error, float(np.abs(relative.add(g, w)).max(initial=0.0)))
         first = want[0]
         # class scores: (batch, classes), or (batch, classes, 1, 1) as a convolutional head leaves them
         classifier = (classifier and first.ndim >= 2 and np.issubdtype(first.dtype, np.floating)
@@ -88,9 +86,8 @@ def measure_accuracy(compiled: CompiledModel, reference: onnx.ModelProto | Refer
         if classifier:
             scores = got[0].reshape(first.shape[0], -1).argmax(axis=1)
             agreements.append(float(np.mean(scores == first.reshape(first.shape[0], -1).argmax(axis=1))))
-    relative = (squared_error / squared_norm) ** 0.5 if squared_norm else 0.0
     selection = shared_rows / all_rows if all_rows else None
-    return AccuracyReport(len(samples), max_error, relative, float(np.mean(agreements)) if classifier else None, selection)
+    return AccuracyReport(len(samples), max_error, relative.value, float(np.mean(agreements)) if classifier else None, selection)
 
 
 def _row_overlap(got: np.ndarray, want: np.ndarray) -> tuple[int, int]:

@@ -29,6 +29,7 @@ from byoc.errors import QuantizationError
 from byoc.partition.pipeline import partition_graph
 from byoc.partition.precision import Int8Plan, int8_plan, quantize_model
 from byoc.progress import Progress
+from byoc.relative_l2 import relative_l2
 from byoc.runtime_metadata.build import build
 from byoc.runtime_metadata.calibration import run_sample
 from byoc.timing import time_blocks
@@ -96,9 +97,8 @@ def precision_report(mod: tvm.IRModule) -> PrecisionReport | None:
 
 
 def _relative_l2(got: Sequence[Sequence[np.ndarray]], want: Sequence[Sequence[np.ndarray]]) -> float:
-    differences = sum(float(np.sum((g.astype(np.float64) - w) ** 2)) for gs, ws in zip(got, want) for g, w in zip(gs, ws))
-    references = sum(float(np.sum(w.astype(np.float64) ** 2)) for ws in want for w in ws)
-    return (differences / references) ** 0.5 if references else 0.0
+    """Over every output of every sample."""
+    return relative_l2((g for gs in got for g in gs), (w for ws in want for w in ws))
 
 
 class _Candidates:

@@ -33,6 +33,7 @@ from byoc.partition.pipeline import partition_graph
 from byoc.processing.passes import RegionContext, apply_passes, default_calibration_method, passes_before_quantization
 from byoc.processing.quantize import CALIBRATION_ATTR, REQUANTIZATION_ATTR, RegionCalibration
 from byoc.processing.ranges import METHODS, TensorRange
+from byoc.relative_l2 import RelativeL2
 from byoc.runtime_metadata.build import build, region_functions, region_symbol
 
 PROBE_BACKEND = "calibration_probe"
@@ -77,11 +78,10 @@ class _Requantization:
 
     def __init__(self) -> None:
         self.samples = 0
-        self.differences = self.references = 0.0
+        self.error = RelativeL2()
 
     def to_json(self) -> str:
-        error = (self.differences / self.references) ** 0.5 if self.references else 0.0
-        return json.dumps({"samples": self.samples, "relative_l2": error})
+        return json.dumps({"samples": self.samples, "relative_l2": self.error.value})
 
 
 class _RequantizationProbe:
@@ -100,8 +100,7 @@ class _RequantizationProbe:
         with self.lock:
             self.errors.samples += 1
             for want, got in zip(outputs, device):
-                self.errors.differences += float(np.sum((got.astype(np.float64) - want) ** 2))
-                self.errors.references += float(np.sum(want.astype(np.float64) ** 2))
+                self.errors.error.add(got, want)
 
 
 def _probe_backend(collected: dict[str, _Ranges], requantized: dict[str, _Requantization], target: Backend,
