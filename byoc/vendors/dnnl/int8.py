@@ -114,8 +114,9 @@ def _dynamically_quantized_dense(bias: bool) -> tuple[DFPattern, dict[str, DFPat
     `quantize_dynamic` writes a dense layer (see byoc.frontend.onnx_qoperator)."""
     x = wildcard()
     parts: dict[str, DFPattern] = {name: is_const() for name in ("high_floor", "low_ceiling", "levels", "origin")}
-    high = is_op("relax.maximum")(parts["high_floor"], is_op("relax.max")(x))
-    low = is_op("relax.minimum")(parts["low_ceiling"], is_op("relax.min")(x))
+    parts["greatest"], parts["least"] = is_op("relax.max")(x), is_op("relax.min")(x)
+    high = is_op("relax.maximum")(parts["high_floor"], parts["greatest"])
+    low = is_op("relax.minimum")(parts["low_ceiling"], parts["least"])
     scale = is_op("relax.divide")(is_op("relax.subtract")(high, low), parts["levels"])
     parts["clip"] = is_op("relax.clip")(is_op("relax.subtract")(parts["origin"], is_op("relax.divide")(low, scale)), wildcard(), wildcard())
     zero = is_op("relax.astype")(is_op("relax.round")(parts["clip"]))
@@ -142,6 +143,8 @@ def _number(arg) -> float | None:
 
 def dynamically_quantized_dense(match) -> str | None:
     """A dense layer on an input quantized at run time, computed as one int8 kernel."""
+    if any(match[part].attrs.axis is not None for part in ("greatest", "least")):
+        return "the input's range is taken along some axes; DynamicQuantizeLinear takes it over the whole tensor"
     bounds = [_number(a) for a in match["clip"].args[1:]]
     if bounds != [0.0, 255.0] or dtype_name(match["quantize"].ty) != "uint8":
         return "the input is not quantized to uint8 over [0, 255] as DynamicQuantizeLinear does"
