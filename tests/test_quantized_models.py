@@ -324,8 +324,8 @@ def test_a_dynamically_quantized_model_runs_its_products_in_int8(tmp_path):
 def test_the_onnxruntime_vendor_runs_a_dynamically_quantized_model_as_onnxruntime_does():
     """The zero point DynamicQuantizeLinear computes is cast to uint8: a vendor that declares
     uint8 takes that cast, so the run-time quantization does not cut the model at each layer.
-    The hand-off writes each layer back as the file had it (DynamicQuantizeLinear, MatMulInteger),
-    which onnxruntime fuses into its DynamicQuantizeMatMul: its own numbers."""
+    The hand-off writes each layer back as the file had it (one DynamicQuantizeLinear per input,
+    MatMulInteger), which onnxruntime fuses into its DynamicQuantizeMatMul: its own numbers."""
     from byoc.codegen_json.serialize import region_to_json
     from byoc.codegen_json.to_onnx import LATEST_OPSET, graph_to_onnx
     from byoc.runtime_metadata.build import region_functions
@@ -337,7 +337,8 @@ def test_the_onnxruntime_vendor_runs_a_dynamically_quantized_model_as_onnxruntim
     ((symbol, name, func),) = region_functions(partitioned)
     ops = Counter(n.op_type for n in graph_to_onnx(*region_to_json(func, symbol, name), opset=LATEST_OPSET).graph.node)
     products = sum(1 for n in quantized.graph.node if n.op_type == "MatMulInteger")
-    assert ops["MatMulInteger"] == ops["DynamicQuantizeLinear"] == products and not ops["ReduceMax"], ops
+    quantizations = sum(1 for n in quantized.graph.node if n.op_type == "DynamicQuantizeLinear")
+    assert ops["MatMulInteger"] == products and ops["DynamicQuantizeLinear"] == quantizations and not ops["ReduceMax"], ops
     assert max(_relative_l2(byoc.build(partitioned), quantized)) < 1e-5
 
 

@@ -889,6 +889,8 @@ def _dynamic_quantization_as_the_model_had_it(writer: _Writer, constants: Mappin
     readers = _readers(writer.nodes)
     replaced: dict[int, list[onnx.NodeProto]] = {}
     dropped: set[int] = set()
+    first: dict[str, list[str]] = {}  # input -> the outputs of its first DynamicQuantizeLinear
+    alias: dict[str, str] = {}  # an output of a later one of the same input -> the first's
     for quantize in writer.nodes:
         chain = found.chain(quantize) if quantize.op_type == "QuantizeLinear" else None
         if chain is None:
@@ -897,10 +899,18 @@ def _dynamic_quantization_as_the_model_had_it(writer: _Writer, constants: Mappin
         inside = {id(node) for node in chain} | {id(quantize)}
         dequantizes = [r for r in readers.get(quantize.output[0], []) if r.op_type == "DequantizeLinear" and list(r.input) == [quantize.output[0], scale, zero]]
         allowed = inside | {id(d) for d in dequantizes}
-        if any(out in outputs or any(id(r) not in allowed for r in readers.get(out, [])) for node in chain for out in node.output):
+        if any(out in outputs or any(id(r) not in allowed for r in readers.get(out, [])) for node in chain for out in node.output) \
+                or quantize.output[0] in outputs:
             continue
         dropped |= {id(node) for node in chain}
-        replaced[id(quantize)] = [helper.make_node("DynamicQuantizeLinear", [x], [quantize.output[0], scale, zero], name=quantize.name)]
+        # import writes one quantization per product (byoc.frontend.onnx_qoperator); the file
+        # had one per input, read by all its products (a BERT layer's Q, K and V)
+        if x in first:
+            alias.update(zip([quantize.output[0], scale, zero], first[x]))
+            dropped.add(id(quantize))
+        else:
+            first[x] = [quantize.output[0], scale, zero]
+            replaced[id(quantize)] = [helper.make_node("DynamicQuantizeLinear", [x], first[x], name=quantize.name)]
         for dequantize in dequantizes:
             after = readers.get(dequantize.output[0], [])
             matmul = after[0] if len(after) == 1 and after[0].op_type == "MatMul" and after[0].input[0] == dequantize.output[0] else None
@@ -920,6 +930,8 @@ def _dynamic_quantization_as_the_model_had_it(writer: _Writer, constants: Mappin
             if len(readers.get(weights.output[0], [])) == 1:
                 dropped.add(id(weights))
     writer.nodes[:] = [new for node in writer.nodes if id(node) not in dropped for new in replaced.get(id(node), [node])]
+    for node in writer.nodes:
+        node.input[:] = [alias.get(name, name) for name in node.input]
 
 
 def graph_to_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], opset: int = OPSET) -> onnx.ModelProto:
