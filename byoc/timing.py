@@ -11,6 +11,7 @@ with them set.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 import statistics
@@ -146,17 +147,22 @@ def onednn_isa_cap() -> str | None:
     return cap if cap and cap.upper() not in ("ALL", "DEFAULT") else None
 
 
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags (/proc/cpuinfo), read once."""
+    return frozenset((_cpuinfo("flags") or "").split())
+
+
 def has_vnni() -> bool:
     """Whether this CPU has VNNI: int8 dot products summed in 32 bits. Without it, x86 int8
     kernels sum pairs of u8 x s8 products in 16 bits, which saturate for large values."""
-    flags = (_cpuinfo("flags") or "").split()
-    return "avx512_vnni" in flags or "avx_vnni" in flags
+    return bool({"avx512_vnni", "avx_vnni"} & _cpu_flags())
 
 
 def instruction_set() -> str:
     """The widest vector instruction set of this CPU that oneDNN and onnxruntime choose kernels
     by, whether it has VNNI (see `has_vnni`), and any limit set on oneDNN's."""
-    flags = (_cpuinfo("flags") or "").split()
+    flags = _cpu_flags()
     isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
     if has_vnni():
         isa += " with VNNI"

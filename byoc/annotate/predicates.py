@@ -43,8 +43,14 @@ def global_average_pool(max_window: int) -> OpCheck:
     return check
 
 
-def relu6(call: relax.Call) -> str | None:
+def clip_bounds(call: relax.Call) -> tuple[float, float]:
+    """The low and high bound of a clip (numbers in the call, not tensors)."""
     low, high = (float(call.args[i].value) for i in (1, 2))
+    return low, high
+
+
+def relu6(call: relax.Call) -> str | None:
+    low, high = clip_bounds(call)
     return None if (low, high) == (0.0, 6.0) else f"clip({low}, {high}) is not ReLU6"
 
 

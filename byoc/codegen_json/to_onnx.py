@@ -728,6 +728,11 @@ def _readers(nodes: list[onnx.NodeProto]) -> dict[str, list[onnx.NodeProto]]:
     return readers
 
 
+def _producers(nodes: list[onnx.NodeProto]) -> dict[str, onnx.NodeProto]:
+    """The node that writes each tensor, by name."""
+    return {out: node for node in nodes for out in node.output}
+
+
 def _bias_into_conv(writer: _Writer, constants: Mapping[str, np.ndarray], outputs: set[str], channels: Mapping[str, int]) -> None:
     """A Conv whose only reader adds a constant per output channel (Relax writes a convolution's
     bias as an add) takes it as its bias input. onnxruntime fuses the add itself only into a Conv
@@ -761,7 +766,7 @@ def _dequantized_matmul_as_gemm(writer: _Writer, constants: Mapping[str, np.ndar
     its DequantizeLinear took 4.7 ms a run for MobileNetV2's [1280, 1000] classifier (1.6 ms the
     whole model from the file)."""
     readers = _readers(writer.nodes)
-    producer = {out: node for node in writer.nodes for out in node.output}
+    producer = _producers(writer.nodes)
     replaced: dict[int, list[onnx.NodeProto]] = {}  # a MatMul -> the nodes that take its place
     dropped: set[int] = set()
     for matmul in writer.nodes:
@@ -810,7 +815,7 @@ def _layout_between_quantize_and_dequantize(writer: _Writer) -> None:
     that a DequantizeLinear reads directly; with the layout op between, its QGemm and QLinearConv
     fusions did not happen (MobileNetV2's classifier ran in float)."""
     readers = _readers(writer.nodes)
-    producer = {out: node for node in writer.nodes for out in node.output}
+    producer = _producers(writer.nodes)
     rewritten = []
     for layout in writer.nodes:
         quantize = producer.get(layout.input[0]) if layout.op_type in ("Reshape", "Transpose") else None
@@ -836,7 +841,7 @@ class _DynamicQuantization:
     (ReduceMax, ReduceMin, Max, Min, Sub, Div, Div, Sub, Clip, Round, Cast into a QuantizeLinear)."""
 
     def __init__(self, writer: _Writer, constants: Mapping[str, np.ndarray]) -> None:
-        self.producer = {out: node for node in writer.nodes for out in node.output}
+        self.producer = _producers(writer.nodes)
         self.values = {**constants, **{i.name: numpy_helper.to_array(i) for i in writer.initializers}}
 
     def _node(self, name: str, op_type: str) -> onnx.NodeProto | None:

@@ -16,6 +16,7 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 
 from byoc.annotate.patterns import unary
+from byoc.annotate.predicates import clip_bounds
 from byoc.backend import Backend
 from byoc.frontend.quantized import same_quantization
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_shape
@@ -118,7 +119,7 @@ def _dynamically_quantized_dense(bias: bool) -> tuple[DFPattern, dict[str, DFPat
     high = is_op("relax.maximum")(parts["high_floor"], parts["greatest"])
     low = is_op("relax.minimum")(parts["low_ceiling"], parts["least"])
     scale = is_op("relax.divide")(is_op("relax.subtract")(high, low), parts["levels"])
-    parts["clip"] = is_op("relax.clip")(is_op("relax.subtract")(parts["origin"], is_op("relax.divide")(low, scale)), wildcard(), wildcard())
+    parts["clip"] = unary("relax.clip", is_op("relax.subtract")(parts["origin"], is_op("relax.divide")(low, scale)))
     zero = is_op("relax.astype")(is_op("relax.round")(parts["clip"]))
     parts["quantize"] = is_op("relax.quantize")(x, scale, zero)
     parts["source"] = is_op("relax.dequantize")(parts["quantize"], scale, zero)
@@ -134,19 +135,11 @@ _DYNAMIC_CONSTANTS = expected_constants({"high_floor": 0.0, "low_ceiling": 0.0, 
                                         "ONNX's DynamicQuantizeLinear")
 
 
-def _number(arg) -> float | None:
-    """A clip bound's value (an IntImm or FloatImm, or a PrimValue holding one)."""
-    value = getattr(arg, "value", None)
-    value = getattr(value, "value", value)
-    return float(value) if isinstance(value, (int, float)) else None
-
-
 def dynamically_quantized_dense(match) -> str | None:
     """A dense layer on an input quantized at run time, computed as one int8 kernel."""
     if any(match[part].attrs.axis is not None for part in ("greatest", "least")):
         return "the input's range is taken along some axes; DynamicQuantizeLinear takes it over the whole tensor"
-    bounds = [_number(a) for a in match["clip"].args[1:]]
-    if bounds != [0.0, 255.0] or dtype_name(match["quantize"].ty) != "uint8":
+    if clip_bounds(match["clip"]) != (0.0, 255.0) or dtype_name(match["quantize"].ty) != "uint8":
         return "the input is not quantized to uint8 over [0, 255] as DynamicQuantizeLinear does"
     if len(static_shape(match["weights"].ty)) != 2 or len(static_shape(match["source"].ty)) < 2:
         return "a quantized matrix product takes 2-D constant weights"
