@@ -93,13 +93,53 @@ def test_out_of_range_and_inconsistent_inputs_are_clear_errors(compiled):
         compiled.run(input_ids=_tokens((1, 2, 3)))
 
 
-def test_onnxruntime_vendor_specialises_its_engines(model, session):
+def test_onnxruntime_vendor_runs_every_shape_on_one_session(model, session, tmp_path):
+    """onnxruntime takes symbolic shapes: one engine for the region, whatever the shape, also
+    from the exported artifact."""
     built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "onnxruntime"))
-    for shape in [(8, 64), (3, 5)]:  # the default bucket (each range's opt), then one built on first use
-        ids = _tokens(shape, 2)
-        np.testing.assert_allclose(built.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+    (artifact,) = built.artifacts
+    graph = json.loads(artifact.payload)
+    assert graph["inputs"][0]["shape"] == ["batch", "sequence"]
+    assert graph["dims"] == {"batch": {"low": 1, "high": 8, "opt": 8}, "sequence": {"low": 1, "high": 64, "opt": 64}}
+    built.export(tmp_path / "bert.byoc")
+    loaded = byoc.load(tmp_path / "bert.byoc")
+    for compiled in (built, loaded):
+        # The model is its region and values of the shape alone (position ids and their
+        # embeddings, computed once per shape): run without the VM, on buffers kept per shape.
+        assert compiled.parts.direct_call is not None and compiled.parts.direct_call.shape_values
+        for shape in [(8, 64), (3, 5), (1, 1), (2, 17), (3, 5), (8, 64)]:
+            ids = _tokens(shape, 2)
+            np.testing.assert_allclose(compiled.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+        region = compiled.inspect()["shape_specialised"]["onnxruntime_0"]
+        assert region["symbolic"] and region["built_ahead"] == ["any_shape"] and region["built_here"] == []
+    assert "one engine for every shape: onnxruntime_0" in built.report().to_table()
+    host = built.report().host_ops
+    assert host and all(op.reasons == ["depends on the model's shape alone: the host computes it once per shape and keeps it"]
+                        for op in host)
+    with pytest.raises(InputError, match=r"dim 1 \(sequence\) is 65, outside the range 1\.\.64"):
+        loaded.run(input_ids=_tokens((1, 65)))
+
+
+def test_a_region_the_engine_cannot_take_symbolically_is_generated_per_shape(model, session):
+    """A vendor that declares symbolic shapes but refuses this region's: generated per shape,
+    with the reason in `inspect`, and still correct."""
+    import dataclasses
+
+    from byoc.codegen_json import JsonRuntime
+    from byoc.vendors.onnxruntime import build_engine, onnxruntime
+
+    def static_only(graph, constants, options):
+        if "dims" in graph:
+            raise NotImplementedError("this engine takes static shapes only")
+        return build_engine(graph, constants, options)
+
+    vendor = dataclasses.replace(onnxruntime, codegen=JsonRuntime(build_engine=static_only, version="static-only"))
+    built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "onnxruntime"), backends={"onnxruntime": vendor})
+    ids = _tokens((3, 5), 2)
+    np.testing.assert_allclose(built.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
     region = built.inspect()["shape_specialised"]["onnxruntime_0"]
-    assert region["built_ahead"] == ["batch8_sequence64"] and region["built_here"] == ["batch3_sequence5"]
+    assert not region["symbolic"] and region["built_ahead"] == ["batch8_sequence64"] and region["built_here"] == ["batch3_sequence5"]
+    assert "this engine takes static shapes only" in region["per_shape_reason"]
 
 
 def test_variants_built_on_first_use_are_bounded(model):

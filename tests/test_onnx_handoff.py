@@ -16,6 +16,7 @@ from tvm.relax import op as R
 
 import byoc
 from byoc.backend import Backend, CostRules, Limits
+from byoc.backend.arrays import aligned
 from byoc.codegen_json import JsonRuntime, onnx_checks, onnx_op_table, op_table_markdown, region_to_json
 from byoc.codegen_json.to_onnx import LATEST_OPSET, OPSET, graph_to_onnx
 from byoc.errors import CodegenError
@@ -194,3 +195,72 @@ def test_a_ceil_mode_pooling_onnx_cannot_express_stays_on_the_host_with_the_reas
         vendor = _onnx_vendor(opset)
         report = byoc.report(byoc.partition_for(mod, vendor))
         assert not report.regions and any("ceil_mode" in r for h in report.host_ops for r in h.reasons), report.to_table()
+
+
+# ---------------------------------------------------------------- symbolic shapes
+def _symbolic_region() -> relax.Function:
+    """Reshapes whose shapes the hand-off writes with 0/-1 and computes from the inputs, a
+    slice ending at an expression of a dimension, and a Range over it."""
+    batch, seq = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("seq", "int64")
+    x = relax.Var("x", relax.TensorType([batch, seq, 8], "float32"))
+    weight = relax.const(RNG.standard_normal((8, 8)).astype(np.float32))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            rows = builder.emit(R.reshape(x, relax.ShapeExpr([batch * seq, 8])))
+            product = builder.emit(R.matmul(rows, weight))
+            back = builder.emit(R.reshape(product, relax.ShapeExpr([batch, seq, 8])))
+            heads = builder.emit(R.reshape(back, relax.ShapeExpr([batch, seq, 2, 4])))
+            cut = builder.emit(R.strided_slice(heads, axes=[1], begin=[0], end=[seq - 1], assume_inbound=True))
+            positions = builder.emit(R.expand_dims(R.arange(0, seq - 1, 1, "float32"), axis=[1, 2]))
+            out = builder.emit_output(builder.emit(R.add(cut, positions)))
+        builder.emit_func_output(out)
+    return builder.get()["main"], weight.value.numpy()
+
+
+def test_a_symbolic_graph_is_one_onnx_model_for_every_shape():
+    from byoc.ir.dims import DimRange
+
+    func, weight = _symbolic_region()
+    graph, constants = region_to_json(func, "region", "plugin", {"batch": DimRange(1, 8, 2), "seq": DimRange(2, 64, 16)})
+    assert graph["inputs"][0]["shape"] == ["batch", "seq", 8]
+    assert graph["dims"] == {"batch": {"low": 1, "high": 8, "opt": 2}, "seq": {"low": 2, "high": 64, "opt": 16}}
+    assert graph["nodes"][-1]["outputs"][0]["shape"] == ["batch", "seq - 1", 2, 4]
+    model = graph_to_onnx(graph, constants, LATEST_OPSET)
+    onnx.checker.check_model(model, full_check=True)
+    assert [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim][:2] == ["batch", "seq"]
+    ops = [node.op_type for node in model.graph.node]
+    assert ops.count("Shape") == 2  # each dimension read once, by the reshape that needs both and the slice
+    # One session for every shape; the buffers sit at the same addresses whatever the shape, so
+    # each shape needs a binding of its own (a binding is named by addresses and shapes).
+    session = SessionEngine(model.SerializeToString(), {})
+    source, result = aligned(np.zeros(3 * 17 * 8, np.float32)), aligned(np.zeros(3 * 16 * 8, np.float32))
+    for batch, seq in [(2, 5), (1, 3), (3, 17), (2, 5)]:
+        x = source[: batch * seq * 8].reshape(batch, seq, 8)
+        x[...] = RNG.standard_normal((batch, seq, 8))
+        want = (x.reshape(-1, 8) @ weight).reshape(batch, seq, 2, 4)[:, : seq - 1] + np.arange(seq - 1, dtype=np.float32)[:, None, None]
+        got = result[: want.size].reshape(want.shape)
+        session.run([x], [got])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_dimensions_are_checked():
+    from byoc.codegen_json.dims import SymbolicDimError, dim_text, dim_value
+    from byoc.codegen_json.schema import validate_graph
+    from byoc.errors import JsonGraphError
+    from byoc.ir.dims import DimRange
+
+    seq = tvm.tirx.Var("seq", "int64")
+    assert dim_text(tvm.tirx.floordiv(seq - 1, 2) * 3) == "((seq - 1) // 2) * 3"
+    assert dim_value("((seq - 1) // 2) * 3", {"seq": 9}) == 12
+    for bad in ("seq ** 2", "max(seq, 1)", "seq + 1.5", "seq +"):
+        with pytest.raises(SymbolicDimError):
+            dim_value(bad, {"seq": 9})
+    with pytest.raises(SymbolicDimError, match="no symbolic form"):
+        dim_text(tvm.tirx.max(seq, 1))
+    graph, _ = region_to_json(_symbolic_region()[0], "region", "plugin", {"batch": DimRange(1, 8, 2), "seq": DimRange(2, 64, 16)})
+    undeclared = {**graph, "dims": {"batch": graph["dims"]["batch"]}}
+    with pytest.raises(JsonGraphError, match=r"input 'x' reads dimension\(s\) \['seq'\], which the graph's dims do not declare"):
+        validate_graph(undeclared, "region r (plugin)")
+    with pytest.raises(JsonGraphError, match="constants are static"):
+        validate_graph({**graph, "constants": {"region.c0": {"shape": ["seq", 8], "dtype": "float32"}}}, "region r (plugin)")

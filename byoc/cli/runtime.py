@@ -62,10 +62,14 @@ def run_compile(args: argparse.Namespace) -> int:
                      backend_options=backend_options(args), shape_buckets=parse_buckets(args.shape_buckets))
     compiled.export(args.output)
     result = report(partitioned)
-    variants = sum(len(region.variants) for region in compiled.parts.specialised)
-    regions = len(compiled.artifacts) - variants + len(compiled.parts.specialised)
+    specialised = compiled.parts.specialised
+    variants = sum(len(region.variants) for region in specialised if not region.symbolic)
+    regions_symbolic = sum(region.symbolic for region in specialised)
+    of_regions = {symbol for region in specialised for symbol in region.variants.values()}
+    regions = sum(a.symbol not in of_regions for a in compiled.artifacts) + len(specialised)
     print(
-        f"{label}: {regions} region(s){f' ({variants} shape variant(s) built ahead)' if variants else ''}, offload {result.offload_ratio_nodes:.1%} of ops and "
+        f"{label}: {regions} region(s){f' ({variants} shape variant(s) built ahead)' if variants else ''}"
+        f"{f' ({regions_symbolic} with one engine for every shape)' if regions_symbolic else ''}, offload {result.offload_ratio_nodes:.1%} of ops and "
         f"{result.offload_ratio_macs:.1%} of MACs; wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB"
         f"{f', {len(compiled.parts.engines)} engine(s) embedded' if args.embed_engines else ''})"
     )
@@ -135,10 +139,16 @@ def run_inspect(args: argparse.Namespace) -> int:
     for name, (low, high, opt) in manifest.get("dims", {}).items():
         print(f"dimension {name}: {low} to {high} (regions decided for {opt})")
     for region in manifest.get("specialised", []):
+        if region.get("symbolic"):
+            print(f"{region['symbol']} ({region['backend']}): one engine for every shape of {', '.join(region['dims'])} "
+                  "(symbolic shapes)")
+            continue
+        reason = f" (its vendor takes symbolic shapes, but not this region's: {region['per_shape_reason']})" \
+            if region.get("per_shape_reason") else ""
         built = ", ".join(sorted(region["variants"])) or "none"
         later = "other shapes generated on first use" if region["template"] else "no other shape (no template)"
         print(f"{region['symbol']} ({region['backend']}): shape-specialised on {', '.join(region['dims'])}; built ahead for "
-              f"{built}; {later}")
+              f"{built}; {later}{reason}")
     for symbol, reason in manifest.get("build_fallbacks", {}).items():
         print(f"{symbol} runs on the host: {reason}")
     return 0

@@ -9,29 +9,29 @@ kernel. Constants leave the graph: they are returned separately, by name, to be 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import tvm
 from tvm import relax
 
+from byoc.codegen_json.dims import SymbolicDimError, dim_text, names_in
 from byoc.codegen_json.schema import FORMAT_NAME, FORMAT_VERSION, validate_graph
 from byoc.errors import CodegenError
 from byoc.ir.attrs import attrs_to_dict, attrs_type_key
+from byoc.ir.dims import DimRange
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_dim, static_shape, tensor_types
 
 Ref = dict[str, Any]
 
 
-def _type_entry(ty: relax.TensorType, what: str) -> dict[str, Any]:
-    return {"shape": list(static_shape(ty, what)), "dtype": dtype_name(ty)}
-
-
 class _Serializer:
-    def __init__(self, func: relax.Function, symbol: str, backend: str) -> None:
+    def __init__(self, func: relax.Function, symbol: str, backend: str, dims: Mapping[str, DimRange] | None) -> None:
         self.func = func
         self.symbol = symbol
         self.backend = backend
+        self.dims = dims  # symbolic shapes over these dimensions (see byoc.codegen_json.dims), or static ones
         self.nodes: list[dict[str, Any]] = []
         self.refs: dict[int, Ref] = {}  # variable id -> reference
         self.constants: dict[str, np.ndarray] = {}
@@ -46,7 +46,7 @@ class _Serializer:
         for position, param in enumerate(params):
             if not isinstance(param.ty, relax.TensorType):
                 raise CodegenError(f"region {self.symbol} ({self.backend}): input {param.name!r} is not a tensor ({param.ty})")
-            inputs.append({"name": param.name, **_type_entry(param.ty, f"input {param.name!r}")})
+            inputs.append({"name": param.name, **self._type_entry(param.ty, f"input {param.name!r}")})
             self.refs[param.id_] = {"input": position}
         locals_: dict[int, relax.Function] = {}
         for block in self.func.body.blocks:
@@ -64,6 +64,9 @@ class _Serializer:
             "constants": {name: {"shape": list(a.shape), "dtype": str(a.dtype)} for name, a in self.constants.items()},
             "nodes": self.nodes,
         }
+        if self.dims is not None:
+            read = set().union(*(names_in(d) for d in _dims_of(graph)))
+            graph["dims"] = {name: {"low": r.low, "high": r.high, "opt": r.opt} for name, r in sorted(self.dims.items()) if name in read}
         validate_graph(graph, f"region {self.symbol} ({self.backend})")
         return graph, self.constants
 
@@ -105,7 +108,7 @@ class _Serializer:
             "op": call.op.name,
             "args": [self._ref(arg) for arg in call.args],
             "attrs": attrs_to_dict(call.attrs),
-            "outputs": [_type_entry(t, what) for t in tensor_types(call.ty)],
+            "outputs": [self._type_entry(t, what) for t in tensor_types(call.ty)],
         }
         if call.attrs is not None:
             node["attrs_type"] = attrs_type_key(call.attrs)
@@ -129,7 +132,7 @@ class _Serializer:
         if isinstance(expr, relax.Tuple):
             return {"tuple": [self._ref(f) for f in expr.fields]}
         if isinstance(expr, relax.ShapeExpr):
-            return {"shape": [static_dim(d, f"region {self.symbol}: a shape") for d in expr.values]}
+            return {"shape": [self._dim(d, f"region {self.symbol}: a shape") for d in expr.values]}
         if isinstance(expr, tvm.ir.prim.expr.IntImm):
             return {"prim": int(expr.value), "dtype": str(expr.ty)}
         if isinstance(expr, tvm.ir.prim.expr.FloatImm):
@@ -137,8 +140,39 @@ class _Serializer:
         if isinstance(expr, tvm.ir.expr.StringImm):
             return {"string": str(expr.value)}
         if tvm.ir.is_prim_expr(expr) and str(expr.ty).startswith("int"):  # a dimension (`sequence`), specialised
-            return {"prim": static_dim(expr, f"region {self.symbol}: a value"), "dtype": str(expr.ty)}
+            return {"prim": self._dim(expr, f"region {self.symbol}: a value"), "dtype": str(expr.ty)}
         raise CodegenError(f"region {self.symbol} ({self.backend}): cannot express argument {type(expr).__name__} {expr}")
+
+    def _type_entry(self, ty: relax.TensorType, what: str) -> dict[str, Any]:
+        if self.dims is None:
+            return {"shape": list(static_shape(ty, what)), "dtype": dtype_name(ty)}
+        if ty.shape is None:
+            raise CodegenError(f"region {self.symbol} ({self.backend}): {what} has no known shape")
+        return {"shape": [self._dim(d, what) for d in ty.shape.values], "dtype": dtype_name(ty)}
+
+    def _dim(self, dim, what: str) -> int | str:
+        if self.dims is None:
+            return static_dim(dim, what)
+        try:
+            text = dim_text(dim)
+        except SymbolicDimError:
+            try:  # bounds checks (a slice's end clamped to its axis) vanish within the ranges
+                text = dim_text(self._within_ranges(dim))
+            except SymbolicDimError as error:
+                raise CodegenError(f"region {self.symbol} ({self.backend}): {what}: {error}") from None
+        unknown = sorted(names_in(text) - set(self.dims))
+        if unknown:
+            raise CodegenError(f"region {self.symbol} ({self.backend}): {what} reads {unknown}, which are no named dimensions")
+        return text
+
+    def _within_ranges(self, dim):
+        analyzer = tvm.sym.Analyzer()
+        for var in tvm.tirx.analysis.undefined_vars(dim):
+            if var.name in self.dims:
+                span = self.dims[var.name]
+                analyzer.bind(var, tvm.ir.Range.from_min_extent(tvm.tirx.IntImm(str(var.ty), span.low),
+                                                                 tvm.tirx.IntImm(str(var.ty), span.high - span.low + 1)))
+        return analyzer.simplify(dim)
 
     def _constant(self, expr: relax.Expr) -> str:
         key = expr.id_
@@ -149,6 +183,27 @@ class _Serializer:
         return self.constant_names[key]
 
 
-def region_to_json(func: relax.Function, symbol: str, backend: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The JSON graph of a region function and its constants by name."""
-    return _Serializer(func, symbol, backend).run()
+def _dims_of(graph: Mapping[str, Any]) -> list[int | str]:
+    """Every dimension the graph's shapes and values hold."""
+    found: list[int | str] = [d for spec in graph["inputs"] for d in spec["shape"]]
+
+    def ref(r: Mapping[str, Any]) -> None:
+        found.extend(r.get("shape", ()))
+        if isinstance(r.get("prim"), str):
+            found.append(r["prim"])
+        for item in r.get("tuple", ()):
+            ref(item)
+
+    for node in graph["nodes"]:
+        found.extend(d for spec in node["outputs"] for d in spec["shape"])
+        for arg in node["args"]:
+            ref(arg)
+    return found
+
+
+def region_to_json(func: relax.Function, symbol: str, backend: str,
+                   dims: Mapping[str, DimRange] | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The JSON graph of a region function and its constants by name: every shape static
+    (dimensions at the representative values in force, see byoc.ir.dims), or, given the
+    model's `dims`, symbolic (see byoc.codegen_json.dims)."""
+    return _Serializer(func, symbol, backend, dims).run()

@@ -13,6 +13,7 @@ host with the reason rather than failing in the vendor's importer.
 
 from __future__ import annotations
 
+import ast
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import tvm
 from onnx import defs, helper, numpy_helper
 from tvm import relax
 
+from byoc.codegen_json.dims import fold
 from byoc.codegen_json.graph import tensor_refs, value_spec
 from byoc.codegen_json.to_relax import graph_to_relax
 from byoc.errors import CodegenError
@@ -37,6 +39,11 @@ Node = Mapping[str, Any]
 Check = Callable[[relax.Call], "str | None"]
 
 
+# Symbolic dimensions' operations on int64 tensors (dimensions are positive: Div truncates as //).
+_DIM_OPS: dict[type, tuple[str, dict]] = {ast.Add: ("Add", {}), ast.Sub: ("Sub", {}), ast.Mult: ("Mul", {}),
+                                          ast.FloorDiv: ("Div", {}), ast.Mod: ("Mod", {"fmod": 0})}
+
+
 class _Writer:
     def __init__(self, graph: Mapping[str, Any], opset: int) -> None:
         self.graph = graph
@@ -44,6 +51,8 @@ class _Writer:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.counter = 0
+        self.where = f"region {graph['symbol']} ({graph['backend']})"
+        self._dims: dict[str, str] = {}  # symbolic dimension -> the tensor holding its value
 
     def fresh(self, hint: str) -> str:
         self.counter += 1
@@ -55,7 +64,58 @@ class _Writer:
         return name
 
     def ints(self, values, hint: str) -> str:
+        """An int64 tensor of `values`: a constant, or computed from the inputs' shapes where
+        some are symbolic dimensions (see byoc.codegen_json.dims)."""
+        if isinstance(values, (list, tuple)) and any(isinstance(v, str) for v in values):
+            return self._symbolic_ints(list(values), hint)
+        if isinstance(values, str):
+            raise CodegenError(f"{self.where}: {hint} {values!r} is a symbolic dimension where a constant is needed")
         return self.constant(np.array(values, dtype=np.int64), hint)
+
+    def _symbolic_ints(self, values: list[int | str], hint: str) -> str:
+        pieces: list[str] = []
+        static: list[int] = []
+        for value in values:
+            if isinstance(value, str):
+                if static:
+                    pieces.append(self.constant(np.array(static, np.int64), hint))
+                    static = []
+                pieces.append(self.dim(value))
+            else:
+                static.append(value)
+        if static:
+            pieces.append(self.constant(np.array(static, np.int64), hint))
+        if len(pieces) == 1:
+            return pieces[0]
+        name = self.fresh(hint)
+        self.add("Concat", pieces, [name], hint, axis=0)
+        return name
+
+    def dim(self, text: str) -> str:
+        """A symbolic dimension's value as an int64 tensor of one element, computed once per
+        graph: a name is read off the first input that has it as a dimension (`Shape` of that
+        axis), an expression is computed from those."""
+        if text in self._dims:
+            return self._dims[text]
+
+        def name(key: str) -> str:
+            if key in self._dims:
+                return self._dims[key]
+            for position, spec in enumerate(self.graph["inputs"]):
+                if key in spec["shape"]:
+                    axis = spec["shape"].index(key)
+                    out = self._dims[key] = self.fresh(f"dim_{key}")
+                    self.add("Shape", [f"input{position}"], [out], f"dim_{key}", start=axis, end=axis + 1)
+                    return out
+            raise CodegenError(f"{self.where}: dimension {key!r} is no input's dimension, so the region cannot compute it")
+
+        def binary(op: type, a: str, b: str) -> str:
+            out = self.fresh("dim")
+            self.add(_DIM_OPS[op][0], [a, b], [out], "dim", **_DIM_OPS[op][1])
+            return out
+
+        self._dims[text] = fold(text, name, lambda value: self.constant(np.array([value], np.int64), "dim"), binary)
+        return self._dims[text]
 
     def tensor(self, ref: Mapping[str, Any]) -> str:
         if "input" in ref:
@@ -75,6 +135,19 @@ class _Writer:
             result = outs if index == len(steps) - 1 else [self.fresh(f"{node['name']}_{op_type}")]
             self.add(op_type, [previous if i is None else i for i in inputs], result, node["name"])
             previous = result[0]
+
+    def prim(self, ref: Mapping[str, Any], dtype: str, hint: str) -> str:
+        """A value argument (`{"prim": ...}`) as a scalar tensor of `dtype`: a constant, or a
+        symbolic dimension computed as `dim` does."""
+        if not isinstance(ref["prim"], str):
+            return self.constant(np.array(ref["prim"], dtype=dtype), hint)
+        scalar = self.fresh(hint)
+        self.add("Squeeze", [self.dim(ref["prim"])], [scalar], hint)
+        if np.dtype(dtype) == np.int64:
+            return scalar
+        cast = self.fresh(hint)
+        self.add("Cast", [scalar], [cast], hint, to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+        return cast
 
     def scalar(self, value: float, node: Node, hint: str = "scalar") -> str:
         return self.constant(np.array(value, dtype=node["outputs"][0]["dtype"]), hint)
@@ -175,9 +248,16 @@ def _clip(w: _Writer, node, args, outs):
 
 
 def _reshape(w: _Writer, node, args, outs):
-    # Also squeeze, expand_dims and flatten: shapes are static, so the output's shape says it all.
+    # Also squeeze, expand_dims and flatten: the output's shape says it all. A symbolic one is
+    # written with 0 (the input's dimension) and -1 (what the size leaves) where they say it, so
+    # that no shape is computed at run time (transformers' head reshapes).
     shape = node["outputs"][0]["shape"]
-    w.add("Reshape", [args[0], w.ints(shape, "shape")], outs, node["name"], **({"allowzero": 1} if 0 in shape else {}))
+    if any(isinstance(d, str) for d in shape) and 0 not in shape:
+        data = value_spec(w.graph, node["args"][0])["shape"]
+        shape = [0 if isinstance(d, str) and i < len(data) and data[i] == d else d for i, d in enumerate(shape)]
+        if sum(isinstance(d, str) for d in shape) == 1:
+            shape = [-1 if isinstance(d, str) else d for d in shape]
+    w.add("Reshape", [args[0], w.ints(shape, "shape")], outs, node["name"], **({"allowzero": 1} if 0 in node["outputs"][0]["shape"] else {}))
 
 
 def _transpose(w: _Writer, node, args, outs):
@@ -219,6 +299,12 @@ def _strided_slice(w: _Writer, node, args, outs):
     w.add("Slice", [args[0], *inputs], outs, node["name"])
 
 
+def _arange(w: _Writer, node, args, outs):
+    dtype = node["outputs"][0]["dtype"]
+    bounds = [w.prim(ref, dtype, hint) for ref, hint in zip(node["args"], ("start", "limit", "delta"))]
+    w.add("Range", bounds, outs, node["name"])
+
+
 def _flip(w: _Writer, node, args, outs):
     ends = np.iinfo(np.int64).min  # past the start, whatever the axis' length
     inputs = [w.ints(values, hint) for values, hint in (([-1], "starts"), ([ends], "ends"), ([node["attrs"]["axis"]], "axes"), ([-1], "steps"))]
@@ -226,7 +312,12 @@ def _flip(w: _Writer, node, args, outs):
 
 
 def _expand(w: _Writer, node, args, outs):
-    w.add("Expand", [args[0], w.ints(node["outputs"][0]["shape"], "shape")], outs, node["name"])
+    # A symbolic dimension the input already has is written 1 (Expand keeps the input's).
+    shape = list(node["outputs"][0]["shape"])
+    data = value_spec(w.graph, node["args"][0])["shape"]
+    offset = len(shape) - len(data)
+    shape = [1 if isinstance(d, str) and i >= offset and data[i - offset] == d else d for i, d in enumerate(shape)]
+    w.add("Expand", [args[0], w.ints(shape, "shape")], outs, node["name"])
 
 
 def _cumsum(w: _Writer, node, args, outs):
@@ -286,6 +377,14 @@ def _rsqrt(w: _Writer, node, args, outs):
 
 def _square(w: _Writer, node, args, outs):
     w.add("Mul", [args[0], args[0]], outs, node["name"])
+
+
+def _isfinite(w: _Writer, node, args, outs):
+    infinite, nan, either = (w.fresh(f"{node['name']}_{hint}") for hint in ("IsInf", "IsNaN", "Or"))
+    w.add("IsInf", args[:1], [infinite], node["name"])
+    w.add("IsNaN", args[:1], [nan], node["name"])
+    w.add("Or", [infinite, nan], [either], node["name"])
+    w.add("Not", [either], outs, node["name"])
 
 
 def _not_equal(w: _Writer, node, args, outs):
@@ -484,6 +583,7 @@ TRANSLATIONS: dict[str, Translation] = {
     "relax.rsqrt": Translation("Sqrt", _rsqrt, writes=_writes("Sqrt", "Reciprocal")),
     "relax.square": Translation("Mul", _square),
     "relax.not_equal": Translation("Equal", _not_equal, writes=_writes("Equal", "Not")),
+    "relax.isfinite": Translation("IsInf", _isfinite, writes=_writes("IsInf", "IsNaN", "Or", "Not")),
     "relax.nn.silu": Translation("Sigmoid", _silu, writes=_writes("Sigmoid", "Mul")),
     "relax.nn.gelu": Translation("Gelu", _gelu("none"), writes=_gelu_writes("none")),
     "relax.nn.gelu_tanh": Translation("Gelu", _gelu("tanh"), writes=_gelu_writes("tanh")),
@@ -518,6 +618,9 @@ TRANSLATIONS: dict[str, Translation] = {
     "relax.scatter_elements": Translation("ScatterElements", _scatter("ScatterElements"), _known_reduction),
     "relax.scatter_nd": Translation("ScatterND", _scatter("ScatterND"), _known_reduction),
     "relax.flip": Translation("Slice", _flip),
+    # Position ids (arange of the sequence length): constants in a static model, a Range over
+    # the region's own dimension in a symbolic one.
+    "relax.arange": Translation("Range", _arange),
     **{f"relax.bitwise_{op}": Translation(f"Bitwise{op.title()}", _same_op(f"Bitwise{op.title()}"), since=Since(18))
        for op in ("and", "or", "xor", "not")},
     "relax.triu": Translation("Trilu", _trilu(1)),

@@ -13,13 +13,19 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from byoc.codegen_json.dims import dim_expr
 from byoc.errors import JsonGraphError
 from byoc.ir.attrs import dict_to_attrs
 
 
 def graph_to_relax(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> relax.Function:
     where = f"region {graph['symbol']} ({graph['backend']})"
-    params = [relax.Var(i["name"], relax.TensorType(i["shape"], i["dtype"])) for i in graph["inputs"]]
+    variables: dict = {}  # a symbolic graph's dimensions, one variable each (see byoc.codegen_json.dims)
+
+    def shape(dims) -> list:
+        return [dim_expr(d, variables) if isinstance(d, str) else d for d in dims]
+
+    params = [relax.Var(i["name"], relax.TensorType(shape(i["shape"]), i["dtype"])) for i in graph["inputs"]]
     # The dtype is given: without it relax.const narrows int64 to int32 and float64 to float32.
     bound_constants = {name: relax.const(constants[name], str(constants[name].dtype)) for name in graph["constants"]}
     values: list[relax.Expr] = []
@@ -35,10 +41,12 @@ def graph_to_relax(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]
         if "tuple" in ref:
             return relax.Tuple([expr(item) for item in ref["tuple"]])
         if "shape" in ref:
-            return relax.ShapeExpr(ref["shape"])
+            return relax.ShapeExpr(shape(ref["shape"]))
         if "prim" in ref:
             dtype = ref["dtype"]
             is_float = dtype.startswith(("float", "bfloat"))
+            if isinstance(ref["prim"], str):
+                return relax.prim_value(dim_expr(ref["prim"], variables))
             immediate = tvm.tirx.FloatImm(dtype, ref["prim"]) if is_float else tvm.tirx.IntImm(dtype, int(ref["prim"]))
             return relax.prim_value(immediate)
         if "string" in ref:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from byoc.partition.graph import COMPOSITE, OP, OPAQUE, Node
 from byoc.partition.group import HOST, PlacementPolicy
+from byoc.partition.reasons import SHAPE_ONLY
 
 
 def annotate_nodes(nodes: list[Node], policy: PlacementPolicy) -> None:
@@ -29,6 +30,9 @@ def _annotate_op(node: Node, policy: PlacementPolicy) -> None:
         return
     if policy.forced_to_host(node.name, node.op):
         node.reasons.append("forced to the host by the host_ops option")
+        return
+    if node.binding.var.id_ in policy.shape_only:
+        node.reasons.append(SHAPE_ONLY)
         return
     call = node.binding.value
     for index, backend in enumerate(policy.backends):

@@ -42,6 +42,9 @@ class PlacementPolicy:
     # (binding position of the root, node name, binding positions of every matched op)
     accepted_roots: list[tuple[int, str, tuple[int, ...]]] = field(default_factory=list)
     positions: dict[int, int] = field(default_factory=dict)  # variable id -> binding position
+    # The op calls (by variable id) of a model with dynamic dimensions that depend on its shape
+    # alone: the host computes them once per shape (byoc.ir.shape_only), so no vendor takes them.
+    shape_only: frozenset[int] = frozenset()
 
     def forced_to_host(self, node: str, op: str) -> bool:
         return op in self.host_ops or node in self.host_ops or self.placement.get(node) == HOST

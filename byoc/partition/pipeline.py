@@ -17,6 +17,7 @@ from byoc.backend.spec import Backend
 from byoc.backend.views import RegionSummary
 from byoc.errors import PartitionError
 from byoc.frontend.quantized import for_partitioning
+from byoc.ir.shape_only import shape_only_calls
 from byoc.partition.annotate import annotate_nodes
 from byoc.partition.fallback import fallback_reason
 from byoc.partition.graph import COMPOSITE, OP, OPAQUE, BlockGraph, build_block_graph, composite_infos
@@ -77,6 +78,7 @@ def partition_graph(
     policy = PlacementPolicy(ordered, [b.rules() for b in ordered], host_ops, reasons, dict(placement or {}), dict(placement_why or {}))
 
     grouped, composite_names = group_patterns(mod, policy)
+    policy.shape_only = shape_only_calls(grouped["main"])
     composites = composite_infos(grouped)
     graphs: dict[int, BlockGraph] = {}
     candidates: list[_Candidate] = []

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+# Why an op of a model with dynamic dimensions that depends on its shape alone stays on the host.
+SHAPE_ONLY = "depends on the model's shape alone: the host computes it once per shape and keeps it"
+
 
 class HostReasons:
     """Rejection reasons per node name, kept in the order they were found, without repeats."""

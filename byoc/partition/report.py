@@ -44,6 +44,7 @@ class PartitionReport:
     # docs/shapes.md); MACs and bytes are then those at each range's opt.
     dims: dict[str, str] = field(default_factory=dict)
     shape_specialised: list[str] = field(default_factory=list)
+    symbolic_shapes: list[str] = field(default_factory=list)
 
     @classmethod
     def from_record(cls, record: PartitionRecord, estimates=None, build_fallbacks=None) -> PartitionReport:
@@ -105,17 +106,21 @@ class PartitionReport:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
-    def note_dims(self, dims: Mapping[str, DimRange], shape_specialised: Iterable[str]) -> None:
-        """Record a model's dynamic dimensions and its regions generated per shape."""
+    def note_dims(self, dims: Mapping[str, DimRange], shape_specialised: Iterable[str], symbolic: Iterable[str] = ()) -> None:
+        """Record a model's dynamic dimensions, its regions generated per shape and those
+        generated once for every shape (symbolic shapes)."""
         self.dims = {name: f"{r} (opt {r.opt})" for name, r in dims.items()}
         self.shape_specialised = sorted(shape_specialised)
+        self.symbolic_shapes = sorted(symbolic)
 
     def _shape_lines(self) -> list[str]:
         if not self.dims:
             return []
         ranges = ", ".join(f"{name} {text}" for name, text in self.dims.items())
         specialised = ", ".join(s for s in self.shape_specialised if s not in self.build_fallbacks) or "none"
-        return [f"dynamic dimensions: {ranges} (MACs and bytes at each opt); generated per shape: {specialised}"]
+        symbolic = ", ".join(s for s in self.symbolic_shapes if s not in self.build_fallbacks)
+        return [f"dynamic dimensions: {ranges} (MACs and bytes at each opt); generated per shape: {specialised}"
+                + (f"; one engine for every shape: {symbolic}" if symbolic else "")]
 
     def to_table(self, max_host_ops: int | None = 40) -> str:
         lines = [

@@ -295,7 +295,8 @@ class _Reader:
                 template = self.read(entry["template"], f"the template of region {entry['symbol']}").decode()
             regions.append(SpecialisedRegion(entry["symbol"], entry["backend"], list(entry["dims"]),
                                              [list(d) for d in entry["input_dims"]], template,
-                                             list(entry["template_constants"]), dict(entry["variants"])))
+                                             list(entry["template_constants"]), dict(entry["variants"]),
+                                             bool(entry.get("symbolic", False)), str(entry.get("per_shape_reason", ""))))
         return regions
 
     def engines(self) -> dict[str, EmbeddedEngine]:

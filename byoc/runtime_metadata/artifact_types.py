@@ -78,18 +78,31 @@ class RegionArtifact:
 @dataclass(frozen=True)
 class DirectCall:
     """The region the model is, which model input each of its inputs is, and which region
-    output each model output is."""
+    output each model output is. In a model with dynamic dimensions, some region inputs may be
+    values of the shape alone instead (`shape_values`: region input position -> position among
+    the host's once-per-shape values, computed for the dimensions `dims` in that order); the
+    model inputs in `inputs` then feed the region's other inputs, in order."""
 
     symbol: str
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    shape_values: Mapping[int, int] = field(default_factory=dict)
+    dims: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"symbol": self.symbol, "inputs": list(self.inputs), "outputs": list(self.outputs)}
+        data = {"symbol": self.symbol, "inputs": list(self.inputs), "outputs": list(self.outputs)}
+        if self.shape_values:
+            data.update(shape_values={str(k): v for k, v in self.shape_values.items()}, dims=list(self.dims))
+        return data
 
     @staticmethod
     def from_dict(data: dict) -> DirectCall:
-        return DirectCall(str(data["symbol"]), tuple(int(i) for i in data["inputs"]), tuple(int(o) for o in data["outputs"]))
+        return DirectCall(str(data["symbol"]), tuple(int(i) for i in data["inputs"]), tuple(int(o) for o in data["outputs"]),
+                          {int(k): int(v) for k, v in data.get("shape_values", {}).items()}, tuple(data.get("dims", ())))
+
+    def fed_by_inputs(self, region: RegionArtifact) -> list[TensorSpec]:
+        """The region's inputs that model inputs feed (those in `inputs`), in order."""
+        return [spec for position, spec in enumerate(region.inputs) if position not in self.shape_values]
 
     def check(self, artifacts: Sequence[RegionArtifact], inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
               where: str) -> None:
@@ -97,15 +110,20 @@ class DirectCall:
         region = next((a for a in artifacts if a.symbol == self.symbol), None)
         if region is None:
             raise ArtifactError(f"{where}: the direct call names region {self.symbol!r}, which is not a region of the model")
-        ok = (len(self.inputs) == len(region.inputs) and len(self.outputs) == len(outputs)
-              and all(0 <= i < len(inputs) and _same(inputs[i], spec) for i, spec in zip(self.inputs, region.inputs))
+        fed = self.fed_by_inputs(region)
+        ok = (len(self.inputs) == len(fed) and len(self.outputs) == len(outputs)
+              and all(0 <= p < len(region.inputs) for p in self.shape_values)
+              and all(0 <= i < len(inputs) and _same(inputs[i], spec) for i, spec in zip(self.inputs, fed))
               and all(0 <= o < len(region.outputs) and _same(region.outputs[o], spec) for o, spec in zip(self.outputs, outputs)))
         if not ok:
             raise ArtifactError(f"{where}: the direct call of region {self.symbol} does not match the model's inputs and outputs")
 
 
 def _same(a: TensorSpec, b: TensorSpec) -> bool:
-    return (tuple(a.shape), a.dtype) == (tuple(b.shape), b.dtype)
+    """Same dtype and shape; the model records an output dimension that is an expression of its
+    named ones as -1, which matches any expression of a region's."""
+    return a.dtype == b.dtype and len(a.shape) == len(b.shape) and all(
+        x == y or (isinstance(x, str) and y == -1) or (x == -1 and isinstance(y, str)) for x, y in zip(a.shape, b.shape))
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,10 @@ class EmbeddedEngine:
 
     plan: bytes
     environment: dict[str, str]
+
+
+# The variant key of a region whose one variant takes every shape.
+SYMBOLIC = "any_shape"
 
 
 @dataclass
@@ -133,8 +155,15 @@ class SpecialisedRegion:
     template: str | None
     template_constants: list[str]  # constant store names bound to those parameters, in order
     variants: dict[str, str] = field(default_factory=dict)  # variant key -> the symbol of its region artifact
+    # One variant for every shape (SYMBOLIC, its code written with symbolic shapes: a backend
+    # that declares `symbolic_shapes`); else why the region is generated per shape, where its
+    # backend takes symbolic shapes but not this region's.
+    symbolic: bool = False
+    per_shape_reason: str = ""
 
     def key(self, values: Mapping[str, int]) -> str:
+        if self.symbolic:
+            return SYMBOLIC
         return "_".join(f"{name}{values[name]}" for name in self.dims)
 
     def variant_symbol(self, values: Mapping[str, int]) -> str:
@@ -142,7 +171,8 @@ class SpecialisedRegion:
 
     def describe(self) -> dict:
         return {"symbol": self.symbol, "backend": self.backend, "dims": list(self.dims), "input_dims": self.input_dims,
-                "template_constants": list(self.template_constants), "variants": dict(self.variants)}
+                "template_constants": list(self.template_constants), "variants": dict(self.variants),
+                "symbolic": self.symbolic, **({"per_shape_reason": self.per_shape_reason} if self.per_shape_reason else {})}
 
 
 @dataclass

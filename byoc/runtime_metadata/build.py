@@ -20,12 +20,12 @@ from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, RequantizationWarning, UnknownBackendError
 from byoc.host import host_pipeline
-from byoc.ir.dims import dims_of, function_dimensions, symbolic_names
+from byoc.ir.dims import DimRange, dims_of, function_dimensions, symbolic_names
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, PartitionRecord, RegionRecord
-from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
+from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, SYMBOLIC, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
 from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.direct import find_direct_call
@@ -37,6 +37,7 @@ from byoc.runtime_metadata.shape_values import hoist_shape_values
 from byoc.runtime_metadata.shape_variants import (
     check_buckets,
     dim_pattern,
+    generate_symbolic,
     generate_variant,
     input_dims,
     is_shape_specialised,
@@ -133,9 +134,10 @@ def _region_backends(mod: tvm.IRModule, overrides: Mapping[str, Backend]) -> dic
 
 
 def _generate(mod, strict, backend_options, store, backends: Mapping[str, Backend | None], regions: dict[str, RegionRecord],
-              buckets: list[dict[str, int]]):
-    """Every region's code: once for a static region, once per bucket for a shape-specialised
-    one (see byoc.runtime_metadata.shapes)."""
+              buckets: list[dict[str, int]], dims: Mapping[str, DimRange]):
+    """Every region's code: once for a static region; for a shape-specialised one (see
+    byoc.runtime_metadata.shapes), once with symbolic shapes where its backend takes them, else
+    once per bucket."""
     artifacts: list[RegionArtifact] = []
     failed: dict[str, str] = {}
     specialised: dict[str, SpecialisedRegion] = {}
@@ -148,23 +150,43 @@ def _generate(mod, strict, backend_options, store, backends: Mapping[str, Backen
         try:
             backend = backend or get_backend(backend_name)
             if is_shape_specialised(func):
-                region = _specialised(func, symbol, backend_name, store)
-                # One variant per value of the dimensions the region uses (buckets that differ
-                # only in others share it).
-                keyed = {region.key(values): values for values in buckets}
-                generated = [generate_variant(func, region, values, backend, store, options) for values in keyed.values()]
-                region.variants = {key: artifact.symbol for key, artifact in zip(keyed, generated)}
-                artifacts += generated
-                specialised[symbol] = region
+                region = specialised[symbol] = _specialised(func, symbol, backend_name, store)
+                if backend.symbolic_shapes:
+                    try:
+                        artifacts.append(_symbolic(func, region, backend, store, options, dims))
+                        continue
+                    except Exception as error:  # generated per shape instead, as for any backend
+                        region.per_shape_reason = f"{type(error).__name__}: {error}"
+                artifacts += _per_shape(func, region, backend, store, options, buckets)
             else:
                 artifacts.append(generate_region(func, symbol, backend, store, options))
         except Exception as error:
+            specialised.pop(symbol, None)
             message = f"region {symbol} ({backend_name}): code generation failed: {type(error).__name__}: {error}"
             if strict:
                 raise BuildError(message) from error
             _fall_back(message, symbol, regions)
             failed[symbol] = f"code generation failed: {type(error).__name__}: {error}"
     return artifacts, failed, specialised
+
+
+def _symbolic(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
+              dims: Mapping[str, DimRange]) -> RegionArtifact:
+    artifact = generate_symbolic(func, region, backend, store, options, dims)
+    region.symbolic = True
+    region.variants = {SYMBOLIC: artifact.symbol}
+    return artifact
+
+
+def _per_shape(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
+               buckets: list[dict[str, int]]) -> list[RegionArtifact]:
+    """One variant per value of the dimensions the region uses (buckets that differ only in
+    others share it)."""
+    region.symbolic = False
+    keyed = {region.key(values): values for values in buckets}
+    generated = [generate_variant(func, region, values, backend, store, options) for values in keyed.values()]
+    region.variants = {key: artifact.symbol for key, artifact in zip(keyed, generated)}
+    return generated
 
 
 def _specialised(func: relax.Function, symbol: str, backend_name: str, store: ConstantStore) -> SpecialisedRegion:
@@ -174,9 +196,10 @@ def _specialised(func: relax.Function, symbol: str, backend_name: str, store: Co
 
 def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Backend], store: ConstantStore,
                     backend_options: Mapping[str, dict], cache: EngineCache, strict: bool, regions: dict[str, RegionRecord],
-                    sole_work: bool) -> tuple[dict[str, EngineRecord], dict[str, str]]:
-    """Each region's engine, made and checked now (see `engine_check`), while a region whose
-    engine fails can still fall back to the host: its failures by symbol."""
+                    sole_work: bool, values: Mapping[str, int] | None = None) -> tuple[dict[str, EngineRecord], dict[str, str]]:
+    """Each region's engine, made and checked now (see `engine_check`; symbolic shapes at the
+    dimensions' `values`), while a region whose engine fails can still fall back to the host:
+    its failures by symbol."""
     records: dict[str, EngineRecord] = {}
     failed: dict[str, str] = {}
     for artifact in artifacts:
@@ -186,7 +209,7 @@ def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Back
         try:
             record = create_engine(artifact, backends[artifact.backend], store, backend_options.get(artifact.backend, {}), cache,
                                    EngineContext(artifact.symbol, sole_work))
-            check_engine(record.engine, artifact, where)
+            check_engine(record.engine, artifact, where, values)
         except EngineError as error:  # the vendor's failure; an OptionError is the user's, and raised
             if strict:
                 raise
@@ -195,6 +218,52 @@ def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Back
             continue
         records[artifact.symbol] = record
     return records, failed
+
+
+def _symbolic_engines(mod: tvm.IRModule, artifacts: list[RegionArtifact], specialised: Mapping[str, SpecialisedRegion],
+                      backends: Mapping[str, Backend], store: ConstantStore, backend_options: Mapping[str, dict],
+                      cache: EngineCache, sole_work: bool, buckets: list[dict[str, int]], opt: Mapping[str, int],
+                      strict: bool, failed: dict[str, str], regions: dict[str, RegionRecord]) -> dict[str, EngineRecord]:
+    """The engines of the regions written with symbolic shapes, made and checked at each
+    dimension's `opt` whatever `engines=` says: only an engine tells whether its vendor takes
+    the region's shapes symbolically. A region whose engine does not is generated per shape
+    instead (its artifacts replace the symbolic one in `artifacts`), as for any backend."""
+    records: dict[str, EngineRecord] = {}
+    functions = {symbol: func for symbol, _, func in region_functions(mod)}
+    for region in list(specialised.values()):
+        if not region.symbolic:
+            continue
+        symbol = region.variants[SYMBOLIC]
+        artifact = next(a for a in artifacts if a.symbol == symbol)
+        backend, options = backends[region.backend], backend_options.get(region.backend, {})
+        try:
+            records[symbol] = create_engine(artifact, backend, store, options, cache, EngineContext(symbol, sole_work))
+            check_engine(records[symbol].engine, artifact, f"region {symbol} ({region.backend})", opt)
+        except Exception as error:
+            records.pop(symbol, None)
+            region.per_shape_reason = f"{type(error).__name__}: {error}"
+            artifacts.remove(artifact)
+            try:
+                artifacts += _per_shape(functions[region.symbol], region, backend, store, options, buckets)
+            except Exception as error:
+                message = f"region {region.symbol} ({region.backend}): code generation failed: {type(error).__name__}: {error}"
+                if strict:
+                    raise BuildError(message) from error
+                _fall_back(message, region.symbol, regions)
+                failed[region.symbol] = f"code generation failed: {type(error).__name__}: {error}"
+                del specialised[region.symbol]
+    return records
+
+
+def _called(artifacts: list[RegionArtifact], specialised: Mapping[str, SpecialisedRegion]) -> dict[str, RegionArtifact]:
+    """The artifact the host's call of each region symbol runs, where it is one: a static
+    region's own, a region with symbolic shapes' one variant (other shape-specialised regions
+    pick a variant per run)."""
+    by_symbol = {a.symbol: a for a in artifacts}
+    called = {symbol: artifact for symbol, artifact in by_symbol.items()
+              if not any(symbol in region.variants.values() for region in specialised.values())}
+    called.update({region.symbol: by_symbol[region.variants[SYMBOLIC]] for region in specialised.values() if region.symbolic})
+    return called
 
 
 def _drop_failed(unusable: Mapping[str, str], failed: dict[str, str], specialised: dict[str, SpecialisedRegion],
@@ -343,14 +412,17 @@ def build(
     with warnings.catch_warnings():
         if strict:  # a device that would quantize the model's scales again refuses instead
             warnings.simplefilter("error", RequantizationWarning)
-        artifacts, failed, specialised = _generate(mod, strict, backend_options, store, configured, planned, buckets)
+        artifacts, failed, specialised = _generate(mod, strict, backend_options, store, configured, planned, buckets, dims)
+    cache = EngineCache(cache_dir if cache_dir is not None else default_cache_dir())
+    sole_work = one_region_only(partition, artifacts, failed)
+    records = _symbolic_engines(mod, artifacts, specialised, configured, store, backend_options, cache, sole_work, buckets,
+                                {name: r.opt for name, r in dims.items()}, strict, failed, planned)
     variant_of = {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
     backends = {a.backend: configured[a.backend] for a in artifacts}
-    cache = EngineCache(cache_dir if cache_dir is not None else default_cache_dir())
-    records: dict[str, EngineRecord] = {}
     if engines != "lazy":
-        sole_work = one_region_only(partition, artifacts, failed)
-        records, unusable = _create_engines(artifacts, backends, store, backend_options, cache, strict, planned, sole_work)
+        made, unusable = _create_engines([a for a in artifacts if a.symbol not in records], backends, store, backend_options,
+                                         cache, strict, planned, sole_work)
+        records.update(made)
         _drop_failed(unusable, failed, specialised, variant_of)
     artifacts = [a for a in artifacts if variant_of.get(a.symbol, a.symbol) not in failed]
     partitioned = mod
@@ -374,7 +446,7 @@ def build(
             backend_options,
             partition=partition,
             build_fallbacks=failed,
-            direct_call=None if dims else find_direct_call(mod, artifacts, region_symbol),
+            direct_call=find_direct_call(mod, _called(artifacts, specialised), region_symbol),
             dims=dims,
             specialised=list(specialised.values()),
             max_shapes=max_shapes,

@@ -16,6 +16,7 @@ from byoc.backend.codegen import RegionSource
 from byoc.backend.spec import Backend
 from byoc.codegen_json.graph import value_spec
 from byoc.codegen_json.serialize import region_to_json
+from byoc.ir.dims import DimRange
 from byoc.processing.passes import RegionContext, apply_passes
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
@@ -31,8 +32,11 @@ def region_attrs(func: relax.Function) -> dict[str, str]:
     return {str(k): str(v) for k, v in (func.attrs or {}).items() if str(k).startswith("byoc.")}
 
 
-def generate_region(func: relax.Function, symbol: str, backend: Backend, store: ConstantStore, options: dict) -> RegionArtifact:
-    graph, constants = region_to_json(func, symbol, backend.name)
+def generate_region(func: relax.Function, symbol: str, backend: Backend, store: ConstantStore, options: dict,
+                    dims: Mapping[str, DimRange] | None = None) -> RegionArtifact:
+    """The region's code: for its static shapes, or, given the model's `dims`, once for every
+    shape in range (a backend that declares `symbolic_shapes`)."""
+    graph, constants = region_to_json(func, symbol, backend.name, dims)
     attrs = region_attrs(func)
     if backend.processing:
         context = RegionContext(symbol, backend.name, attrs, options)

@@ -8,25 +8,34 @@ FFI: 20-30 us in all, 5-13% of a tiny model's 0.2-0.5 ms. `CompiledModel.run` th
 region directly on buffers it keeps (the same ones run after run, as the VM's are, so an engine
 that binds them, like onnxruntime's, binds once): an engine through its runtime, a C region
 through its function in the host library.
+
+A model with dynamic dimensions takes the same path where its one region is written with symbolic
+shapes (see byoc.runtime_metadata.shapes): its buffers are kept per shape, and their shapes are
+the region's at the dimensions the inputs give.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 import tvm
 from tvm import relax
 
+from byoc.codegen_json.dims import is_symbolic, names_in
 from byoc.runtime_metadata.artifact_types import DirectCall, RegionArtifact
+from byoc.runtime_metadata.shape_values import shape_value_positions
 
 
-def find_direct_call(mod: tvm.IRModule, artifacts: Sequence[RegionArtifact], region_symbol) -> DirectCall | None:
+def find_direct_call(mod: tvm.IRModule, regions: Mapping[str, RegionArtifact], region_symbol) -> DirectCall | None:
     """The direct call `mod`'s main function amounts to, or None when it does anything else
-    (host ops, several regions, an input passed through)."""
+    (host ops, several regions, an input passed through). `regions` holds the artifact the host's
+    call of each region symbol runs (a region with symbolic shapes: its one variant)."""
     main = mod["main"]
     count = int(main.attrs["num_input"]) if main.attrs is not None and "num_input" in main.attrs else len(main.params)
     params = list(main.params[:count])
-    regions = {a.symbol for a in artifacts}
+    # A model with dynamic dimensions: what depends on its shape alone is computed once per shape
+    # (byoc.runtime_metadata.shape_values), and the region may read it.
+    dims, computed, value_of = shape_value_positions(main)
     body = main.body
     if not isinstance(body, relax.SeqExpr):
         return None
@@ -48,12 +57,17 @@ def find_direct_call(mod: tvm.IRModule, artifacts: Sequence[RegionArtifact], reg
             if not isinstance(binding, relax.VarBinding):
                 return None
             value = binding.value
+            if binding.var.id_ in computed:
+                continue
             if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) and call is None:
                 symbol = region_symbol(value.op, mod[value.op])
-                if symbol not in regions or not all(any(arg.same_as(p) for p in params) for arg in value.args):
+                fed = [arg for arg in value.args if not (isinstance(arg, relax.Var) and arg.id_ in value_of)]
+                if symbol not in regions or not all(any(arg.same_as(p) for p in params) for arg in fed):
                     return None
-                positions = tuple(next(i for i, p in enumerate(params) if p.same_as(arg)) for arg in value.args)
-                call = (symbol, positions)
+                positions = tuple(next(i for i, p in enumerate(params) if p.same_as(arg)) for arg in fed)
+                computed_inputs = {position: value_of[arg.id_] for position, arg in enumerate(value.args)
+                                   if isinstance(arg, relax.Var) and arg.id_ in value_of}
+                call = (symbol, positions, computed_inputs)
                 values[binding.var] = "call"
                 continue
             resolved = resolve(value)
@@ -62,7 +76,9 @@ def find_direct_call(mod: tvm.IRModule, artifacts: Sequence[RegionArtifact], reg
             values[binding.var] = resolved
     if call is None:
         return None
-    region = next(a for a in artifacts if a.symbol == call[0])
+    region = regions[call[0]]
+    if is_symbolic([d for spec in region.inputs for d in spec.shape]) and not _sized_by_inputs(region):
+        return None
     result = resolve(body.body)
     if result == "call":  # the region's result returned as the model's: its outputs in order
         outputs = tuple(range(len(region.outputs)))
@@ -72,4 +88,10 @@ def find_direct_call(mod: tvm.IRModule, artifacts: Sequence[RegionArtifact], reg
         outputs = result
     else:
         return None
-    return DirectCall(call[0], call[1], outputs)
+    return DirectCall(region.symbol, call[1], outputs, call[2], dims if call[2] else ())
+
+
+def _sized_by_inputs(region: RegionArtifact) -> bool:
+    """Whether every symbolic dimension of the region's outputs can be read off its inputs."""
+    plain = {d for spec in region.inputs for d in spec.shape if isinstance(d, str) and d.isidentifier()}
+    return all(names_in(d) <= plain for spec in [*region.inputs, *region.outputs] for d in spec.shape)

@@ -20,6 +20,7 @@ from tvm import relax
 
 from byoc.backend.engine import EngineContext
 from byoc.backend.spec import Backend
+from byoc.codegen_json.dims import SymbolicDimError, is_symbolic, shape_at
 from byoc.errors import ArtifactError, ByocError, EngineError
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
@@ -90,6 +91,9 @@ class RegionRuntime:
         self._lock = threading.Lock()
         self._where = f"region {artifact.symbol} ({artifact.backend})"
         self._expected = [(s.shape, np.dtype(s.dtype)) for s in [*artifact.inputs, *artifact.outputs]]
+        # A region written with symbolic shapes is checked once per set of shapes it is given.
+        self._symbolic = any(is_symbolic(shape) for shape, _ in self._expected)
+        self._seen_shapes: set[tuple] = set()
         self._checked = False
         self._failure = FailureRecord()
 
@@ -103,12 +107,37 @@ class RegionRuntime:
 
     def _check(self, arrays: list[np.ndarray]) -> None:
         """The host's tensors against what the region was built for, on the first call (shapes
-        are static): an engine must never read or write past what it was given."""
+        are static) or the first with each set of shapes (symbolic ones): an engine must never
+        read or write past what it was given."""
         got = [(a.shape, a.dtype) for a in arrays]
-        if got != self._expected:
+        if not self._symbolic:
+            expected = self._expected
+        elif tuple(got) in self._seen_shapes:
+            return
+        else:
+            expected = self._at(got)
+        if got != expected:
             raise ArtifactError(f"{self._where}: the host passes {[(s, str(d)) for s, d in got]}; the region was built for "
-                              f"{[(s, str(d)) for s, d in self._expected]}")
-        self._checked = True
+                              f"{[(s, str(d)) for s, d in expected]}")
+        if self._symbolic:
+            self._seen_shapes.add(tuple(got))
+        else:
+            self._checked = True
+
+    def _at(self, got: list[tuple[tuple[int, ...], np.dtype]]) -> list[tuple[tuple[int, ...], np.dtype]]:
+        """The symbolic shapes at the dimensions the given tensors hold plainly; a dimension
+        that is an expression of others only is taken as given."""
+        values: dict[str, int] = {}
+        for (pattern, _), (shape, _) in zip(self._expected, got):
+            if len(pattern) == len(shape):
+                values.update({d: n for d, n in zip(pattern, shape) if isinstance(d, str) and d.isidentifier() and d not in values})
+        expected = []
+        for (pattern, dtype), (shape, _) in zip(self._expected, got):
+            try:
+                expected.append((shape_at(pattern, values), dtype))
+            except SymbolicDimError:
+                expected.append((shape if len(shape) == len(pattern) else tuple(pattern), dtype))
+        return expected
 
     def __call__(self, *args: tvm.runtime.Tensor) -> None:
         times = self.times
@@ -130,7 +159,7 @@ class RegionRuntime:
         that is this region alone: see byoc.runtime_metadata.direct)."""
         try:
             record = self.record or self.ensure_engine()
-            if not self._checked:
+            if not self._checked:  # always False for symbolic shapes
                 self._check([*inputs, *outputs])
             record.engine.run(inputs, outputs)
         except Exception as error:

@@ -9,11 +9,13 @@ creates, and a region that fails it falls back to the host (or fails the build u
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 import numpy as np
 
 from byoc.backend.arrays import aligned
 from byoc.backend.engine import Engine
+from byoc.codegen_json.dims import shape_at
 from byoc.errors import EngineError
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
 
@@ -28,11 +30,11 @@ def _mark(spec: TensorSpec, second: bool) -> np.generic:
     return dtype.type(np.iinfo(dtype).min + (7 if second else 3))
 
 
-def _filled(spec: TensorSpec, second: bool) -> np.ndarray:
-    return aligned(np.full(spec.shape, _mark(spec, second)))
+def _filled(spec: TensorSpec, shape: tuple[int, ...], second: bool) -> np.ndarray:
+    return aligned(np.full(shape, _mark(spec, second)))
 
 
-def _trial(engine: object, artifact: RegionArtifact, inputs: list[np.ndarray]) -> list[list[np.ndarray]]:
+def _trial(engine: object, artifact: RegionArtifact, inputs: list[np.ndarray], shapes: list[tuple[int, ...]]) -> list[list[np.ndarray]]:
     """Two runs on `inputs`, each output filled with one mark before the first and another
     before the second; on a thread of its own, so that what an engine keeps per thread for the
     trial's buffers (onnxruntime's IO bindings) goes with the thread, not into the model's runs."""
@@ -42,7 +44,7 @@ def _trial(engine: object, artifact: RegionArtifact, inputs: list[np.ndarray]) -
     def trial() -> None:
         try:
             for second in (False, True):
-                outputs = [_filled(spec, second) for spec in artifact.outputs]
+                outputs = [_filled(spec, shape, second) for spec, shape in zip(artifact.outputs, shapes)]
                 engine.run(inputs, outputs)
                 runs.append(outputs)
         except BaseException as error:  # handed to the building thread
@@ -56,9 +58,10 @@ def _trial(engine: object, artifact: RegionArtifact, inputs: list[np.ndarray]) -
     return runs
 
 
-def check_engine(engine: object, artifact: RegionArtifact, where: str) -> None:
+def check_engine(engine: object, artifact: RegionArtifact, where: str, values: Mapping[str, int] | None = None) -> None:
     """Raise an EngineError naming `where` when `engine` is no Engine, fails to run on the
-    region's shapes, or leaves part of an output unwritten.
+    region's shapes (a region with symbolic shapes: at the named dimensions' `values`), or
+    leaves part of an output unwritten.
 
     The inputs are zeros, or ones where zeros fail: zeros are valid indices along any axis,
     ones valid divisors, and a region is very rarely both an index and a divisor of its
@@ -71,10 +74,11 @@ def check_engine(engine: object, artifact: RegionArtifact, where: str) -> None:
         raise EngineError(f"{where}: the vendor returned a {type(engine).__module__}.{type(engine).__qualname__}, "
                           "which is not an engine: it has no run(inputs, outputs) method")
     errors = []
+    outputs = [shape_at(spec.shape, values or {}) for spec in artifact.outputs]
     for fill in (0, 1):
-        inputs = [aligned(np.full(spec.shape, fill, np.dtype(spec.dtype))) for spec in artifact.inputs]
+        inputs = [aligned(np.full(shape_at(spec.shape, values or {}), fill, np.dtype(spec.dtype))) for spec in artifact.inputs]
         try:
-            runs = _trial(engine, artifact, inputs)
+            runs = _trial(engine, artifact, inputs, outputs)
             break
         except Exception as error:
             errors.append(error)
@@ -86,4 +90,4 @@ def check_engine(engine: object, artifact: RegionArtifact, where: str) -> None:
         unwritten = (first == _mark(spec, False)) & (second == _mark(spec, True))
         if unwritten.any():
             raise EngineError(f"{where}: the engine left {int(unwritten.sum())} of {unwritten.size} elements of output {index} "
-                              f"{tuple(spec.shape)} unwritten in a trial run: an engine writes every output in place")
+                              f"{tuple(first.shape)} unwritten in a trial run: an engine writes every output in place")

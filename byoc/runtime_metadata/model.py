@@ -19,8 +19,10 @@ from tvm import relax
 
 from byoc.backend.registry import checked_backend_options, get_backend, list_backends
 from byoc.backend.spec import Backend
+from byoc.codegen_json.dims import shape_at
 from byoc.errors import ArtifactError, ByocError, InputError, MissingVendorError, UnknownBackendError
 from byoc.host.index_ranges import engine_index_error, take_index_error
+from byoc.partition.reasons import SHAPE_ONLY
 from byoc.partition.record import PartitionRecord
 from byoc.partition.report import PartitionReport
 from byoc.runtime_metadata.artifact import read_artifact, write_artifact
@@ -127,32 +129,51 @@ class CompiledModel:
             entry = self._local.entry = (self._vm()["main"], buffers, [np.from_dlpack(b) for b in buffers])
         return entry
 
-    def _direct_entry(self) -> tuple[Callable[[], None], list[np.ndarray], list[np.ndarray]]:
+    def _direct_entry(self, values: Mapping[str, int] | None = None) -> tuple[Callable[[], None], list[np.ndarray], list[np.ndarray]]:
         """This thread's direct call (the model is one region) and its buffers: numpy views of
-        TVM-allocated tensors, aligned as engines are promised, the same ones run after run."""
-        entry = getattr(self._local, "direct", None)
+        TVM-allocated tensors, aligned as engines are promised, the same ones run after run (for
+        a region with symbolic shapes, per set of dimension `values`, the most recent kept)."""
+        entries = getattr(self._local, "direct", None)
+        if entries is None:
+            entries = self._local.direct = collections.OrderedDict()
+        key = tuple(values.items()) if values else None
+        entry = entries.get(key)
         if entry is None:
-            symbol = self.parts.direct_call.symbol
-            artifact = next(a for a in self.parts.artifacts if a.symbol == symbol)
-            tensors = [tvm.runtime.empty(s.shape, s.dtype) for s in [*artifact.inputs, *artifact.outputs]]
-            views = [np.from_dlpack(t) for t in tensors]
-            count = len(artifact.inputs)
-            if symbol in self.regions:  # an engine
-                region = self.regions[symbol]
-                inputs, outputs = views[:count], views[count:]
-
-                def call() -> None:
-                    region.run_arrays(inputs, outputs)
-            else:  # C in the host library, called as the VM calls it: inputs, then outputs
-                function = self.host.get_function(symbol, query_imports=True)
-
-                def call() -> None:
-                    function(*tensors)
-            entry = self._local.direct = (call, views[:count], views[count:], tensors)
+            entry = entries[key] = self._direct_call(values or {})
+            while len(entries) > _KEPT_INPUT_SHAPES:
+                entries.popitem(last=False)
+        elif values:
+            entries.move_to_end(key)
         return entry[:3]
 
-    def _run_direct(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        call, inputs, outputs = self._direct_entry()
+    def _direct_call(self, values: Mapping[str, int]) -> tuple:
+        direct = self.parts.direct_call
+        symbol = direct.symbol
+        artifact = next(a for a in self.parts.artifacts if a.symbol == symbol)
+        tensors = [tvm.runtime.empty(shape_at(s.shape, values), s.dtype) for s in [*artifact.inputs, *artifact.outputs]]
+        views = [np.from_dlpack(t) for t in tensors]
+        count = len(artifact.inputs)
+        if direct.shape_values:  # values of the shape alone: the host's, computed once for these dimensions
+            computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
+            for position, index in direct.shape_values.items():
+                tensors[position] = computed[index]
+                views[position] = np.from_dlpack(computed[index])
+        fed = [view for position, view in enumerate(views[:count]) if position not in direct.shape_values]
+        if symbol in self.regions:  # an engine
+            region = self.regions[symbol]
+            inputs, outputs = views[:count], views[count:]
+
+            def call() -> None:
+                region.run_arrays(inputs, outputs)
+        else:  # C in the host library, called as the VM calls it: inputs, then outputs
+            function = self.host.get_function(symbol, query_imports=True)
+
+            def call() -> None:
+                function(*tensors)
+        return call, fed, views[count:], tensors
+
+    def _run_direct(self, arrays: list[np.ndarray], values: Mapping[str, int] | None = None) -> list[np.ndarray]:
+        call, inputs, outputs = self._direct_entry(values)
         for buffer, index in zip(inputs, self.parts.direct_call.inputs):
             np.copyto(buffer, arrays[index])
         call()
@@ -228,6 +249,8 @@ class CompiledModel:
         arrays = self._arrange_inputs(inputs, named_inputs)
         try:
             if self.parts.dims:
+                if self.parts.direct_call is not None:  # its one region takes every shape
+                    return self._run_direct(arrays, self.dims_of_inputs(arrays))
                 return self._run_dynamic(arrays)
             if self.parts.direct_call is not None:
                 return self._run_direct(arrays)
@@ -301,7 +324,8 @@ class CompiledModel:
         estimates = {a.symbol: a.info for a in self.artifacts if a.info}
         result = PartitionReport.from_record(PartitionRecord.from_dict(self.parts.partition), estimates, self.build_fallbacks)
         if self.parts.dims:
-            result.note_dims(self.parts.dims, (region.symbol for region in self.parts.specialised))
+            result.note_dims(self.parts.dims, (region.symbol for region in self.parts.specialised if not region.symbolic),
+                             (region.symbol for region in self.parts.specialised if region.symbolic))
         return result
 
     # ---------------------------------------------------------------- artifact
@@ -352,11 +376,12 @@ def _embedded_state(embedded: EmbeddedEngine | None) -> dict | None:
 
 
 def one_region_only(partition: dict | None, artifacts: Sequence[RegionArtifact], build_fallbacks: Mapping[str, str]) -> bool:
-    """Whether the model is one region and nothing else: its partition left no op on the host
-    and no region fell back at build (a model not partitioned by byoc says nothing: False)."""
+    """Whether the model is one region and nothing else per run: its partition left no op on the
+    host but those a model with dynamic dimensions computes once per shape, and no region fell
+    back at build (a model not partitioned by byoc says nothing: False)."""
     if partition is None or len(artifacts) != 1 or build_fallbacks:
         return False
-    return not PartitionRecord.from_dict(partition).host_ops
+    return all(host.reasons == [SHAPE_ONLY] for host in PartitionRecord.from_dict(partition).host_ops)
 
 
 _ARRAY_SIZE = tvm_ffi.get_global_func("ffi.ArraySize")

@@ -22,69 +22,20 @@ from collections.abc import Callable
 import tvm
 from tvm import relax
 
-from byoc.ir.dims import defined_dimensions
 from byoc.ir.rewrite import VarSubstitution, rebuild_function
-from byoc.ir.types import is_tensor_constant, op_name
+from byoc.ir.shape_only import dimension_vars, shape_only_bindings
 from byoc.partition.graph import used_vars
 
 SHAPE_VALUES = "byoc_shape_values"  # the packed call `main` makes, answered by `ShapeValues`
 SHAPE_VALUES_FUNCTION = "byoc_shape_values_compute"  # the host's function that computes them
 KEPT_SHAPES = 16
-# Ops that call out (regions, kernels) or allocate: never hoisted.
-_CALLS = ("relax.call_dps_packed", "relax.call_tir", "relax.call_packed", "relax.call_pure_packed", "relax.call_inplace_packed")
-
-
-def _dimension_vars(main: relax.Function) -> list:
-    """The model's dimensions as `main`'s parameters define them (each a plain variable)."""
-    found = defined_dimensions(param.ty for param in main.params)
-    return [found[name] for name in sorted(found)]
-
-
-def _static_arg(arg: relax.Expr, hoisted: set[int], dims: set[str]) -> bool:
-    """An argument known from constants and dimensions alone (in TVM 0.27 a dimension and a
-    Relax variable are one Python type)."""
-    if isinstance(arg, relax.Var):
-        return arg.id_ in hoisted or (isinstance(arg.ty, tvm.ir.PrimType) and arg.name in dims)
-    if isinstance(arg, relax.Tuple):
-        return all(_static_arg(field, hoisted, dims) for field in arg.fields)
-    return is_tensor_constant(arg) or isinstance(arg, relax.ShapeExpr) or tvm.ir.is_prim_expr(arg) \
-        or isinstance(arg, (tvm.ir.expr.StringImm, relax.DataTypeImm))
-
-
-def _shape_only(main: relax.Function, dims: set[str]) -> list[relax.VarBinding]:
-    """`main`'s bindings that read nothing but constants and dimensions, in order."""
-    hoisted: set[int] = set()
-    found = []
-    for block in main.body.blocks:
-        if not isinstance(block, relax.DataflowBlock):
-            continue
-        for binding in block.bindings:
-            value = binding.value
-            if not isinstance(binding, relax.VarBinding) or not isinstance(binding.var.ty, (relax.TensorType, relax.TupleType)):
-                continue
-            if isinstance(value, relax.Call):
-                ok = isinstance(value.op, tvm.ir.Op) and op_name(value) not in _CALLS and all(_static_arg(a, hoisted, dims) for a in value.args)
-            elif isinstance(value, relax.TupleGetItem):
-                ok = isinstance(value.tuple_value, relax.Var) and value.tuple_value.id_ in hoisted
-            else:
-                ok = False
-            if ok:
-                hoisted.add(binding.var.id_)
-                found.append(binding)
-    return found
 
 
 def hoist_shape_values(mod: tvm.IRModule) -> tvm.IRModule:
     """`mod` with `main`'s shape-only values computed by `byoc_shape_values` (see above); `mod`
     itself where there are none or the model has no dimensions."""
     main = mod["main"]
-    dims = _dimension_vars(main)
-    bindings = _shape_only(main, {d.name for d in dims})
-    if not dims or not any(isinstance(b.value, relax.Call) for b in bindings):
-        return mod
-    hoisted = {b.var.id_ for b in bindings}
-    used_outside = _used_outside(main, hoisted)
-    boundary = [b.var for b in bindings if b.var.id_ in used_outside and isinstance(b.var.ty, relax.TensorType)]
+    dims, bindings, boundary = _hoisted(main)
     if not boundary:
         return mod
     values = _values_function(bindings, boundary, dims)
@@ -104,6 +55,29 @@ def hoist_shape_values(mod: tvm.IRModule) -> tvm.IRModule:
     result["main"] = rewritten
     result[SHAPE_VALUES_FUNCTION] = values
     return relax.transform.DeadCodeElimination(["main", SHAPE_VALUES_FUNCTION])(result)
+
+
+def _hoisted(main: relax.Function) -> tuple[list, list[relax.VarBinding], list[relax.Var]]:
+    """The model's dimensions, `main`'s shape-only bindings and the values of them the rest of
+    `main` reads (what `byoc_shape_values` returns, in order); no values where nothing is
+    computed."""
+    dims = dimension_vars(main)
+    bindings = shape_only_bindings(main, {d.name for d in dims})
+    if not dims or not any(isinstance(b.value, relax.Call) for b in bindings):
+        return dims, bindings, []
+    hoisted = {b.var.id_ for b in bindings}
+    used_outside = _used_outside(main, hoisted)
+    return dims, bindings, [b.var for b in bindings if b.var.id_ in used_outside and isinstance(b.var.ty, relax.TensorType)]
+
+
+def shape_value_positions(main: relax.Function) -> tuple[tuple[str, ...], set[int], dict[int, int]]:
+    """For a model's `main` before hoisting: the dimensions `byoc_shape_values` is called
+    with, in order, the variables (by id) it computes, and the position among its results of
+    each value the rest of `main` reads."""
+    dims, bindings, boundary = _hoisted(main)
+    if not boundary:
+        return (), set(), {}
+    return tuple(d.name for d in dims), {b.var.id_ for b in bindings}, {var.id_: index for index, var in enumerate(boundary)}
 
 
 def _used_outside(main: relax.Function, hoisted: set[int]) -> set[int]:

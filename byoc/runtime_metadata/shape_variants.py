@@ -17,7 +17,7 @@ from byoc.errors import ArtifactError, ByocError
 from byoc.ir.dims import DimRange, function_dimensions, representative
 from byoc.ir.rewrite import rebuild_function
 from byoc.ir.types import constant_array, is_tensor_constant, tensor_types
-from byoc.runtime_metadata.artifact_types import RegionArtifact, SpecialisedRegion
+from byoc.runtime_metadata.artifact_types import SYMBOLIC, RegionArtifact, SpecialisedRegion
 from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.constants import ConstantStore
 
@@ -116,6 +116,13 @@ def generate_variant(func: relax.Function, region: SpecialisedRegion, values: Ma
     dimension at its value."""
     with representative(values):
         return generate_region(func, region.variant_symbol(values), backend, store, options)
+
+
+def generate_symbolic(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
+                      dims: Mapping[str, DimRange]) -> RegionArtifact:
+    """The region's code for every shape in range, its shapes symbolic (a backend that declares
+    `symbolic_shapes`)."""
+    return generate_region(func, f"{region.symbol}__{SYMBOLIC}", backend, store, options, dims)
 
 
 def through_dispatch(mod: tvm.IRModule, symbols: Iterable[str]) -> tvm.IRModule:

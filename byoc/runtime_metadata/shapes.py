@@ -193,6 +193,9 @@ class SpecialisedRuntime:
         return error
 
     def describe(self) -> dict:
-        return {"dims": {name: str(r) for name, r in self.ranges.items()}, "built_ahead": sorted(self.ahead),
-                "built_here": list(self.made), "max_shapes": self.max_shapes}
+        described = {"dims": {name: str(r) for name, r in self.ranges.items()}, "symbolic": self.region.symbolic,
+                     "built_ahead": sorted(self.ahead), "built_here": list(self.made), "max_shapes": self.max_shapes}
+        if self.region.per_shape_reason:
+            described["per_shape_reason"] = self.region.per_shape_reason
+        return described
 

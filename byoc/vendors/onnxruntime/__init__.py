@@ -11,7 +11,8 @@ its int8 kernels as it does for the model alone (a convolution's bias is written
 for that, see `to_onnx`); on a CPU with VNNI its int8 activations go as uint8, the same values in
 the form onnxruntime's int8 kernels take (`byoc.processing.unsigned`). Regions without MACs stay
 on the host. Each region becomes an ONNX model at opset 20 and one inference session, built once,
-its inputs and outputs bound to the host's buffers. Session options, passed per build with
+its inputs and outputs bound to the host's buffers; a model with dynamic dimensions gets one
+session per region for every shape in range (its dimensions symbolic in the ONNX model). Session options, passed per build with
 `backend_options={"onnxruntime": {...}}`: `intra_op_num_threads` (default: every core),
 `graph_optimization_level` ("disable", "basic", "extended", "all": the default) and
 `allow_spinning` ("auto", the default: "always" when the region is all the model computes, True
@@ -69,6 +70,7 @@ onnxruntime = Backend(
     cost=CostRules(fallback_without_macs=True),
     codegen=JsonRuntime(build_engine=build_engine, version=f"onnxruntime-{ort.__version__}"),
     build_options=BUILD_OPTIONS,
+    symbolic_shapes=True,
 )
 
 

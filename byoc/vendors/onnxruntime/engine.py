@@ -107,15 +107,16 @@ class SessionEngine:
 
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         # A binding made per run cost 20 to 30 us (bert's region: 383 -> 360 us a run with the
-        # binding kept; onnxruntime's own `run` on the file: 400 us). Shapes and dtypes are
-        # static, checked by the caller on its first call, so the addresses name a binding.
+        # binding kept; onnxruntime's own `run` on the file: 400 us). Dtypes are static, checked
+        # by the caller; shapes are too, except in a region written with symbolic shapes, so a
+        # binding is named by its buffers' addresses and shapes.
         arrays = (*inputs, *outputs)
         kept = self._bindings
         last = kept.last
         if last is not None and len(last[0]) == len(arrays) and all(a is b for a, b in zip(last[0], arrays)):
             self.session.run_with_iobinding(last[1])
             return
-        key = tuple(array.ctypes.data for array in arrays)
+        key = tuple((array.ctypes.data, array.shape) for array in arrays)
         bindings = kept.by_buffers
         io = bindings.get(key)
         if io is None:
