@@ -19,14 +19,14 @@ from conftest import small_module
 RNG = np.random.default_rng(7)
 
 
-def _two_outputs() -> onnx.ModelProto:
+def _two_outputs(rows: int | str = 2) -> onnx.ModelProto:
     """Two inputs, two outputs listed in another order than the ops that make them."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 3])
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="m"), helper.make_node("Add", ["m", "y"], ["s"], name="s"),
              helper.make_node("Mul", ["m", "y"], ["p"], name="p")]
     w = helper.make_tensor("w", TensorProto.FLOAT, [3, 3], RNG.standard_normal(9).astype(np.float32))
-    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 3]) for name in ("p", "s")]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [rows, 3]) for name in ("p", "s")]
     return helper.make_model(helper.make_graph(nodes, "two", [x, y], outputs, [w]), opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -75,6 +75,28 @@ def test_a_model_that_is_one_c_region_calls_it_in_the_host_library(tmp_path):
     path = tmp_path / "mlp.byoc"
     compiled.export(path)
     np.testing.assert_array_equal(byoc.load(path).run(x)[0], got[0])
+
+
+@pytest.mark.parametrize("vendor", ["onnxruntime", "dnnl"])
+def test_a_dynamic_model_that_is_one_region_runs_directly_at_every_shape(vendor, tmp_path):
+    """One region with symbolic shapes (onnxruntime) or generated per shape (dnnl's C): the
+    region, or its variant for the shape, is called without the VM, at a shape built ahead and
+    at one built on first use, also from the exported artifact."""
+    model = _two_outputs("batch")
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 2, 8)}), vendor))
+    assert compiled.parts.direct_call is not None
+    weight = onnx.numpy_helper.to_array(model.graph.initializer[0])
+    path = tmp_path / "two.byoc"
+    compiled.export(path)
+    loaded = byoc.load(path)
+    assert loaded.parts.direct_call == compiled.parts.direct_call
+    for runner in (compiled, loaded):
+        for rows in (2, 5, 2):
+            x, y = RNG.standard_normal((rows, 3)).astype(np.float32), RNG.standard_normal((rows, 3)).astype(np.float32)
+            got = runner.run(x, y)
+            np.testing.assert_allclose(got[0], (x @ weight) * y, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got[1], (x @ weight) + y, rtol=1e-5, atol=1e-6)
+        assert getattr(runner._local, "main", None) is None  # no virtual machine ran the model
 
 
 def test_a_model_with_host_work_runs_through_the_vm():

@@ -53,6 +53,7 @@ class _Writer:
         self.counter = 0
         self.where = f"region {graph['symbol']} ({graph['backend']})"
         self._dims: dict[str, str] = {}  # symbolic dimension -> the tensor holding its value
+        self._shapes: dict[tuple, str] = {}  # symbolic values -> the tensor holding them
 
     def fresh(self, hint: str) -> str:
         self.counter += 1
@@ -73,6 +74,13 @@ class _Writer:
         return self.constant(np.array(values, dtype=np.int64), hint)
 
     def _symbolic_ints(self, values: list[int | str], hint: str) -> str:
+        """The values computed once per graph (each layer's reshapes share their target)."""
+        key = tuple(values)
+        if key not in self._shapes:
+            self._shapes[key] = self._computed_ints(values, hint)
+        return self._shapes[key]
+
+    def _computed_ints(self, values: list[int | str], hint: str) -> str:
         pieces: list[str] = []
         static: list[int] = []
         for value in values:

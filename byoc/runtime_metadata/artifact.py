@@ -365,5 +365,5 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         max_shapes=manifest.get("max_shapes", DEFAULT_MAX_SHAPES),
     )
     if parts.direct_call is not None:
-        parts.direct_call.check(parts.artifacts, parts.inputs, parts.outputs, label)
+        parts.direct_call.check(parts.artifacts, parts.inputs, parts.outputs, label, parts.specialised)
     return parts, manifest

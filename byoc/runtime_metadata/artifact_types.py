@@ -105,18 +105,27 @@ class DirectCall:
         return [spec for position, spec in enumerate(region.inputs) if position not in self.shape_values]
 
     def check(self, artifacts: Sequence[RegionArtifact], inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-              where: str) -> None:
-        """Raise ArtifactError unless this call fits the model's region and tensors."""
-        region = next((a for a in artifacts if a.symbol == self.symbol), None)
+              where: str, specialised: Sequence[SpecialisedRegion] = ()) -> None:
+        """Raise ArtifactError unless this call fits the model's region and tensors (a region
+        generated per shape: one of its variants, but for the sizes)."""
+        per_shape = next((r for r in specialised if r.symbol == self.symbol and r.variants and not r.symbolic), None)
+        symbol = next(iter(per_shape.variants.values())) if per_shape is not None else self.symbol
+        region = next((a for a in artifacts if a.symbol == symbol), None)
         if region is None:
             raise ArtifactError(f"{where}: the direct call names region {self.symbol!r}, which is not a region of the model")
         fed = self.fed_by_inputs(region)
         ok = (len(self.inputs) == len(fed) and len(self.outputs) == len(outputs)
               and all(0 <= p < len(region.inputs) for p in self.shape_values)
-              and all(0 <= i < len(inputs) and _same(inputs[i], spec) for i, spec in zip(self.inputs, fed))
-              and all(0 <= o < len(region.outputs) and _same(region.outputs[o], spec) for o, spec in zip(self.outputs, outputs)))
+              and all(0 <= i < len(inputs) and (_same_kind if per_shape is not None else _same)(inputs[i], spec) for i, spec in zip(self.inputs, fed))
+              and all(0 <= o < len(region.outputs) and (_same_kind if per_shape is not None else _same)(region.outputs[o], spec)
+                      for o, spec in zip(self.outputs, outputs)))
         if not ok:
             raise ArtifactError(f"{where}: the direct call of region {self.symbol} does not match the model's inputs and outputs")
+
+
+def _same_kind(a: TensorSpec, b: TensorSpec) -> bool:
+    """Same dtype and rank (a variant of a region generated per shape, against the model)."""
+    return a.dtype == b.dtype and len(a.shape) == len(b.shape)
 
 
 def _same(a: TensorSpec, b: TensorSpec) -> bool:

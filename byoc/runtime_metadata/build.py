@@ -256,13 +256,14 @@ def _symbolic_engines(mod: tvm.IRModule, artifacts: list[RegionArtifact], specia
 
 
 def _called(artifacts: list[RegionArtifact], specialised: Mapping[str, SpecialisedRegion]) -> dict[str, RegionArtifact]:
-    """The artifact the host's call of each region symbol runs, where it is one: a static
-    region's own, a region with symbolic shapes' one variant (other shape-specialised regions
-    pick a variant per run)."""
+    """The artifact the host's call of each region symbol runs: a static region's own, a region
+    with symbolic shapes' one variant; for a region generated per shape, one of its variants
+    (its inputs and outputs but for their sizes)."""
     by_symbol = {a.symbol: a for a in artifacts}
     called = {symbol: artifact for symbol, artifact in by_symbol.items()
               if not any(symbol in region.variants.values() for region in specialised.values())}
-    called.update({region.symbol: by_symbol[region.variants[SYMBOLIC]] for region in specialised.values() if region.symbolic})
+    called.update({region.symbol: by_symbol[region.variants[SYMBOLIC] if region.symbolic else next(iter(region.variants.values()))]
+                   for region in specialised.values() if region.variants})
     return called
 
 
@@ -446,7 +447,8 @@ def build(
             backend_options,
             partition=partition,
             build_fallbacks=failed,
-            direct_call=find_direct_call(mod, _called(artifacts, specialised), region_symbol),
+            direct_call=find_direct_call(mod, _called(artifacts, specialised), region_symbol,
+                                         {region.symbol for region in specialised.values() if not region.symbolic}),
             dims=dims,
             specialised=list(specialised.values()),
             max_shapes=max_shapes,

@@ -16,7 +16,7 @@ the region's at the dimensions the inputs give.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import tvm
 from tvm import relax
@@ -26,10 +26,13 @@ from byoc.runtime_metadata.artifact_types import DirectCall, RegionArtifact
 from byoc.runtime_metadata.shape_values import shape_value_positions
 
 
-def find_direct_call(mod: tvm.IRModule, regions: Mapping[str, RegionArtifact], region_symbol) -> DirectCall | None:
+def find_direct_call(mod: tvm.IRModule, regions: Mapping[str, RegionArtifact], region_symbol,
+                     per_shape: Collection[str] = ()) -> DirectCall | None:
     """The direct call `mod`'s main function amounts to, or None when it does anything else
     (host ops, several regions, an input passed through). `regions` holds the artifact the host's
-    call of each region symbol runs (a region with symbolic shapes: its one variant)."""
+    call of each region symbol runs (a region with symbolic shapes: its one variant; a region
+    generated per shape, named in `per_shape`: one of its variants, and the call names the
+    region, whose variant for each shape is called)."""
     main = mod["main"]
     count = int(main.attrs["num_input"]) if main.attrs is not None and "num_input" in main.attrs else len(main.params)
     params = list(main.params[:count])
@@ -77,7 +80,7 @@ def find_direct_call(mod: tvm.IRModule, regions: Mapping[str, RegionArtifact], r
     if call is None:
         return None
     region = regions[call[0]]
-    if is_symbolic([d for spec in region.inputs for d in spec.shape]) and not _sized_by_inputs(region):
+    if call[0] not in per_shape and is_symbolic([d for spec in region.inputs for d in spec.shape]) and not _sized_by_inputs(region):
         return None
     result = resolve(body.body)
     if result == "call":  # the region's result returned as the model's: its outputs in order
@@ -88,7 +91,8 @@ def find_direct_call(mod: tvm.IRModule, regions: Mapping[str, RegionArtifact], r
         outputs = result
     else:
         return None
-    return DirectCall(region.symbol, call[1], outputs, call[2], dims if call[2] else ())
+    symbol = call[0] if call[0] in per_shape else region.symbol
+    return DirectCall(symbol, call[1], outputs, call[2], dims if call[2] else ())
 
 
 def _sized_by_inputs(region: RegionArtifact) -> bool:

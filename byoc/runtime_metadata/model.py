@@ -78,12 +78,14 @@ class CompiledModel:
         options = self.parts.backend_options.get(region.backend, {})
         ahead = {key: self.regions[symbol] if symbol in self.regions else self.host.get_function(symbol, query_imports=True)
                  for key, symbol in region.variants.items()}
+        by_symbol = {a.symbol: a for a in self.parts.artifacts}
+        artifacts = {key: by_symbol[symbol] for key, symbol in region.variants.items()}
 
         def make_runtime(artifact: RegionArtifact, store: ConstantStore) -> RegionRuntime:
             return RegionRuntime(artifact, backend, store, options, self._cache)
 
         return SpecialisedRuntime(region, backend, self.parts.store, options, self.parts.dims, ahead, make_runtime,
-                                  self.parts.max_shapes)
+                                  self.parts.max_shapes, artifacts)
 
     @property
     def artifacts(self) -> list[RegionArtifact]:
@@ -149,7 +151,11 @@ class CompiledModel:
     def _direct_call(self, values: Mapping[str, int]) -> tuple:
         direct = self.parts.direct_call
         symbol = direct.symbol
-        artifact = next(a for a in self.parts.artifacts if a.symbol == symbol)
+        if symbol in self.specialised:  # generated per shape: the variant for these dimensions
+            function, artifact = self.specialised[symbol].variant_and_artifact(values)
+        else:
+            artifact = next(a for a in self.parts.artifacts if a.symbol == symbol)
+            function = self.regions.get(symbol) or self.host.get_function(symbol, query_imports=True)
         tensors = [tvm.runtime.empty(shape_at(s.shape, values), s.dtype) for s in [*artifact.inputs, *artifact.outputs]]
         views = [np.from_dlpack(t) for t in tensors]
         count = len(artifact.inputs)
@@ -159,14 +165,12 @@ class CompiledModel:
                 tensors[position] = computed[index]
                 views[position] = np.from_dlpack(computed[index])
         fed = [view for position, view in enumerate(views[:count]) if position not in direct.shape_values]
-        if symbol in self.regions:  # an engine
-            region = self.regions[symbol]
+        if isinstance(function, RegionRuntime):  # an engine, on numpy views of the same buffers
             inputs, outputs = views[:count], views[count:]
 
             def call() -> None:
-                region.run_arrays(inputs, outputs)
-        else:  # C in the host library, called as the VM calls it: inputs, then outputs
-            function = self.host.get_function(symbol, query_imports=True)
+                function.run_arrays(inputs, outputs)
+        else:  # C (in the host library, or a variant's own library), called as the VM calls it: inputs, then outputs
 
             def call() -> None:
                 function(*tensors)

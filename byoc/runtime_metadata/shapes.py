@@ -80,6 +80,7 @@ class _CVariant:
     constants, initialised once, so two models of one architecture keep their own weights."""
 
     def __init__(self, artifact: RegionArtifact, backend: Backend, store: ConstantStore, where: str) -> None:
+        self.artifact = artifact
         module, path = load_library(_compiled(artifact, backend.codegen.link_flags(), where), [artifact], store, where)
         initialise(module, path, [artifact], store)
         self.function = module.get_function(artifact.symbol)
@@ -94,13 +95,14 @@ class SpecialisedRuntime:
 
     def __init__(self, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
                  ranges: Mapping[str, DimRange], ahead: Mapping[str, Callable], make_runtime: Callable[[RegionArtifact, ConstantStore], Callable],
-                 max_shapes: int = DEFAULT_MAX_SHAPES) -> None:
+                 max_shapes: int = DEFAULT_MAX_SHAPES, ahead_artifacts: Mapping[str, RegionArtifact] | None = None) -> None:
         self.region = region
         self.backend = backend
         self.store = store
         self.options = options
         self.ranges = {name: ranges[name] for name in region.dims if name in ranges}
         self.ahead = dict(ahead)  # variant key -> callable, built with the model
+        self.ahead_artifacts = dict(ahead_artifacts or {})  # variant key -> its artifact
         self.made: collections.OrderedDict[str, Callable] = collections.OrderedDict()  # built here, most recent last
         self.make_runtime = make_runtime  # an engine-backed region's runtime for a variant artifact
         self.max_shapes = max_shapes
@@ -148,6 +150,15 @@ class SpecialisedRuntime:
             while len(self.made) > self.max_shapes:
                 self.made.popitem(last=False)
             return runtime
+
+    def variant_and_artifact(self, values: Mapping[str, int]) -> tuple[Callable, RegionArtifact]:
+        """The variant for these dimensions (made here where none was built ahead) and the
+        artifact it runs: its tensors' shapes."""
+        runtime = self.variant(values)
+        artifact = self.ahead_artifacts.get(self.region.key(values)) or getattr(runtime, "artifact", None)
+        if artifact is None:
+            raise EngineError(f"{self.where}: no artifact is known for the variant {self.region.key(values)}")
+        return runtime, artifact
 
     def _make(self, values: Mapping[str, int]) -> Callable:
         if self.region.template is None:
