@@ -159,3 +159,59 @@ def test_engine_on_the_gpu_matches_onnxruntime(fp16, tmp_path):
         for sample in samples:
             for got, want in zip(compiled.run(**sample), onnxruntime_outputs(model, sample)):
                 assert np.allclose(got, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max())))
+
+
+# ---------------------------------------------------------------- dynamic dimensions: one engine, an optimization profile
+DIMS = {"batch": (1, 2, 4), "sequence": (1, 16, 32)}
+
+
+def _dynamic_bert():
+    from byoc.models.bert import bert_encoder
+
+    return bert_encoder(layers=1, hidden=32, heads=2, intermediate=64, seq_len=32, vocab=50, dynamic=True)
+
+
+def test_the_optimization_profile_spans_each_dimensions_range():
+    graph = {"symbol": "tensorrt_0", "dims": {"batch": {"low": 1, "opt": 2, "high": 4}, "sequence": {"low": 1, "opt": 16, "high": 32}},
+             "inputs": [{"shape": ["batch", "sequence"]}, {"shape": [1, "sequence", 32]}, {"shape": [8]},
+                        {"shape": ["batch * sequence", 32]}]}
+    assert trt_engine.profile_shapes(graph) == {
+        "input0": ((1, 1), (2, 16), (4, 32)), "input1": ((1, 1, 32), (1, 16, 32), (1, 32, 32)),
+        "input3": ((1, 32), (32, 32), (128, 32))}
+    assert trt_engine.profile_shapes({**graph, "dims": {}}) == {}
+    with pytest.raises(EngineError, match="sizes that grow with the dimensions"):
+        trt_engine.profile_shapes({**graph, "inputs": [{"shape": ["sequence % 8", 32]}]})
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_a_dynamic_model_is_one_region_whose_onnx_runs_every_shape(fp16):
+    """The symbolic ONNX TensorRT's parser is given, run through onnxruntime: one engine for
+    every shape in range."""
+    model = _dynamic_bert()
+    partitioned = partition_for_tensorrt(byoc.from_onnx(model, dims=DIMS), fp16=fp16)
+    compiled = byoc.build(partitioned, backends={"tensorrt": _parser_input_through_onnxruntime()})
+    region = compiled.inspect()["shape_specialised"]["tensorrt_0"]
+    assert region["symbolic"] and region["built_ahead"] == ["any_shape"]
+    for shape in [(2, 16), (1, 1), (4, 32), (3, 7)]:
+        sample = {"input_ids": np.random.default_rng(sum(shape)).integers(0, 50, shape).astype(np.int64)}
+        got, want = compiled.run(**sample)[0], onnxruntime_outputs(model, sample)[0]
+        if fp16:
+            assert float(np.linalg.norm(got - want) / np.linalg.norm(want)) <= FP16.relative_l2
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+    assert region["built_here"] == [] and compiled.inspect()["shape_specialised"]["tensorrt_0"]["built_here"] == []
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"needs TensorRT and a CUDA device: {MISSING}")
+def test_a_dynamic_model_gets_one_engine_on_the_gpu(tmp_path):
+    model = _dynamic_bert()
+    compiled = byoc.build(partition_for_tensorrt(byoc.from_onnx(model, dims=DIMS)), cache_dir=tmp_path, engines="embed")
+    path = tmp_path / "bert.byoc"
+    compiled.export(path)
+    loaded = byoc.load(path, cache_dir=tmp_path)
+    for runner in (compiled, loaded):
+        assert runner.inspect()["shape_specialised"]["tensorrt_0"]["symbolic"]
+        for shape in [(2, 16), (1, 1), (4, 32), (3, 7), (2, 16)]:
+            sample = {"input_ids": np.random.default_rng(sum(shape)).integers(0, 50, shape).astype(np.int64)}
+            got, want = runner.run(**sample)[0], onnxruntime_outputs(model, sample)[0]
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max())))

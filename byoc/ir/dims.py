@@ -3,7 +3,8 @@
 A model imported with `dims=` keeps its dynamic dimensions as symbolic variables, and its module
 records their ranges. The host code is compiled once for every value in range (TVM Relax
 compiles symbolic shapes natively, and the upper bounds let it plan memory statically); regions
-are specialised per concrete shape (see byoc.runtime_metadata.shapes).
+are written once with symbolic shapes for a vendor that takes them, else specialised per concrete
+shape (see byoc.runtime_metadata.shapes).
 
 Partitioning decides once for all shapes: its predicates, limits and cost model see each
 dimension at its representative value (`representative`), the `opt` of the range, as a

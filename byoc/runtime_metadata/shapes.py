@@ -16,6 +16,11 @@ region of its own (`dnnl_0__batch1_sequence32`), with its own artifact entry and
 
 The host calls such a region by its symbol; `SpecialisedRuntime` reads the dimensions off the
 tensors it is given and calls the variant for them.
+
+A vendor whose engines take symbolic shapes (`Backend.symbolic_shapes`) gets one variant for
+every shape instead (`SYMBOLIC`): its code written once with the dimensions as expressions
+(byoc.codegen_json.dims), its engine built and checked at build time; a region that vendor does
+not take so is generated per shape as above (`SpecialisedRegion.per_shape_reason`).
 """
 
 from __future__ import annotations

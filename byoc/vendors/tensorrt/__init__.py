@@ -13,7 +13,9 @@ Options: `fp16` (regions computed in float16, cast at their boundary; TensorRT 1
 strongly typed, so precision is in the graph), `workspace_bytes` (the builder's scratch memory),
 `min_block_size`, `remove_no_mac_subgraphs`, and `tensorrt_version`, the TensorRT the
 predicates describe (else the installed one, else 11.4). Partitioning and reports work without
-TensorRT; building needs TensorRT, cuda-python and a CUDA device, and says so.
+TensorRT; building needs TensorRT, cuda-python and a CUDA device, and says so. A model with
+dynamic dimensions gets one engine per region, built with an optimization profile from the
+dimensions' ranges (low, opt, high: `engine.profile_shapes`).
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def tensorrt_backend(fp16: bool = False, workspace_bytes: int = 1 << 30, min_blo
         target=settings.target(),
         tolerance=FP16 if fp16 else FP32,
         unavailable=engine.unavailable,
+        symbolic_shapes=True,  # one engine per region, its optimization profile from the dimensions' ranges
     )
     for op_name in EMITTERS:
         backend.supports(op_name, check=_since(op_name, version))

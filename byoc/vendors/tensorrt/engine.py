@@ -4,6 +4,11 @@ memory and streams go through NVIDIA's `cuda-python` (`cuda.bindings.runtime`), 
 own samples use; buffers are allocated once per engine and inputs and outputs are copied once
 per call.
 
+A region of a model with dynamic dimensions comes with symbolic shapes (its graph's `dims`, see
+byoc.codegen_json.dims): its engine is built with one optimization profile, each input's shape
+at every dimension's low, opt and high value, and its buffers are allocated for the high ones.
+Each run sets the inputs' shapes (where they changed) and copies what the shapes hold.
+
 Nothing here runs without TensorRT and a CUDA device; `unavailable()` says what is missing.
 """
 
@@ -19,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from byoc.codegen_json.dims import is_symbolic, shape_at
 from byoc.codegen_json.to_onnx import graph_to_onnx
 from byoc.errors import EngineError
 from byoc.vendors.tensorrt.versions import format_version, parse_version
@@ -99,8 +105,33 @@ def environment() -> dict[str, str]:
     }
 
 
-def build_plan(onnx_bytes: bytes, settings: Settings, where: str) -> bytes:
-    """A serialized TensorRT plan for one region's ONNX model."""
+Profile = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+
+
+def profile_shapes(graph: Mapping[str, Any]) -> Profile:
+    """The optimization profile of a region with symbolic shapes: each input whose shape names a
+    dimension, at every dimension's low, opt and high value (the ONNX it is given names its
+    inputs `input0`, `input1`, ...); empty for a static region. Sizes grow with the dimensions
+    (names, +, -, *, //), so the high values give the largest; `%` does not, and is refused."""
+    dims = graph.get("dims") or {}
+    if not dims:
+        return {}
+    at = {key: {name: span[key] for name, span in dims.items()} for key in ("low", "opt", "high")}
+    profile: Profile = {}
+    for position, spec in enumerate(graph["inputs"]):
+        if not is_symbolic(spec["shape"]):
+            continue
+        if any(isinstance(d, str) and "%" in d for d in spec["shape"]):
+            raise EngineError(f"{_where(graph)}: input {position} has the shape {spec['shape']}; an optimization profile "
+                              "needs sizes that grow with the dimensions")
+        low, opt, high = (shape_at(spec["shape"], at[key]) for key in ("low", "opt", "high"))
+        profile[f"input{position}"] = (low, opt, high)
+    return profile
+
+
+def build_plan(onnx_bytes: bytes, settings: Settings, where: str, profile: Profile | None = None) -> bytes:
+    """A serialized TensorRT plan for one region's ONNX model (with `profile`, for every input
+    shape from its low to its high)."""
     import tensorrt as trt
 
     installed = parse_version(trt.__version__)
@@ -127,6 +158,11 @@ def build_plan(onnx_bytes: bytes, settings: Settings, where: str) -> bytes:
         config.clear_flag(trt.BuilderFlag.TF32)  # float32 means float32, as onnxruntime computes it
     if settings.fp16 and not strongly_typed:  # TensorRT 8.x: half-typed tensors need the builder flag too
         config.set_flag(trt.BuilderFlag.FP16)
+    if profile:
+        shapes = builder.create_optimization_profile()
+        for name, (low, opt, high) in profile.items():
+            shapes.set_shape(name, low, opt, high)
+        config.add_optimization_profile(shapes)
     start = time.perf_counter()
     print(f"byoc: building the TensorRT engine of {where} ...", file=sys.stderr, flush=True)
     plan = builder.build_serialized_network(network, config)
@@ -137,9 +173,10 @@ def build_plan(onnx_bytes: bytes, settings: Settings, where: str) -> bytes:
 
 
 class TensorRTEngine:
-    """One deserialized engine, its execution context, a stream and one device buffer per tensor."""
+    """One deserialized engine, its execution context, a stream and one device buffer per tensor
+    (for an engine with an optimization profile, sized for the profile's largest shapes)."""
 
-    def __init__(self, plan: bytes, where: str) -> None:
+    def __init__(self, plan: bytes, where: str, profile: Profile | None = None) -> None:
         import tensorrt as trt
 
         cuda = _cuda()
@@ -154,11 +191,20 @@ class TensorRTEngine:
         by_mode = {mode: sorted((n for n in names if self.engine.get_tensor_mode(n) == mode), key=_position)
                    for mode in (trt.TensorIOMode.INPUT, trt.TensorIOMode.OUTPUT)}
         self.inputs, self.outputs = by_mode[trt.TensorIOMode.INPUT], by_mode[trt.TensorIOMode.OUTPUT]
+        # Symbolic shapes: the context set to the profile's largest shapes gives every tensor's
+        # largest shape, which its buffer holds; each run sets the shapes it is given.
+        self.dynamic = bool(profile)
+        self._shapes: tuple | None = None
+        for name, (_, _, high) in (profile or {}).items():
+            self.context.set_input_shape(name, high)
         self.dtypes: dict[str, np.dtype] = {}
         self.buffers: dict[str, tuple[int, int]] = {}
         for name in names:
             dtype = np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
-            size = int(np.prod(tuple(self.engine.get_tensor_shape(name)))) * dtype.itemsize
+            shape = tuple(self.context.get_tensor_shape(name)) if self.dynamic else tuple(self.engine.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise EngineError(f"{where}: TensorRT leaves {name}'s shape {shape} open at the profile's largest inputs")
+            size = int(np.prod(shape)) * dtype.itemsize
             pointer = _checked(cuda.cudaMalloc(max(size, 1)), f"allocation of {size} bytes for {name}")
             self.dtypes[name], self.buffers[name] = dtype, (int(pointer), size)
             self.context.set_tensor_address(name, int(pointer))
@@ -166,12 +212,20 @@ class TensorRTEngine:
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         cuda = _cuda()
         to_device, to_host = cuda.cudaMemcpyKind.cudaMemcpyHostToDevice, cuda.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        if self.dynamic:
+            shapes = tuple(array.shape for array in inputs)
+            if shapes != self._shapes:
+                for name, shape in zip(self.inputs, shapes):
+                    if not self.context.set_input_shape(name, shape):
+                        raise EngineError(f"{self.where}: TensorRT refused the shape {shape} for {name} (outside the profile)")
+                self._shapes = shapes
         staged = []  # host copies in the engine's dtype (TensorRT takes int64 indices as int32)
         for name, array in zip(self.inputs, inputs):
             host = np.ascontiguousarray(array, dtype=self.dtypes[name])
             staged.append(host)
             pointer, size = self.buffers[name]
-            _checked(cuda.cudaMemcpyAsync(pointer, host.ctypes.data, size, to_device, self.stream), f"copy of {name} to the device")
+            _checked(cuda.cudaMemcpyAsync(pointer, host.ctypes.data, min(host.nbytes, size), to_device, self.stream),
+                     f"copy of {name} to the device")
         if not self.context.execute_async_v3(int(self.stream)):
             raise EngineError(f"{self.where}: TensorRT's execute_async_v3 failed")
         results = []
@@ -179,7 +233,8 @@ class TensorRTEngine:
             host = array if array.dtype == self.dtypes[name] and array.flags.c_contiguous else np.empty(array.shape, self.dtypes[name])
             results.append((host, array))
             pointer, size = self.buffers[name]
-            _checked(cuda.cudaMemcpyAsync(host.ctypes.data, pointer, size, to_host, self.stream), f"copy of {name} to the host")
+            _checked(cuda.cudaMemcpyAsync(host.ctypes.data, pointer, min(host.nbytes, size), to_host, self.stream),
+                     f"copy of {name} to the host")
         _checked(cuda.cudaStreamSynchronize(self.stream), "stream synchronisation")
         for host, array in results:
             if host is not array:
@@ -214,8 +269,9 @@ def region_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -
 
 def build_engine(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> TensorRTEngine:
     settings = Settings.from_target(graph.get("target", ""))
-    plan = build_plan(region_onnx(graph, constants), settings, _where(graph))
-    return TensorRTEngine(plan, _where(graph))
+    profile = profile_shapes(graph)
+    plan = build_plan(region_onnx(graph, constants), settings, _where(graph), profile)
+    return TensorRTEngine(plan, _where(graph), profile)
 
 
 def save_engine(engine: TensorRTEngine) -> bytes:
@@ -223,4 +279,4 @@ def save_engine(engine: TensorRTEngine) -> bytes:
 
 
 def load_engine(plan: bytes, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> TensorRTEngine:
-    return TensorRTEngine(plan, _where(graph))
+    return TensorRTEngine(plan, _where(graph), profile_shapes(graph))
