@@ -187,6 +187,11 @@ def test_cli_compiles_and_inspects_a_dynamic_file(model, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "dimension sequence: 1 to 32" in out
     assert "dnnl_0 (dnnl): shape-specialised on batch, sequence; built ahead for batch1_sequence8, batch2_sequence8" in out
+    assert main(["compile", str(onnx_file), "--vendor", "onnxruntime", "--dims", "batch=1:4", "sequence=1:32",
+                 "-o", str(artifact)]) == 0
+    assert "1 region(s) (1 with one engine for every shape)" in capsys.readouterr().out
+    assert main(["inspect", str(artifact)]) == 0
+    assert "onnxruntime_0 (onnxruntime): one engine for every shape of batch, sequence (symbolic shapes)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("vendor", ["vitis_ai", "ethos_u"])

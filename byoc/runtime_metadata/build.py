@@ -196,10 +196,9 @@ def _specialised(func: relax.Function, symbol: str, backend_name: str, store: Co
 
 def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Backend], store: ConstantStore,
                     backend_options: Mapping[str, dict], cache: EngineCache, strict: bool, regions: dict[str, RegionRecord],
-                    sole_work: bool, values: Mapping[str, int] | None = None) -> tuple[dict[str, EngineRecord], dict[str, str]]:
-    """Each region's engine, made and checked now (see `engine_check`; symbolic shapes at the
-    dimensions' `values`), while a region whose engine fails can still fall back to the host:
-    its failures by symbol."""
+                    sole_work: bool) -> tuple[dict[str, EngineRecord], dict[str, str]]:
+    """Each region's engine, made and checked now (see `engine_check`), while a region whose
+    engine fails can still fall back to the host: its failures by symbol."""
     records: dict[str, EngineRecord] = {}
     failed: dict[str, str] = {}
     for artifact in artifacts:
@@ -209,7 +208,7 @@ def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Back
         try:
             record = create_engine(artifact, backends[artifact.backend], store, backend_options.get(artifact.backend, {}), cache,
                                    EngineContext(artifact.symbol, sole_work))
-            check_engine(record.engine, artifact, where, values)
+            check_engine(record.engine, artifact, where)
         except EngineError as error:  # the vendor's failure; an OptionError is the user's, and raised
             if strict:
                 raise
