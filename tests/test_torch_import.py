@@ -95,6 +95,16 @@ def test_dynamic_shapes_give_one_model_for_every_shape_in_range():
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=mask)
         assert_fp32_close(compiled.run(ids.numpy(), mask.numpy()), [out.last_hidden_state.numpy(), out.pooler_output.numpy()])
+    # onnxruntime takes the module's symbolic shapes: one session per region for every shape.
+    on_onnxruntime = byoc.build(byoc.partition_for(mod, "onnxruntime"))
+    regions = on_onnxruntime.inspect()["shape_specialised"]
+    assert regions and all(region["symbolic"] for region in regions.values()), regions
+    for shape in [(1, 5), (4, 64)]:
+        ids = torch.randint(0, config.vocab_size, shape, generator=torch.Generator().manual_seed(sum(shape)))
+        mask = torch.ones(shape, dtype=torch.int64)
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask)
+        assert_fp32_close(on_onnxruntime.run(ids.numpy(), mask.numpy()), [out.last_hidden_state.numpy(), out.pooler_output.numpy()])
     unbounded = {0: torch.export.Dim("batch", min=1), 1: sequence}
     with pytest.raises(ModelLoadError, match=r"dimension 'batch' needs a maximum: torch.export.Dim\('batch', max=...\)"):
         byoc.from_torch(model, {"input_ids": ids, "attention_mask": mask},
