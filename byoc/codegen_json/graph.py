@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,31 @@ def value_spec(graph: Mapping[str, Any], ref: Ref) -> Mapping[str, Any]:
     if "const" in ref:
         return graph["constants"][ref["const"]]
     return graph["nodes"][ref["node"]]["outputs"][ref.get("index", 0)]
+
+
+def dimension_uses(graph: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Every size the graph's input and node shapes hold, and every value its nodes are given
+    (where a symbolic graph's dimensions may appear, see byoc.codegen_json.dims), each with where
+    it is: `input 'x'` or `node 'n'`."""
+
+    def in_ref(ref: Ref) -> Iterator[Any]:
+        yield from ref.get("shape", ())
+        if "prim" in ref:
+            yield ref["prim"]
+        for item in ref.get("tuple", ()):
+            yield from in_ref(item)
+
+    for spec in graph["inputs"]:
+        for dim in spec["shape"]:
+            yield f"input {spec['name']!r}", dim
+    for node in graph["nodes"]:
+        where = f"node {node['name']!r}"
+        for spec in node["outputs"]:
+            for dim in spec["shape"]:
+                yield where, dim
+        for arg in node["args"]:
+            for dim in in_ref(arg):
+                yield where, dim
 
 
 def tensor_refs(ref: Ref) -> list[Ref]:

@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 
 from byoc.codegen_json.dims import SymbolicDimError, names_in
+from byoc.codegen_json.graph import dimension_uses
 from byoc.errors import JsonGraphError
 
 FORMAT_NAME = "byoc.json-graph"
@@ -52,8 +53,10 @@ def _check_dims(graph: dict[str, Any], where: str) -> None:
     for name, span in declared.items():
         if not span["low"] <= span["opt"] <= span["high"]:
             raise JsonGraphError(f"{where}: dimension {name!r} has the range {span}: expected low <= opt <= high")
-
-    def check(dim: Any, context: str) -> None:
+    for name, spec in graph["constants"].items():
+        if any(isinstance(dim, str) for dim in spec["shape"]):
+            raise JsonGraphError(f"{where}: constant {name!r} has a symbolic shape {spec['shape']}; constants are static")
+    for context, dim in dimension_uses(graph):
         if isinstance(dim, str):
             try:
                 unknown = sorted(names_in(dim) - set(declared))
@@ -61,26 +64,6 @@ def _check_dims(graph: dict[str, Any], where: str) -> None:
                 raise JsonGraphError(f"{where}: {context}: {error}") from None
             if unknown:
                 raise JsonGraphError(f"{where}: {context} reads dimension(s) {unknown}, which the graph's dims do not declare")
-
-    def check_ref(ref: dict[str, Any], context: str) -> None:
-        for dim in ref.get("shape", ()):
-            check(dim, context)
-        check(ref.get("prim"), context)
-        for item in ref.get("tuple", ()):
-            check_ref(item, context)
-
-    for spec in graph["inputs"]:
-        for dim in spec["shape"]:
-            check(dim, f"input {spec['name']!r}")
-    for name, spec in graph["constants"].items():
-        if any(isinstance(dim, str) for dim in spec["shape"]):
-            raise JsonGraphError(f"{where}: constant {name!r} has a symbolic shape {spec['shape']}; constants are static")
-    for node in graph["nodes"]:
-        for spec in node["outputs"]:
-            for dim in spec["shape"]:
-                check(dim, f"node {node['name']!r}")
-        for arg in node["args"]:
-            check_ref(arg, f"node {node['name']!r}")
 
 
 def _check_references(graph: dict[str, Any], where: str) -> None:

@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 
 from byoc.codegen_json.dims import SymbolicDimError, dim_text, names_in
+from byoc.codegen_json.graph import dimension_uses
 from byoc.codegen_json.schema import FORMAT_NAME, FORMAT_VERSION, validate_graph
 from byoc.errors import CodegenError
 from byoc.ir.attrs import attrs_to_dict, attrs_type_key
@@ -65,7 +66,7 @@ class _Serializer:
             "nodes": self.nodes,
         }
         if self.dims is not None:
-            read = set().union(*(names_in(d) for d in _dims_of(graph)))
+            read = set().union(*(names_in(d) for _, d in dimension_uses(graph) if isinstance(d, str)))
             graph["dims"] = {name: {"low": r.low, "high": r.high, "opt": r.opt} for name, r in sorted(self.dims.items()) if name in read}
         validate_graph(graph, f"region {self.symbol} ({self.backend})")
         return graph, self.constants
@@ -155,24 +156,12 @@ class _Serializer:
             return static_dim(dim, what)
         try:
             text = dim_text(dim)
-        except SymbolicDimError:
-            try:  # bounds checks (a slice's end clamped to its axis) vanish within the ranges
-                text = dim_text(self._within_ranges(dim))
-            except SymbolicDimError as error:
-                raise CodegenError(f"region {self.symbol} ({self.backend}): {what}: {error}") from None
+        except SymbolicDimError as error:
+            raise CodegenError(f"region {self.symbol} ({self.backend}): {what}: {error}") from None
         unknown = sorted(names_in(text) - set(self.dims))
         if unknown:
             raise CodegenError(f"region {self.symbol} ({self.backend}): {what} reads {unknown}, which are no named dimensions")
         return text
-
-    def _within_ranges(self, dim):
-        analyzer = tvm.sym.Analyzer()
-        for var in tvm.tirx.analysis.undefined_vars(dim):
-            if var.name in self.dims:
-                span = self.dims[var.name]
-                analyzer.bind(var, tvm.ir.Range.from_min_extent(tvm.tirx.IntImm(str(var.ty), span.low),
-                                                                 tvm.tirx.IntImm(str(var.ty), span.high - span.low + 1)))
-        return analyzer.simplify(dim)
 
     def _constant(self, expr: relax.Expr) -> str:
         key = expr.id_
@@ -181,24 +170,6 @@ class _Serializer:
             self.constant_names[key] = name
             self.constants[name] = constant_array(expr)
         return self.constant_names[key]
-
-
-def _dims_of(graph: Mapping[str, Any]) -> list[int | str]:
-    """Every dimension the graph's shapes and values hold."""
-    found: list[int | str] = [d for spec in graph["inputs"] for d in spec["shape"]]
-
-    def ref(r: Mapping[str, Any]) -> None:
-        found.extend(r.get("shape", ()))
-        if isinstance(r.get("prim"), str):
-            found.append(r["prim"])
-        for item in r.get("tuple", ()):
-            ref(item)
-
-    for node in graph["nodes"]:
-        found.extend(d for spec in node["outputs"] for d in spec["shape"])
-        for arg in node["args"]:
-            ref(arg)
-    return found
 
 
 def region_to_json(func: relax.Function, symbol: str, backend: str,

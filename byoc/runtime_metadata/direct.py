@@ -9,9 +9,10 @@ region directly on buffers it keeps (the same ones run after run, as the VM's ar
 that binds them, like onnxruntime's, binds once): an engine through its runtime, a C region
 through its function in the host library.
 
-A model with dynamic dimensions takes the same path where its one region is written with symbolic
-shapes (see byoc.runtime_metadata.shapes): its buffers are kept per shape, and their shapes are
-the region's at the dimensions the inputs give.
+A model with dynamic dimensions takes the same path where it is one region (see
+byoc.runtime_metadata.shapes), with symbolic shapes or generated per shape, and values of its
+shape alone: its buffers are kept per shape, sized by the region's shapes at the dimensions the
+inputs give, and those values come from the host's once-per-shape function.
 """
 
 from __future__ import annotations

@@ -12,12 +12,13 @@ for that, see `to_onnx`); on a CPU with VNNI its int8 activations go as uint8, t
 the form onnxruntime's int8 kernels take (`byoc.processing.unsigned`). Regions without MACs stay
 on the host. Each region becomes an ONNX model at opset 20 and one inference session, built once,
 its inputs and outputs bound to the host's buffers; a model with dynamic dimensions gets one
-session per region for every shape in range (its dimensions symbolic in the ONNX model). Session options, passed per build with
-`backend_options={"onnxruntime": {...}}`: `intra_op_num_threads` (default: every core),
-`graph_optimization_level` ("disable", "basic", "extended", "all": the default) and
-`allow_spinning` ("auto", the default: "always" when the region is all the model computes, True
-otherwise; True: threads spin while a run is in progress; "always": also after it, as
-onnxruntime does alone; False: never), measured in `engine.py`.
+session per region for every shape in range (its dimensions symbolic in the ONNX model).
+Session options, passed per build with `backend_options={"onnxruntime": {...}}`:
+`intra_op_num_threads` (default: every core), `graph_optimization_level` ("disable", "basic",
+"extended", "all": the default) and `allow_spinning` ("auto", the default: "always" when the
+region is all the model computes, True otherwise; True: threads spin while a run is in
+progress; "always": also after it, as onnxruntime does alone; False: never), measured in
+`engine.py`.
 """
 
 from __future__ import annotations
