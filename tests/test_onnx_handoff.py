@@ -82,6 +82,8 @@ WRITTEN = {
     "relax.nn.batch_norm": lambda b, x: relax.TupleGetItem(b.emit(R.nn.batch_norm(x, *_stats(), axis=1, training=False)), 0),
     "relax.cumsum": lambda b, x: R.cumsum(x, axis=1, dtype="float64"),
     "relax.nn.avg_pool2d": lambda b, x: R.nn.avg_pool2d(x, pool_size=2, padding=1, ceil_mode=True),
+    "relax.index_tensor": lambda b, x: R.index_tensor(x, relax.Tuple([relax.const(np.zeros((2, 1), "int64"), "int64"),
+                                                                        relax.const(np.array([1, -2], "int64"), "int64")])),
 }
 
 
@@ -264,3 +266,31 @@ def test_symbolic_dimensions_are_checked():
         validate_graph(undeclared, "region r (plugin)")
     with pytest.raises(JsonGraphError, match="constants are static"):
         validate_graph({**graph, "constants": {"region.c0": {"shape": ["seq", 8], "dtype": "float32"}}}, "region r (plugin)")
+
+
+def test_advanced_indexing_is_one_gather_for_every_shape():
+    """x[rows, columns] with indices of other shapes, broadcast together, negative ones
+    included (transformers' padding masks index so, with a dynamic batch)."""
+    from byoc.ir.dims import DimRange
+
+    batch = tvm.tirx.Var("batch", "int64")
+    x = relax.Var("x", relax.TensorType([batch, 6, 3], "float32"))
+    rows = relax.Var("rows", relax.TensorType([batch, 1], "int64"))
+    columns = relax.Var("columns", relax.TensorType([1, 4], "int64"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x, rows, columns]):
+        with builder.dataflow():
+            out = builder.emit_output(builder.emit(R.index_tensor(x, relax.Tuple([rows, columns]))))
+        builder.emit_func_output(out)
+    graph, constants = region_to_json(builder.get()["main"], "region", "plugin", {"batch": DimRange(1, 8, 2)})
+    model = graph_to_onnx(graph, constants, LATEST_OPSET)
+    onnx.checker.check_model(model, full_check=True)
+    session = SessionEngine(model.SerializeToString(), {})
+    for count in (1, 5):
+        data = RNG.standard_normal((count, 6, 3)).astype(np.float32)
+        index_rows = np.arange(count, dtype=np.int64)[:, None] - count  # negative: from the end
+        index_columns = np.array([[0, 5, -1, 2]], np.int64)
+        want = data[index_rows, index_columns]
+        got = aligned(np.zeros(want.shape, np.float32))
+        session.run([aligned(data), aligned(index_rows), aligned(index_columns)], [got])
+        np.testing.assert_array_equal(got, want)

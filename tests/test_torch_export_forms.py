@@ -123,3 +123,29 @@ def test_with_a_dynamic_batch_the_broadcast_weight_and_the_filled_zeros_go_too()
         builder.emit_func_output(out)
     text = cleanup(builder.get())["main"].script()
     assert "broadcast_to" not in text and "full_like" not in text, text
+
+
+def test_a_padding_mask_in_booleans_runs_whole_on_onnxruntime():
+    """transformers' padding mask as torch.export writes it: `&` of booleans (bitwise_and) and
+    `any` along the keys as booleans cast to int8, their max, and a cast back. Neither ONNX's
+    BitwiseAnd nor the vendors' int8 (quantized data only) takes those; the logical op and the
+    max in int32 are the same values."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([2, 3, 5], "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            both = builder.emit(relax.op.bitwise_and(builder.emit(relax.op.greater(x, _const(np.float32(0.0)))),
+                                                     builder.emit(relax.op.less(x, _const(np.float32(1.0))))))
+            widened = builder.emit(relax.op.max(builder.emit(relax.op.astype(both, "int8")), axis=[-1], keepdims=True))
+            any_ = builder.emit(relax.op.astype(widened, "bool"))
+            out = builder.emit_output(relax.op.where(any_, x, _const(np.float32(-1.0))))
+        builder.emit_func_output(out)
+    mod = cleanup(builder.get())
+    text = mod["main"].script()
+    assert "bitwise" not in text and "int8" not in text, text
+    partitioned = byoc.partition_for(mod, "onnxruntime", fallback_without_macs=False)
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and not report.host_ops, str(report)
+    data = RNG.uniform(-1.0, 2.0, (2, 3, 5)).astype(np.float32)
+    want = np.where(((data > 0) & (data < 1)).any(axis=-1, keepdims=True), data, -1.0)
+    np.testing.assert_array_equal(byoc.build(partitioned, strict=True).run(x=data)[0], want)

@@ -319,13 +319,36 @@ def _flip(w: _Writer, node, args, outs):
     w.add("Slice", [args[0], *inputs], outs, node["name"])
 
 
-def _expand(w: _Writer, node, args, outs):
+def _expand_target(w: _Writer, shape: Sequence, data: Sequence) -> str:
     # A symbolic dimension the input already has is written 1 (Expand keeps the input's).
-    shape = list(node["outputs"][0]["shape"])
-    data = value_spec(w.graph, node["args"][0])["shape"]
     offset = len(shape) - len(data)
-    shape = [1 if isinstance(d, str) and i >= offset and data[i - offset] == d else d for i, d in enumerate(shape)]
-    w.add("Expand", [args[0], w.ints(shape, "shape")], outs, node["name"])
+    return w.ints([1 if isinstance(d, str) and i >= offset and data[i - offset] == d else d for i, d in enumerate(shape)], "shape")
+
+
+def _expand(w: _Writer, node, args, outs):
+    shape = node["outputs"][0]["shape"]
+    w.add("Expand", [args[0], _expand_target(w, shape, value_spec(w.graph, node["args"][0])["shape"])], outs, node["name"])
+
+
+def _index_tensor(w: _Writer, node, args, outs):
+    # x[i0, i1, ...] on the leading axes (PyTorch's advanced indexing, as in transformers'
+    # attention masks): GatherND of the indices broadcast to one shape and stacked on a new last axis.
+    specs = [value_spec(w.graph, ref) for ref in tensor_refs(node["args"][1])]
+    out = node["outputs"][0]["shape"]
+    kept = len(value_spec(w.graph, node["args"][0])["shape"]) - len(specs)  # the data's axes not indexed
+    common = list(out[: len(out) - kept])
+    stacked = []
+    for spec, index in zip(specs, args[1:]):
+        if list(spec["shape"]) != common:
+            broadcast = w.fresh(f"{node['name']}_broadcast")
+            w.add("Expand", [index, _expand_target(w, common, spec["shape"])], [broadcast], node["name"])
+            index = broadcast
+        column = w.fresh(f"{node['name']}_column")
+        w.add("Unsqueeze", [index, w.ints([-1], "axes")], [column], node["name"])
+        stacked.append(column)
+    indices = w.fresh(f"{node['name']}_indices")
+    w.add("Concat", stacked, [indices], node["name"], axis=-1)
+    w.add("GatherND", [args[0], indices], outs, node["name"])
 
 
 def _cumsum(w: _Writer, node, args, outs):
@@ -495,6 +518,12 @@ def _inference_batch_norm(call) -> str | None:
     return None if int(attrs.axis) % call.args[0].ty.ndim == 1 else "ONNX BatchNormalization normalises axis 1"
 
 
+@_limit("int64 indices")
+def _int64_indices(call) -> str | None:
+    dtypes = {dtype_name(t) for t in tensor_types(call.args[1].ty)}
+    return None if dtypes == {"int64"} else f"indices of dtype {', '.join(sorted(dtypes))}; ONNX GatherND takes int64"
+
+
 @_limit("mode fast, clip or wrap")
 def _gather(call) -> str | None:
     return None if call.attrs.mode in ("fast", "clip", "wrap") else f"take mode {call.attrs.mode}"
@@ -623,6 +652,7 @@ TRANSLATIONS: dict[str, Translation] = {
     "relax.take": Translation("Gather", _take, _gather),
     "relax.gather_elements": Translation("GatherElements", _attr_op("GatherElements", axis="axis")),
     "relax.gather_nd": Translation("GatherND", _attr_op("GatherND", batch_dims="batch_dims")),
+    "relax.index_tensor": Translation("GatherND", _index_tensor, _int64_indices, writes=_writes("Expand", "Unsqueeze", "Concat", "GatherND")),
     "relax.scatter_elements": Translation("ScatterElements", _scatter("ScatterElements"), _known_reduction),
     "relax.scatter_nd": Translation("ScatterND", _scatter("ScatterND"), _known_reduction),
     "relax.flip": Translation("Slice", _flip),

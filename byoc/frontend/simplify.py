@@ -11,9 +11,13 @@ cut regions. ONNX exports of the same model have neither. So:
   one 2-D slice, where the product keeps its shape (matmul broadcasts it back); so is a weight
   broadcast to a dynamic batch (`broadcast_to(W, (batch, K, N))`), which cannot be folded;
 - `where(c, full_like(x, v), y)` of the result's own shape is `where(c, v, y)`: the safe softmax
-  of a model with dynamic dimensions fills its zeros so.
+  of a model with dynamic dimensions fills its zeros so;
+- a bitwise and, or, xor or not of booleans (`mask_a & mask_b`) is the logical op, which ONNX
+  and vendors take on booleans (ONNX's BitwiseAnd takes integers only);
+- `any` along axes, written as booleans cast to int8, their max and a cast back, takes the max in
+  int32: no vendor computes int8 that is not quantized data.
 
-Both are exact.
+All are exact.
 """
 
 from __future__ import annotations
@@ -51,8 +55,33 @@ def _shared_weight(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr 
     return rewritten if _same_shape(rewritten.ty, call.ty) else None
 
 
+_LOGICAL = {"relax.bitwise_and": relax.op.logical_and, "relax.bitwise_or": relax.op.logical_or,
+            "relax.bitwise_xor": relax.op.logical_xor, "relax.bitwise_not": relax.op.logical_not}
+
+
+def _dtype(expr: relax.Expr) -> str | None:
+    return getattr(expr.ty, "dtype", None)
+
+
+def _any_in_int32(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
+    """`astype(max(astype(b, int8)), bool)` of booleans `b` as `astype(max(astype(b, int32)), bool)`."""
+    reduced = bound_value(call.args[0], builder)
+    if op_name(reduced) != "relax.max" or _dtype(reduced) != "int8":
+        return None
+    cast = bound_value(reduced.args[0], builder)
+    if op_name(cast) != "relax.astype" or _dtype(cast.args[0]) != "bool":
+        return None
+    widened = builder.emit(relax.op.astype(cast.args[0], "int32"))
+    largest = builder.emit(relax.op.max(widened, reduced.attrs.axis, reduced.attrs.keepdims))
+    return relax.op.astype(largest, "bool")
+
+
 def _simplify(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
     name = op_name(value)
+    if name in _LOGICAL and all(_dtype(arg) == "bool" for arg in value.args):
+        return _LOGICAL[name](*value.args)
+    if name == "relax.astype" and _dtype(value) == "bool":
+        return _any_in_int32(value, builder)
     if name == "relax.broadcast_to" and _same_shape(value.args[0].ty, value.ty):
         return value.args[0]
     if name == "relax.matmul":
