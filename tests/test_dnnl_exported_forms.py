@@ -165,3 +165,47 @@ def test_mean_that_drops_its_axes_then_layer_norm():
     inputs = {"x": RNG.standard_normal((1, 4, 4, 16)).astype(np.float32)}
     initializers = _weights(w=(16, 32), gamma=(32,), beta=(32,)) + [numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "axes")]
     _one_region(_model(nodes, inputs, ("y", [1, 32]), initializers), inputs)
+
+
+def _rotary(prefix: str, x: str, half: int, negative_start: bool) -> list:
+    """x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., half:], x[..., :half])."""
+    second = "minus_half" if negative_start else "half_index"
+    return [helper.make_node("Slice", [x, "zero", "half_index", "last"], [f"{prefix}1"]),
+            helper.make_node("Slice", [x, second, "end", "last"], [f"{prefix}2"]),
+            helper.make_node("Neg", [f"{prefix}2"], [f"{prefix}n"]),
+            helper.make_node("Concat", [f"{prefix}n", f"{prefix}1"], [f"{prefix}rot"], axis=-1),
+            helper.make_node("Mul", [x, "cos"], [f"{prefix}c"]), helper.make_node("Mul", [f"{prefix}rot", "sin"], [f"{prefix}s"]),
+            helper.make_node("Add", [f"{prefix}c", f"{prefix}s"], [f"{prefix}r"])]
+
+
+def _heads(prefix: str, weight: str, heads: int) -> list:
+    return [helper.make_node("MatMul", ["x", weight], [f"{prefix}p"]),
+            helper.make_node("Reshape", [f"{prefix}p", f"shape{heads}"], [f"{prefix}h"]),
+            helper.make_node("Transpose", [f"{prefix}h"], [prefix], perm=[0, 2, 1, 3])]
+
+
+def _repeated(prefix: str, x: str) -> list:
+    """Grouped-query attention's repeat_kv: each of 2 key/value heads serves 2 query heads."""
+    return [helper.make_node("Unsqueeze", [x, "two"], [f"{prefix}u"]), helper.make_node("Expand", [f"{prefix}u", "grouped"], [f"{prefix}e"]),
+            helper.make_node("Reshape", [f"{prefix}e", "shape_heads"], [f"{prefix}rep"])]
+
+
+def test_rotary_embeddings_and_grouped_query_attention():
+    """Llama-family attention as torch.onnx writes it: rotary embeddings (two slices, a
+    negation, a concatenation) on queries and keys, and 2 key/value heads repeated for 4 query
+    heads (unsqueeze, expand, reshape). Before, each slice, negation and repeat stayed on the
+    host and cut every layer into regions."""
+    nodes = [*_heads("q", "wq", 4), *_heads("k", "wk", 2), *_heads("v", "wv", 2), *_rotary("q", "q", 4, False),
+             *_rotary("k", "k", 4, True), *_repeated("k", "kr"), *_repeated("v", "v"),
+             helper.make_node("Transpose", ["krep"], ["kt"], perm=[0, 1, 3, 2]), helper.make_node("MatMul", ["qr", "kt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "vrep"], ["a"]),
+             helper.make_node("Transpose", ["a"], ["at"], perm=[0, 2, 1, 3]), helper.make_node("Reshape", ["at", "shape_out"], ["ao"]),
+             helper.make_node("MatMul", ["ao", "wo"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 8, 32)).astype(np.float32)}
+    ints = {"zero": [0], "half_index": [4], "minus_half": [-4], "end": [np.iinfo(np.int64).max], "last": [3], "two": [2],
+            "shape4": [1, 8, 4, 8], "shape2": [1, 8, 2, 8], "grouped": [1, 2, 2, 8, 8], "shape_heads": [1, 4, 8, 8], "shape_out": [1, 8, 32]}
+    angles = np.outer(np.arange(8), 1.0 / 10000 ** (np.arange(4) / 4)).astype(np.float32)
+    rotation = [numpy_helper.from_array(np.concatenate([f(angles)] * 2, axis=-1), name) for f, name in ((np.cos, "cos"), (np.sin, "sin"))]
+    initializers = _weights(wq=(32, 32), wk=(32, 16), wv=(32, 16), wo=(32, 32)) + rotation + \
+        [numpy_helper.from_array(np.array(v, dtype=np.int64), name) for name, v in ints.items()]
+    _one_region(_model(nodes, inputs, ("y", [1, 8, 32]), initializers), inputs)

@@ -5,8 +5,8 @@ included) with bias, residual add and ReLU/clip fused as post-ops; matrix produc
 activation weights, batched) with bias and ReLU, GELU or a residual add fused, or scaled by a
 constant (attention scores); max and average pooling; mean reductions over any axes, all by
 default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
-layer normalisation, GELU (erf form), concatenation, reshape and transpose. Regions without MACs
-stay on the host: a reorder-only region costs more than it saves.
+layer normalisation, GELU (erf form), concatenation, slices (steps of 1), broadcasts, reshape and
+transpose. Regions without MACs stay on the host: a reorder-only region costs more than it saves.
 
 Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
 scale per output channel and zero point 0) compute in int8 with the model's own scales (s8
@@ -46,6 +46,7 @@ from byoc.vendors.dnnl.predicates import (
     power_scalar,
     scaled_matmul,
     take_constant_index,
+    window_slice,
 )
 
 # The kernel library; each pattern and op below binds its emitter as it is declared.
@@ -205,7 +206,9 @@ dnnl.supports("relax.concat", check=concat_same_rank, emit=emitters.concat)
 dnnl.supports("relax.split", emit=emitters.split)
 dnnl.supports("relax.take", check=take_constant_index, emit=emitters.take)
 dnnl.supports("relax.nn.layer_norm", check=layer_norm_last_axis, emit=emitters.layer_norm)
-dnnl.supports("relax.reshape", emit=emitters.reshape)
+dnnl.supports("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten", emit=emitters.reshape)
+dnnl.supports("relax.strided_slice", check=window_slice, emit=emitters.strided_slice)
+dnnl.supports("relax.broadcast_to", emit=emitters.broadcast_to)
 dnnl.supports("relax.permute_dims", emit=emitters.permute_dims)
 
 register_backend(dnnl, origin="byoc (built-in)")

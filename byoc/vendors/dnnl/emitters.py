@@ -21,6 +21,7 @@ _ELTWISE = {
     "relax.rsqrt": ("dnnl_eltwise_pow", "1.f", "-0.5f"),  # 1 * x^-0.5: torch's RMSNorm as torch.export writes it
     "relax.nn.gelu": ("dnnl_eltwise_gelu_erf", "0.f", "0.f"),
     "relax.nn.gelu_tanh": ("dnnl_eltwise_gelu_tanh", "0.f", "0.f"),
+    "relax.negative": ("dnnl_eltwise_linear", "-1.f", "0.f"),  # rotary embeddings' -x2 (Llama's rotate_half)
 }
 ELTWISE_OPS = (*_ELTWISE, "relax.clip")
 # GELU composites (the forms exporters write, see the backend's patterns), each fused as one
@@ -786,6 +787,38 @@ def split(call: KernelCall) -> KernelCode:
         if part.kind != "internal":  # a part nobody reads is not copied
             parts.append((part, tuple(begin if a == axis else 0 for a in range(len(x.shape))), part.shape))
     return _window_copies(call, x, parts)
+
+
+def strided_slice(call: KernelCall) -> KernelCode:
+    """A window of the input, steps of 1 (the halves of each head that rotary embeddings swap)."""
+    node = call.nodes[0]
+    x, out = call.arg(node, 0), call.outputs[0]
+    axes, begin = ([item["prim"] for item in arg["tuple"]] for arg in node["args"][1:3])
+    offsets = [0] * len(x.shape)
+    for axis, start in zip(axes, begin):
+        size = x.shape[axis % len(x.shape)]
+        offsets[axis % len(x.shape)] = min(max(start + size if start < 0 else start, 0), size)
+    return _window_copies(call, x, [(out, tuple(offsets), out.shape)])
+
+
+def broadcast_to(call: KernelCall) -> KernelCode:
+    """A broadcast (grouped-query attention's keys and values repeated per head): a reorder from
+    a view of the input whose broadcast axes have stride 0."""
+    kernel = _Kernel(call)
+    node = call.nodes[0]
+    x, out = call.arg(node, 0), call.outputs[0]
+    shape = (1,) * (len(out.shape) - len(x.shape)) + x.shape
+    strides = [0 if d != o else math.prod(shape[a + 1 :]) for a, (d, o) in enumerate(zip(shape, out.shape))]
+    view_md = kernel._name("md")
+    kernel.local_mds.append(view_md)
+    kernel.setup += [f"dnnl_memory_desc_t {view_md};", "{", f"  dnnl_dims_t shape = {dims(out.shape)};",
+                     f"  dnnl_dims_t strides = {dims(tuple(strides))};",
+                     "  " + kernel.check(f"dnnl_memory_desc_create_with_strides(&{view_md}, {rank(out.shape)}, shape, "
+                                         f"{DNNL_TYPES[x.dtype]}, strides)", "broadcast view"), "}"]
+    out_md = kernel.md(out.shape, "plain", out.dtype)
+    kernel.direct("DNNL_ARG_FROM", kernel.rows_view(x, view_md))
+    kernel.direct("DNNL_ARG_TO", kernel.result_view(out, out_md))
+    return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {view_md}, byoc_engine, {out_md}, byoc_engine, NULL)")
 
 
 def take(call: KernelCall) -> KernelCode:

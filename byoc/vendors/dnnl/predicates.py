@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import tvm
 from tvm import relax
 
 from byoc.ir.types import constant_array, is_tensor_constant, static_shape
@@ -158,3 +159,12 @@ def take_constant_index(call: relax.Call) -> str | None:
     size = _shape(call.args[0])[int(axis)]
     value = int(constant_array(index).reshape(()))
     return None if -size <= value < size else f"index {value} is out of range [{-size}, {size - 1}]"
+
+
+def window_slice(call: relax.Call) -> str | None:
+    values = [list(arg.fields) for arg in call.args[1:]]
+    if not all(isinstance(v, tvm.tirx.IntImm) for arg in values for v in arg):
+        return "slice bounds must be numbers"
+    if any(int(v.value) != 1 for v in (values[3] if len(values) > 3 else ())):
+        return "a slice with steps other than 1"
+    return None if math.prod(_shape(call)) > 0 else "an empty slice"
