@@ -209,3 +209,33 @@ def test_rotary_embeddings_and_grouped_query_attention():
     initializers = _weights(wq=(32, 32), wk=(32, 16), wv=(32, 16), wo=(32, 32)) + rotation + \
         [numpy_helper.from_array(np.array(v, dtype=np.int64), name) for name, v in ints.items()]
     _one_region(_model(nodes, inputs, ("y", [1, 8, 32]), initializers), inputs)
+
+
+def test_window_padding_and_patch_merging():
+    """Swin's stages: the feature map padded to a multiple of the window (Pad, which TVM's
+    converter wrote as a kernel of its own that no vendor took), and patch merging, which reads
+    every second row and column from four offsets (slices with steps of 2) and concatenates them."""
+    quarters = [(f"s{i}", r, c) for i, (r, c) in enumerate([(0, 0), (1, 0), (0, 1), (1, 1)])]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Pad", ["h", "pads", "value"], ["padded"]),
+             *(helper.make_node("Slice", ["padded", f"start{r}{c}", "end", "axes", "steps"], [name]) for name, r, c in quarters),
+             helper.make_node("Concat", [name for name, _, _ in quarters], ["merged"], axis=-1),
+             helper.make_node("MatMul", ["merged", "wm"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 5, 7, 8)).astype(np.float32)}
+    ints = {"pads": [0, 1, 0, 0, 0, 2, 1, 0], "end": [1 << 30, 1 << 30], "axes": [1, 2], "steps": [2, 2],
+            **{f"start{r}{c}": [r, c] for _, r, c in quarters}}
+    initializers = _weights(w=(8, 8), wm=(32, 8)) + _scalars(value=-0.5) + \
+        [numpy_helper.from_array(np.array(v, dtype=np.int64), name) for name, v in ints.items()]
+    _one_region(_model(nodes, inputs, ("y", [1, 4, 4, 8]), initializers), inputs)
+
+
+def test_zero_padding_before_a_convolution_is_its_padding():
+    """TensorFlow exports write "SAME" padding of a strided convolution as Pad, then Conv: the
+    convolution pads its own input instead (one primitive, no copy of the feature map)."""
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["padded"]),
+             helper.make_node("Conv", ["padded", "w", "b"], ["c"], strides=[2, 2], pads=[1, 0, 0, 0]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)}
+    initializers = _weights(w=(8, 4, 3, 3), b=(8,)) + [numpy_helper.from_array(np.array([0, 0, 0, 1, 0, 0, 1, 0], np.int64), "pads")]
+    model = _model(nodes, inputs, ("y", [1, 8, 5, 4]), initializers)
+    assert "nn.pad" not in byoc.from_onnx(model)["main"].script()
+    _one_region(model, inputs)

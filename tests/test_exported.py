@@ -70,6 +70,21 @@ def test_dnnl_matches_onnxruntime_on_the_exported_file(name, cache):
 
 
 @needs_torch
+@pytest.mark.parametrize("name", ["qwen2", "swin"])
+def test_architectures_beyond_the_suite_are_one_region_on_each_vendor(name, cache):
+    """Rotary embeddings and grouped-query attention (Qwen2, of the Llama family), padded
+    windows and patch merging by strided slices (Swin): each export one region on dnnl and on
+    onnxruntime, every op that computes anything offloaded, onnxruntime's numbers."""
+    model = exported.export(name, cache_dir=cache)
+    inputs = exported.sample_inputs(model)
+    for vendor in ("dnnl", "onnxruntime"):
+        partitioned = byoc.partition_for(byoc.from_onnx(model), vendor)
+        report = byoc.report(partitioned)
+        assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
+        assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+@needs_torch
 def test_a_dynamic_export_runs_at_the_shapes_given(cache):
     model = exported.export("gpt2", dynamic=True, cache_dir=cache)
     dims = [[d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim] for value in model.graph.input]

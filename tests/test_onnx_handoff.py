@@ -294,3 +294,16 @@ def test_advanced_indexing_is_one_gather_for_every_shape():
         got = aligned(np.zeros(want.shape, np.float32))
         session.run([aligned(data), aligned(index_rows), aligned(index_columns)], [got])
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("mode, numpy_mode", [("constant", "constant"), ("reflect", "reflect"), ("replicate", "edge")])
+def test_padding_is_written_in_each_mode(mode, numpy_mode):
+    graph, constants = _graph(lambda b, x: R.nn.pad(x, [0, 0, 0, 1, 2, 1, 1, 3], mode, 0.25))
+    model = graph_to_onnx(graph, constants, OPSET)
+    onnx.checker.check_model(model, full_check=True)
+    x = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    extra = {"constant_values": 0.25} if mode == "constant" else {}
+    want = np.pad(x, [(0, 0), (0, 1), (2, 1), (1, 3)], mode=numpy_mode, **extra)
+    got = aligned(np.zeros(want.shape, np.float32))
+    SessionEngine(model.SerializeToString(), {}).run([aligned(x)], [got])
+    np.testing.assert_array_equal(got, want)

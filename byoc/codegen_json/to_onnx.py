@@ -330,6 +330,18 @@ def _expand(w: _Writer, node, args, outs):
     w.add("Expand", [args[0], _expand_target(w, shape, value_spec(w.graph, node["args"][0])["shape"])], outs, node["name"])
 
 
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}  # Relax -> ONNX
+
+
+def _pad(w: _Writer, node, args, outs):
+    a = node["attrs"]
+    widths = list(a["pad_width"])  # (before, after) per axis; ONNX lists every before, then every after
+    inputs = [args[0], w.ints(widths[0::2] + widths[1::2], "pads")]
+    if a["pad_mode"] == "constant":
+        inputs.append(w.constant(np.array(a["pad_value"], dtype=node["outputs"][0]["dtype"]), "pad_value"))
+    w.add("Pad", inputs, outs, node["name"], mode=_PAD_MODES[a["pad_mode"]])
+
+
 def _index_tensor(w: _Writer, node, args, outs):
     # x[i0, i1, ...] on the leading axes (PyTorch's advanced indexing, as in transformers'
     # attention masks): GatherND of the indices broadcast to one shape and stacked on a new last axis.
@@ -518,6 +530,12 @@ def _inference_batch_norm(call) -> str | None:
     return None if int(attrs.axis) % call.args[0].ty.ndim == 1 else "ONNX BatchNormalization normalises axis 1"
 
 
+@_limit(f"mode {', '.join(_PAD_MODES)}")
+def _pad_mode(call) -> str | None:
+    mode = call.attrs.pad_mode
+    return None if mode in _PAD_MODES else f"pad mode {mode!r}; written are {', '.join(_PAD_MODES)}"
+
+
 @_limit("int64 indices")
 def _int64_indices(call) -> str | None:
     dtypes = {dtype_name(t) for t in tensor_types(call.args[1].ty)}
@@ -656,6 +674,7 @@ TRANSLATIONS: dict[str, Translation] = {
     "relax.scatter_elements": Translation("ScatterElements", _scatter("ScatterElements"), _known_reduction),
     "relax.scatter_nd": Translation("ScatterND", _scatter("ScatterND"), _known_reduction),
     "relax.flip": Translation("Slice", _flip),
+    "relax.nn.pad": Translation("Pad", _pad, _pad_mode),
     # Position ids (arange of the sequence length): constants in a static model, a Range over
     # the region's own dimension in a symbolic one.
     "relax.arange": Translation("Range", _arange),

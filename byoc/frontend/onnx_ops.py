@@ -10,6 +10,8 @@ static-shape compiler. Each returns None to leave the op to TVM's converter.
   op that no backend takes and that splits regions.
 - ReduceMax, ReduceMin: an all-infinite reduction is infinite (TVM returns the finite extreme).
 - Split with empty pieces: strided slices (TVM's split wants strictly increasing indices).
+- Pad of a float tensor in constant mode: one `relax.nn.pad` (TVM emits a kernel of its own,
+  which no vendor can take).
 - RMSNormalization: TVM's converter fails when its axes cover the whole tensor.
 - Pow with an exponent of another type than the base: the result has the base's type.
 - OneHot: a depth of any numeric type, negative indices counted from the end.
@@ -171,6 +173,33 @@ def split(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
     starts = np.cumsum([0, *sizes])
     return relax.Tuple([bb.emit(relax.op.strided_slice(data, axes=[axis], begin=[int(b)], end=[int(e)]))
                         for b, e in zip(starts[:-1], starts[1:])])
+
+
+def pad(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
+    """Pad of a float tensor by constant, non-negative widths with a constant value: one
+    `relax.nn.pad`, which vendors take (TVM's converter emits a kernel of its own, which none
+    can, and which cut Swin's window attention into regions)."""
+    mode = attrs.get("mode", b"constant")
+    data = inputs[0]
+    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant" or not str(data.ty.dtype).startswith("float"):
+        return None
+    rank = len(static_shape(data.ty, "the input of Pad"))
+    if opset < 11:
+        widths, value = np.array(attrs.get("pads", [0] * 2 * rank)), float(attrs.get("value", 0.0))
+    else:
+        widths = _constant_operand(inputs, 1)
+        value = _scalar_constant(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else 0.0
+        axes = _constant_operand(inputs, 3)
+        if widths is None or value is None or (len(inputs) > 3 and inputs[3] is not None and axes is None):
+            return None
+        if axes is not None:
+            full = np.zeros(2 * rank, dtype=np.int64)
+            for i, axis in enumerate(int(a) % rank for a in axes):
+                full[axis], full[rank + axis] = widths[i], widths[len(axes) + i]
+            widths = full
+    if len(widths) != 2 * rank or (widths < 0).any():
+        return None  # negative widths crop: TVM's converter
+    return relax.op.nn.pad(data, [int(w) for pair in zip(widths[:rank], widths[rank:]) for w in pair], "constant", value)
 
 
 def rms_normalization(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
@@ -418,6 +447,7 @@ CONVERTERS: dict[str, Converter] = {
     "RMSNormalization": rms_normalization,
     "Pow": power,
     "Split": split,
+    "Pad": pad,
     "ReduceMax": _reduce_extreme("ReduceMax", -math.inf),
     "ReduceMin": _reduce_extreme("ReduceMin", math.inf),
     "Clip": clip,

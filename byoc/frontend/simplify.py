@@ -15,7 +15,9 @@ cut regions. ONNX exports of the same model have neither. So:
 - a bitwise and, or, xor or not of booleans (`mask_a & mask_b`) is the logical op, which ONNX
   and vendors take on booleans (ONNX's BitwiseAnd takes integers only);
 - `any` along axes, written as booleans cast to int8, their max and a cast back, takes the max in
-  int32: no vendor computes int8 that is not quantized data.
+  int32: no vendor computes int8 that is not quantized data;
+- a convolution of zero padding (TensorFlow's "SAME" padding exported as Pad, then Conv) pads
+  its own input: one op instead of a copy of the whole feature map.
 
 All are exact.
 """
@@ -76,8 +78,30 @@ def _any_in_int32(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr |
     return relax.op.astype(largest, "bool")
 
 
+_CONVOLUTIONS = {"relax.nn.conv1d": (relax.op.nn.conv1d, "NCW"), "relax.nn.conv2d": (relax.op.nn.conv2d, "NCHW")}
+
+
+def _padding_into_conv(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
+    padded = bound_value(call.args[0], builder)
+    make, layout = _CONVOLUTIONS[op_name(call)]
+    a = call.attrs
+    if op_name(padded) != "relax.nn.pad" or a.data_layout != layout or padded.attrs.pad_mode != "constant" or \
+            float(padded.attrs.pad_value) != 0.0:
+        return None
+    widths = [int(w) for w in padded.attrs.pad_width]
+    if any(widths[:4]):  # the batch or the channels padded
+        return None
+    spatial = len(widths) // 2 - 2
+    own = [int(p) for p in a.padding]  # every start, then every end
+    padding = [own[i] + widths[4 + 2 * i] for i in range(spatial)] + [own[spatial + i] + widths[5 + 2 * i] for i in range(spatial)]
+    return make(padded.args[0], call.args[1], a.strides, padding, a.dilation, a.groups, a.data_layout, a.kernel_layout,
+                a.out_layout, a.out_dtype or None)
+
+
 def _simplify(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
     name = op_name(value)
+    if name in _CONVOLUTIONS:
+        return _padding_into_conv(value, builder)
     if name in _LOGICAL and all(_dtype(arg) == "bool" for arg in value.args):
         return _LOGICAL[name](*value.args)
     if name == "relax.astype" and _dtype(value) == "bool":

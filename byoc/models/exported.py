@@ -102,6 +102,12 @@ VIT = {
     "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512, image_size=64, patch_size=16),
     "base": dict(hidden_size=768, num_hidden_layers=2, num_attention_heads=12, intermediate_size=3072, image_size=224, patch_size=16),
 }
+LLAMA = {
+    "tiny": dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=512, use_cache=False),
+    "base": dict(vocab_size=32000, hidden_size=768, num_hidden_layers=2, num_attention_heads=12, num_key_value_heads=4,
+                 intermediate_size=2048, use_cache=False),  # one vocabulary for the family (Qwen2's own is 152k)
+}
 # Whisper builds its decoder too, then only the encoder is exported: keep the decoder small, with
 # its special tokens inside its vocabulary.
 WHISPER_DECODER = dict(num_mel_bins=80, decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=256, vocab_size=1000,
@@ -135,12 +141,17 @@ _ARCHITECTURES = {a.name: a for a in [
     Architecture("roberta", "RobertaConfig", {"tiny": BERT["tiny"], "base": {**BERT["base"], "vocab_size": 50265}},
                  _text, "RobertaModel", {"add_pooling_layer": False}),
     Architecture("deit", "DeiTConfig", VIT, _image, "DeiTModel", {"add_pooling_layer": False}),
-    Architecture("llama", "LlamaConfig", {
-        "tiny": dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                     intermediate_size=512, use_cache=False),
-        "base": dict(hidden_size=768, num_hidden_layers=2, num_attention_heads=12, num_key_value_heads=4, intermediate_size=2048,
-                     use_cache=False),
-    }, _text, "LlamaModel"),
+    Architecture("llama", "LlamaConfig", LLAMA, _text, "LlamaModel"),
+    # The same family's variants: rotary embeddings and grouped-query attention throughout.
+    Architecture("qwen2", "Qwen2Config", LLAMA, _text, "Qwen2Model"),
+    Architecture("mistral", "MistralConfig", LLAMA, _text, "MistralModel"),
+    Architecture("phi", "PhiConfig", {size: {k: v for k, v in c.items() if k != "num_key_value_heads"} for size, c in LLAMA.items()},
+                 _text, "PhiModel"),
+    # Windows padded to a multiple of their size, patch merging by strided slices.
+    Architecture("swin", "SwinConfig", {
+        "tiny": dict(image_size=64, patch_size=4, embed_dim=32, depths=[1, 1], num_heads=[2, 4], window_size=4),
+        "base": dict(image_size=224, patch_size=4, embed_dim=96, depths=[2, 2, 2], num_heads=[3, 6, 12], window_size=7),  # Swin-T's widths
+    }, _image, "SwinModel"),
 ]}
 
 

@@ -5,8 +5,8 @@ included) with bias, residual add and ReLU/clip fused as post-ops; matrix produc
 activation weights, batched) with bias and ReLU, GELU or a residual add fused, or scaled by a
 constant (attention scores); max and average pooling; mean reductions over any axes, all by
 default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
-layer normalisation, GELU (erf form), concatenation, slices (steps of 1), broadcasts, reshape and
-transpose. Regions without MACs stay on the host: a reorder-only region costs more than it saves.
+layer normalisation, GELU (erf form), concatenation, strided slices, broadcasts, constant padding,
+reshape and transpose. Regions without MACs stay on the host: a reorder-only region costs more than it saves.
 
 Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
 scale per output channel and zero point 0) compute in int8 with the model's own scales (s8
@@ -33,6 +33,7 @@ from byoc.vendors.dnnl import emitters, int8, library, threads
 from byoc.vendors.dnnl.predicates import (
     binary_broadcast,
     concat_same_rank,
+    constant_pad,
     conv_channels_first,
     dense_constant_weight,
     dense_residual,
@@ -209,6 +210,7 @@ dnnl.supports("relax.nn.layer_norm", check=layer_norm_last_axis, emit=emitters.l
 dnnl.supports("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten", emit=emitters.reshape)
 dnnl.supports("relax.strided_slice", check=window_slice, emit=emitters.strided_slice)
 dnnl.supports("relax.broadcast_to", emit=emitters.broadcast_to)
+dnnl.supports("relax.nn.pad", check=constant_pad, emit=emitters.pad)
 dnnl.supports("relax.permute_dims", emit=emitters.permute_dims)
 
 register_backend(dnnl, origin="byoc (built-in)")

@@ -170,24 +170,37 @@ class _Kernel:
         self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
         return f"{name}.memory"
 
-    def point(self, view: str, memory: str) -> None:
-        """Per call, point memory `view` at the data of `memory` (bound per call)."""
+    def point(self, view: str, memory: str, offset: int = 0) -> None:
+        """Per call, point memory `view` at the data of `memory` (bound per call), `offset`
+        bytes in."""
+        at = f"(char*)data + {offset}" if offset else "data"
         self.before += [
             "{",
             "  void* data = NULL;",
             "  " + self.check(f"dnnl_memory_get_data_handle({memory}, &data)", f"data of {memory}"),
-            "  " + self.check(f"dnnl_memory_set_data_handle({view}, data)", f"view {view}"),
+            "  " + self.check(f"dnnl_memory_set_data_handle({view}, {at})", f"view {view}"),
             "}",
         ]
 
-    def rows_view(self, buffer: CBuffer, view_md: str) -> str:
+    def rows_view(self, buffer: CBuffer, view_md: str, offset: int = 0) -> str:
         """An input in plain layout, read through a view of its data described by `view_md` (its
-        rows as a matrix). Returns the view's memory."""
+        rows as a matrix; a strided window), starting `offset` bytes in. Returns the view's memory."""
         source = self.plain_source(buffer)
         name = self._name("rows")
         self.state.append(f"static dnnl_memory_t {name} = NULL;")
         self.setup.append(self.check(f"dnnl_memory_create(&{name}, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "input view"))
-        self.point(name, source)
+        self.point(name, source, offset)
+        return name
+
+    def strided_md(self, shape: tuple[int, ...], strides: list[int], dtype: str) -> str:
+        """A local descriptor of `shape` with element `strides` (0: broadcast; a multiple of the
+        dense stride: every k-th element)."""
+        name = self._name("md")
+        self.local_mds.append(name)
+        self.setup += [f"dnnl_memory_desc_t {name};", "{", f"  dnnl_dims_t shape = {dims(shape)};",
+                       f"  dnnl_dims_t strides = {dims(tuple(strides))};",
+                       "  " + self.check(f"dnnl_memory_desc_create_with_strides(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]}, "
+                                         "strides)", "strided view"), "}"]
         return name
 
     def result_view(self, buffer: CBuffer, view_md: str) -> str:
@@ -789,36 +802,70 @@ def split(call: KernelCall) -> KernelCode:
     return _window_copies(call, x, parts)
 
 
+def _strided_copy(call: KernelCall, strides: list[int], offset: int = 0) -> KernelCode:
+    """The output as a reorder from a view of the input: the output's shape with element
+    `strides` into the input's plain data, starting `offset` elements in."""
+    kernel = _Kernel(call)
+    x, out = call.arg(call.nodes[0], 0), call.outputs[0]
+    view_md = kernel.strided_md(out.shape, strides, x.dtype)
+    out_md = kernel.md(out.shape, "plain", out.dtype)
+    kernel.direct("DNNL_ARG_FROM", kernel.rows_view(x, view_md, offset * np.dtype(x.dtype).itemsize))
+    kernel.direct("DNNL_ARG_TO", kernel.result_view(out, out_md))
+    return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {view_md}, byoc_engine, {out_md}, byoc_engine, NULL)")
+
+
+def _dense_strides(shape: tuple[int, ...]) -> list[int]:
+    return [math.prod(shape[a + 1 :]) for a in range(len(shape))]
+
+
 def strided_slice(call: KernelCall) -> KernelCode:
-    """A window of the input, steps of 1 (the halves of each head that rotary embeddings swap)."""
+    """A window of the input taking every step-th element (steps of 1: the halves of each head
+    that rotary embeddings swap; 2: Swin's patch merging)."""
     node = call.nodes[0]
-    x, out = call.arg(node, 0), call.outputs[0]
-    axes, begin = ([item["prim"] for item in arg["tuple"]] for arg in node["args"][1:3])
-    offsets = [0] * len(x.shape)
-    for axis, start in zip(axes, begin):
-        size = x.shape[axis % len(x.shape)]
-        offsets[axis % len(x.shape)] = min(max(start + size if start < 0 else start, 0), size)
-    return _window_copies(call, x, [(out, tuple(offsets), out.shape)])
+    x = call.arg(node, 0)
+    axes, begin, _, *steps = ([item["prim"] for item in arg["tuple"]] for arg in node["args"][1:])
+    dense = _dense_strides(x.shape)
+    strides, offset = list(dense), 0
+    for index, (axis, start) in enumerate(zip(axes, begin)):
+        axis %= len(x.shape)
+        size = x.shape[axis]
+        offset += min(max(start + size if start < 0 else start, 0), size) * dense[axis]
+        strides[axis] *= steps[0][index] if steps else 1
+    return _strided_copy(call, strides, offset)
 
 
 def broadcast_to(call: KernelCall) -> KernelCode:
-    """A broadcast (grouped-query attention's keys and values repeated per head): a reorder from
-    a view of the input whose broadcast axes have stride 0."""
+    """A broadcast (grouped-query attention's keys and values repeated per head): the input
+    read with stride 0 along the broadcast axes."""
+    x, out = call.arg(call.nodes[0], 0), call.outputs[0]
+    shape = (1,) * (len(out.shape) - len(x.shape)) + x.shape
+    return _strided_copy(call, [0 if d != o else s for d, o, s in zip(shape, out.shape, _dense_strides(shape))])
+
+
+def pad(call: KernelCall) -> KernelCode:
+    """Constant padding (Swin's windows): the result filled with the value, then the input
+    copied into its window by a reorder into a sub-memory of the result."""
     kernel = _Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
-    shape = (1,) * (len(out.shape) - len(x.shape)) + x.shape
-    strides = [0 if d != o else math.prod(shape[a + 1 :]) for a, (d, o) in enumerate(zip(shape, out.shape))]
-    view_md = kernel._name("md")
-    kernel.local_mds.append(view_md)
-    kernel.setup += [f"dnnl_memory_desc_t {view_md};", "{", f"  dnnl_dims_t shape = {dims(out.shape)};",
-                     f"  dnnl_dims_t strides = {dims(tuple(strides))};",
-                     "  " + kernel.check(f"dnnl_memory_desc_create_with_strides(&{view_md}, {rank(out.shape)}, shape, "
-                                         f"{DNNL_TYPES[x.dtype]}, strides)", "broadcast view"), "}"]
     out_md = kernel.md(out.shape, "plain", out.dtype)
-    kernel.direct("DNNL_ARG_FROM", kernel.rows_view(x, view_md))
-    kernel.direct("DNNL_ARG_TO", kernel.result_view(out, out_md))
-    return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {view_md}, byoc_engine, {out_md}, byoc_engine, NULL)")
+    result = kernel.result_view(out, out_md)
+    window = kernel._name("window")
+    kernel.state.append(f"static dnnl_memory_t {window} = NULL;")
+    window_md = kernel._name("md")
+    kernel.local_mds.append(window_md)
+    kernel.setup += [f"dnnl_memory_desc_t {window_md};", "{", f"  dnnl_dims_t shape = {dims(x.shape)};",
+                     f"  dnnl_dims_t offsets = {dims(tuple(node['attrs']['pad_width'][0::2]))};",
+                     "  " + kernel.check(f"dnnl_memory_desc_create_submemory(&{window_md}, {out_md}, shape, offsets)", "padded window"),
+                     "  " + kernel.check(f"dnnl_memory_create(&{window}, {window_md}, byoc_engine, DNNL_MEMORY_NONE)", "padded window"),
+                     "}"]
+    kernel.point(window, result)
+    kernel.before += ["{", "  float* data = NULL;",
+                      "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, (void**)&data)", "padded result"),
+                      f"  for (size_t i = 0; i < {out.size}; ++i) data[i] = {_float(node['attrs']['pad_value'])};", "}"]
+    kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
+    kernel.direct("DNNL_ARG_TO", window)
+    return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {window_md}, byoc_engine, NULL)")
 
 
 def take(call: KernelCall) -> KernelCode:

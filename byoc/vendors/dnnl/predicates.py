@@ -165,6 +165,10 @@ def window_slice(call: relax.Call) -> str | None:
     values = [list(arg.fields) for arg in call.args[1:]]
     if not all(isinstance(v, tvm.tirx.IntImm) for arg in values for v in arg):
         return "slice bounds must be numbers"
-    if any(int(v.value) != 1 for v in (values[3] if len(values) > 3 else ())):
-        return "a slice with steps other than 1"
+    if any(int(v.value) < 1 for v in (values[3] if len(values) > 3 else ())):
+        return "a slice with negative steps (reversed)"
     return None if math.prod(_shape(call)) > 0 else "an empty slice"
+
+
+def constant_pad(call: relax.Call) -> str | None:
+    return None if call.attrs.pad_mode == "constant" else f"pad mode {call.attrs.pad_mode!r}; constant padding is taken"
