@@ -239,3 +239,18 @@ def test_zero_padding_before_a_convolution_is_its_padding():
     model = _model(nodes, inputs, ("y", [1, 8, 5, 4]), initializers)
     assert "nn.pad" not in byoc.from_onnx(model)["main"].script()
     _one_region(model, inputs)
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_instance_normalization_between_convolutions(vendor):
+    """Wav2Vec2's feature extractor: a 1-D convolution, instance normalisation (each channel
+    over time, which TVM decomposes into mean, variance and arithmetic), GELU, a convolution."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], strides=[5]),
+             helper.make_node("InstanceNormalization", ["c", "scale", "bias"], ["n"], epsilon=1e-5),
+             helper.make_node("Gelu", ["n"], ["g"]), helper.make_node("Conv", ["g", "w2"], ["y"], strides=[2])]
+    inputs = {"x": RNG.standard_normal((1, 1, 400)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [1, 16, 39]), _weights(w1=(16, 1, 10), scale=(16,), bias=(16,), w2=(16, 16, 3)), 20)
+    partitioned = byoc.partition_for(byoc.from_onnx(model), vendor)
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and not report.host_ops, str(report)
+    assert_fp32_close(byoc.build(partitioned, strict=True).run(**inputs), onnxruntime_outputs(model, inputs))

@@ -250,6 +250,16 @@ def _reduce(onnx_op: str, axes_input_since: int = 18) -> Emitter:
     return emit
 
 
+def _variance(w: _Writer, node, args, outs):
+    # The mean of the squared deviations from the mean (ONNX has no variance op).
+    mean, deviation, squared = (w.fresh(f"{node['name']}_{part}") for part in ("mean", "deviation", "squared"))
+    reduce_mean = _reduce("ReduceMean")
+    reduce_mean(w, {**node, "attrs": {**node["attrs"], "keepdims": True}}, args, [mean])
+    w.add("Sub", [args[0], mean], [deviation], node["name"])
+    w.add("Mul", [deviation, deviation], [squared], node["name"])
+    reduce_mean(w, node, [squared], outs)
+
+
 def _clip(w: _Writer, node, args, outs):
     low, high = (w.scalar(node["args"][i]["prim"], node, "bound") for i in (1, 2))
     w.add("Clip", [args[0], low, high], outs, node["name"])
@@ -657,6 +667,7 @@ TRANSLATIONS: dict[str, Translation] = {
     "relax.clip": Translation("Clip", _clip),
     **{f"relax.{op}": Translation(f"Reduce{op.title()}", _reduce(f"Reduce{op.title()}"), _some_axes)
        for op in ("mean", "max", "min", "prod")},
+    "relax.variance": Translation("ReduceMean", _variance, _some_axes, writes=_writes("ReduceMean", "Sub", "Mul")),
     "relax.sum": Translation("ReduceSum", _reduce("ReduceSum", axes_input_since=13), _some_axes),
     "relax.argmax": Translation("ArgMax", _attr_op("ArgMax", axis="axis", keepdims="keepdims"), _axis_given),
     "relax.argmin": Translation("ArgMin", _attr_op("ArgMin", axis="axis", keepdims="keepdims"), _axis_given),

@@ -5,7 +5,7 @@ included) with bias, residual add and ReLU/clip fused as post-ops; matrix produc
 activation weights, batched) with bias and ReLU, GELU or a residual add fused, or scaled by a
 constant (attention scores); max and average pooling; mean reductions over any axes, all by
 default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
-layer normalisation, GELU (erf form), concatenation, strided slices, broadcasts, constant padding,
+layer normalisation (and instance normalisation decomposed), GELU (erf form), concatenation, strided slices, broadcasts, constant padding,
 reshape and transpose. Regions without MACs stay on the host: a reorder-only region costs more than it saves.
 
 Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
@@ -43,6 +43,7 @@ from byoc.vendors.dnnl.predicates import (
     masked_rows_to_zero,
     matmul_shapes,
     nan_to_zero,
+    normalized_last_axis,
     pool_nchw,
     power_scalar,
     scaled_matmul,
@@ -151,6 +152,15 @@ def _scaled_matmul(op: str):
     return is_op(op)(matmul, scale), {"root": matmul, "scale": scale}
 
 
+def _normalized():
+    """(x - mean(x)) / sqrt(variance(x) + epsilon): instance normalisation as TVM's ONNX frontend
+    decomposes it (Wav2Vec2's feature extractor), a layer norm without scale or shift."""
+    x, epsilon = wildcard(), is_const()
+    mean, variance = is_op("relax.mean")(x), is_op("relax.variance")(x)
+    spread = is_op("relax.sqrt")(is_op("relax.add")(variance, epsilon))
+    return is_op("relax.divide")(is_op("relax.subtract")(x, mean), spread), {"root": mean, "variance": variance, "epsilon": epsilon}
+
+
 def _softmax_nan_to_zero():
     """softmax, then NaN (a row masked whole) replaced by 0: torch's attention as exported."""
     probabilities, zero = is_op("relax.nn.softmax")(wildcard()), is_const()
@@ -191,6 +201,7 @@ dnnl.pattern("dense_bias_act", *fused_pattern("relax.matmul", bias=True, activat
 dnnl.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=dense_constant_weight, emit=_dense)
 for _form, (_build, _values) in _GELU_FORMS.items():
     dnnl.pattern(_form, *_build(wildcard()), check=expected_constants(_values, f"the {_form} form of GELU"), emit=emitters.eltwise)
+dnnl.pattern("normalized", *_normalized(), check=normalized_last_axis, emit=emitters.layer_norm)
 dnnl.pattern("softmax_nan_to_zero", *_softmax_nan_to_zero(), check=nan_to_zero, emit=emitters.softmax)
 dnnl.pattern("softmax_masked_rows_to_zero", *_softmax_masked_rows_to_zero(), check=masked_rows_to_zero, emit=emitters.softmax)
 

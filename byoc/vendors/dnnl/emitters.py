@@ -880,17 +880,22 @@ def take(call: KernelCall) -> KernelCode:
 
 
 def layer_norm(call: KernelCall) -> KernelCode:
+    """Layer normalisation over the last axis, with its scale and shift; or, for the
+    `normalized` composite, without them."""
     kernel = _Kernel(call)
     node = call.nodes[0]
-    x, gamma, beta, out = call.arg(node, 0), call.arg(node, 1), call.arg(node, 2), call.outputs[0]
-    epsilon = node["attrs"]["epsilon"]
+    x, out = call.arg(node, 0), call.outputs[0]
+    if call.pattern == "normalized":
+        epsilon, flags = _scalar(call, call.node("relax.add"), 1), "0"
+    else:
+        epsilon, flags = node["attrs"]["epsilon"], "dnnl_use_scale | dnnl_use_shift"
+        kernel.direct("DNNL_ARG_SCALE", f"{call.arg(node, 1).name}_mem")
+        kernel.direct("DNNL_ARG_SHIFT", f"{call.arg(node, 2).name}_mem")
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
-    kernel.direct("DNNL_ARG_SCALE", f"{gamma.name}_mem")
-    kernel.direct("DNNL_ARG_SHIFT", f"{beta.name}_mem")
     kernel.result(out)
     create = (
         f"dnnl_layer_normalization_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {kernel.md_of(x)}, "
-        f"{kernel.md_of(x)}, NULL, {_float(epsilon)}, dnnl_use_scale | dnnl_use_shift, NULL)"
+        f"{kernel.md_of(x)}, NULL, {_float(epsilon)}, {flags}, NULL)"
     )
     return kernel.code(create)
 

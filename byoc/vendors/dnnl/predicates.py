@@ -102,6 +102,16 @@ def layer_norm_last_axis(call: relax.Call) -> str | None:
     return None
 
 
+def normalized_last_axis(match) -> str | None:
+    x = match["root"].args[0]
+    rank = len(_shape(x))
+    for part in (match["root"], match["variance"]):
+        axes = part.attrs.axis
+        if axes is None or [int(a) % rank for a in axes] != [rank - 1] or not part.attrs.keepdims:
+            return "normalisation over the last axis only"
+    return None if scalar_constant(match["epsilon"]) is not None else "epsilon must be one constant number"
+
+
 def expected_constants(values: dict[str, float], form: str):
     """A pattern check that the match's named constants hold `values` (one number each)."""
 
