@@ -862,7 +862,7 @@ def pad(call: KernelCall) -> KernelCode:
     kernel.point(window, result)
     kernel.before += ["{", "  float* data = NULL;",
                       "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, (void**)&data)", "padded result"),
-                      f"  for (size_t i = 0; i < {out.size}; ++i) data[i] = {_float(node['attrs']['pad_value'])};", "}"]
+                      f"  byoc_fill(data, {out.size}L, {_float(node['attrs']['pad_value'])});", "}"]
     kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
     kernel.direct("DNNL_ARG_TO", window)
     return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {window_md}, byoc_engine, NULL)")

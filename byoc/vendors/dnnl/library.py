@@ -241,6 +241,11 @@ __attribute__((unused, optimize("O3", "fast-math"))) static void byoc_range(cons
   *lo = least;
   *hi = greatest;
 }
+
+/* The border of a padded result (the generated C is compiled without optimisation). */
+__attribute__((unused, optimize("O3"))) static void byoc_fill(float* data, long n, float value) {
+  for (long i = 0; i < n; ++i) data[i] = value;
+}
 """
 
 
