@@ -252,3 +252,26 @@ def test_two_models_of_one_architecture_keep_their_own_weights_at_a_shape_built_
     second.run(input_ids=ids)  # the second model's variant is made and initialised last
     np.testing.assert_allclose(first.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
     np.testing.assert_allclose(second.run(input_ids=ids)[0], other_session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_padding_with_a_dynamic_batch(vendor):
+    """Swin pads its windows whatever the batch: Pad of a feature map whose batch is symbolic
+    imports as one `relax.nn.pad` and runs at each batch in range."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.random.default_rng(0).standard_normal((6, 6)).astype(np.float32), "w")
+    pads = numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 0, 2, 0], np.int64), "pads")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Pad", ["h", "pads"], ["p"]),
+         helper.make_node("MatMul", ["p", "w"], ["y"])], "padded",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 5, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 8, 6])], [weights, pads])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    mod = byoc.from_onnx(model, dims={"batch": (1, 4)})
+    assert "R.nn.pad" in mod["main"].script()
+    compiled = byoc.build(byoc.partition_for(mod, vendor, fallback_without_macs=False))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 5, 6)).astype(np.float32)
+        np.testing.assert_allclose(compiled.run(x)[0], session.run(None, {"x": x})[0], rtol=TOLERANCE, atol=TOLERANCE)

@@ -183,7 +183,9 @@ def pad(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
     data = inputs[0]
     if (mode.decode() if isinstance(mode, bytes) else mode) != "constant" or not str(data.ty.dtype).startswith("float"):
         return None
-    rank = len(static_shape(data.ty, "the input of Pad"))
+    rank = data.ty.ndim  # the widths are per axis; the sizes may be symbolic
+    if rank < 0:
+        return None
     if opset < 11:
         widths, value = np.array(attrs.get("pads", [0] * 2 * rank)), float(attrs.get("value", 0.0))
     else:
