@@ -10,10 +10,17 @@ from onnx import TensorProto, helper
 from byoc.cli import main
 
 
-def test_models_lists_the_zoo(capsys):
+def test_models_lists_the_zoo_and_the_exported_architectures(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert "resnet50" in out and "ssd_detector" in out
+    assert "hf:bert" in out and "hf:swin" in out and "hf:NAME:SIZE" in out
+
+
+def test_a_model_name_that_is_not_one_suggests_the_closest(capsys):
+    assert main(["partition", "resnet5", "--vendor", "reference"]) != 0
+    err = capsys.readouterr().err
+    assert "did you mean 'resnet50'" in err and "hf:NAME[:SIZE]" in err
 
 
 def test_partition_prints_a_report_and_draws(tmp_path, capsys):

@@ -128,3 +128,13 @@ def test_a_dynamic_export_compiled_once_runs_every_shape_in_range(name, cache):
         else:
             inputs = {k: np.repeat(v, batch, axis=0) for k, v in example.items()}
         assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+@needs_torch
+def test_the_command_line_takes_an_exported_architecture_by_name(cache, monkeypatch, capsys):
+    from byoc.cli import main
+
+    monkeypatch.setenv("BYOC_EXPORT_CACHE_DIR", str(cache))
+    assert main(["partition", "hf:gpt_neo", "--vendor", "onnxruntime"]) == 0
+    out = capsys.readouterr().out
+    assert "in 1 region(s)" in out, out

@@ -13,18 +13,19 @@ import tvm
 from byoc import models as zoo
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
-from byoc.errors import ModelLoadError, OptionError, PartitionError
+from byoc.errors import ModelLoadError, OptionError, PartitionError, did_you_mean
 from byoc.flow import declared_options, describe_options, partition_for
 from byoc.frontend import from_onnx
 from byoc.frontend.onnx_import import load_onnx_model
 from byoc.frontend.onnx_shapes import parse_dims, parse_shapes
 from byoc.ir.dims import at_opt, dims_of
+from byoc.models import exported
 from byoc.processing.passes import needs_calibration
 from byoc.runtime_metadata.build import model_io
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="an ONNX file, or the name of a zoo model (see `byoc models`)")
+    parser.add_argument("model", help="an ONNX file, a zoo model, or an exported architecture hf:NAME[:SIZE] (see `byoc models`)")
     parser.add_argument("--small", action="store_true", help="zoo models only: the reduced test-size configuration")
     parser.add_argument("--shapes", nargs="+", default=[], metavar="INPUT=DIMxDIM",
                         help="static shapes for inputs with dynamic dimensions, e.g. input_ids=1x32 (a named dimension "
@@ -45,7 +46,11 @@ def load_model(name: str, small: bool = False, shapes: list[str] | None = None,
     if name in zoo.names():
         model = zoo.get(name, small=small)
         return model, from_onnx(model, shapes=fixed, dims=ranges), name + (" (small)" if small else "")
-    raise ModelLoadError(f"{name!r} is neither an ONNX file nor a zoo model; zoo models: {', '.join(zoo.names())}")
+    if name.startswith(exported.SPEC_PREFIX):  # exported once, then from the cache
+        model = exported.export(*exported.parse_spec(name))
+        return model, from_onnx(model, shapes=fixed, dims=ranges), name
+    raise ModelLoadError(f"{name!r} is neither an ONNX file nor a zoo model{did_you_mean(name, zoo.names())}; zoo models: "
+                         f"{', '.join(zoo.names())}; exported architectures: hf:NAME[:SIZE] (see `byoc models`)")
 
 
 def add_partition_options(parser: argparse.ArgumentParser) -> None:

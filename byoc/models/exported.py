@@ -92,6 +92,13 @@ def _audio(config: Any, size: str) -> list[Input]:
     return [Input("input_features", (1, config.num_mel_bins, 2 * config.max_source_positions), "float")]
 
 
+SAMPLES = {"tiny": 4000, "base": 16000}  # raw audio: a quarter of a second, one second at 16 kHz
+
+
+def _waveform(config: Any, size: str) -> list[Input]:
+    return [Input("input_values", (1, SAMPLES[size]), "float")]
+
+
 # Base sizes keep the architecture's base width and vocabulary with 2 layers: realistic kernels
 # at a cost that fits 2 cores.
 BERT = {
@@ -152,6 +159,18 @@ _ARCHITECTURES = {a.name: a for a in [
         "tiny": dict(image_size=64, patch_size=4, embed_dim=32, depths=[1, 1], num_heads=[2, 4], window_size=4),
         "base": dict(image_size=224, patch_size=4, embed_dim=96, depths=[2, 2, 2], num_heads=[3, 6, 12], window_size=7),  # Swin-T's widths
     }, _image, "SwinModel"),
+    # Instance normalisation between 1-D convolutions (its feature extractor), on raw audio.
+    Architecture("wav2vec2", "Wav2Vec2Config", {
+        "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, conv_dim=(32, 32, 32),
+                     conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4),
+        "base": dict(hidden_size=768, num_hidden_layers=2, num_attention_heads=12, intermediate_size=3072),
+    }, _waveform, "Wav2Vec2Model"),
+    # Local attention: a constant causal mask applied with `where` in every layer.
+    Architecture("gpt_neo", "GPTNeoConfig", {
+        "tiny": dict(vocab_size=1000, hidden_size=128, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+                     window_size=16, max_position_embeddings=64, bos_token_id=999, eos_token_id=999, use_cache=False),
+        "base": dict(hidden_size=768, num_layers=2, num_heads=12, attention_types=[[["global", "local"], 1]], use_cache=False),
+    }, _text, "GPTNeoModel"),
 ]}
 
 
