@@ -359,14 +359,14 @@ def _index_tensor(w: _Writer, node, args, outs):
     out = node["outputs"][0]["shape"]
     kept = len(value_spec(w.graph, node["args"][0])["shape"]) - len(specs)  # the data's axes not indexed
     common = list(out[: len(out) - kept])
-    stacked = []
+    stacked, last_axis = [], w.ints([-1], "axes")
     for spec, index in zip(specs, args[1:]):
         if list(spec["shape"]) != common:
             broadcast = w.fresh(f"{node['name']}_broadcast")
             w.add("Expand", [index, _expand_target(w, common, spec["shape"])], [broadcast], node["name"])
             index = broadcast
         column = w.fresh(f"{node['name']}_column")
-        w.add("Unsqueeze", [index, w.ints([-1], "axes")], [column], node["name"])
+        w.add("Unsqueeze", [index, last_axis], [column], node["name"])
         stacked.append(column)
     indices = w.fresh(f"{node['name']}_indices")
     w.add("Concat", stacked, [indices], node["name"], axis=-1)

@@ -29,7 +29,7 @@ import tvm
 from tvm import relax
 
 from byoc.ir.rewrite import bound_value, rebuild_module
-from byoc.ir.types import constant_array, is_tensor_constant, op_name
+from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name
 
 
 def _same_shape(a: relax.Type, b: relax.Type) -> bool:
@@ -61,17 +61,13 @@ _LOGICAL = {"relax.bitwise_and": relax.op.logical_and, "relax.bitwise_or": relax
             "relax.bitwise_xor": relax.op.logical_xor, "relax.bitwise_not": relax.op.logical_not}
 
 
-def _dtype(expr: relax.Expr) -> str | None:
-    return getattr(expr.ty, "dtype", None)
-
-
 def _any_in_int32(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
     """`astype(max(astype(b, int8)), bool)` of booleans `b` as `astype(max(astype(b, int32)), bool)`."""
     reduced = bound_value(call.args[0], builder)
-    if op_name(reduced) != "relax.max" or _dtype(reduced) != "int8":
+    if op_name(reduced) != "relax.max" or dtype_name(reduced.ty) != "int8":
         return None
     cast = bound_value(reduced.args[0], builder)
-    if op_name(cast) != "relax.astype" or _dtype(cast.args[0]) != "bool":
+    if op_name(cast) != "relax.astype" or dtype_name(cast.args[0].ty) != "bool":
         return None
     widened = builder.emit(relax.op.astype(cast.args[0], "int32"))
     largest = builder.emit(relax.op.max(widened, reduced.attrs.axis, reduced.attrs.keepdims))
@@ -102,9 +98,9 @@ def _simplify(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | No
     name = op_name(value)
     if name in _CONVOLUTIONS:
         return _padding_into_conv(value, builder)
-    if name in _LOGICAL and all(_dtype(arg) == "bool" for arg in value.args):
+    if name in _LOGICAL and all(dtype_name(arg.ty) == "bool" for arg in value.args):
         return _LOGICAL[name](*value.args)
-    if name == "relax.astype" and _dtype(value) == "bool":
+    if name == "relax.astype" and dtype_name(value.ty) == "bool":
         return _any_in_int32(value, builder)
     if name == "relax.broadcast_to" and _same_shape(value.args[0].ty, value.ty):
         return value.args[0]
