@@ -171,11 +171,11 @@ LIBRARY = CLibrary(
 )
 
 
-def make_c_backend(name: str = "cloops") -> byoc.Backend:
-    backend = byoc.Backend(name=name, codegen=LIBRARY, limits=byoc.Limits(dtypes=("float32",), constant_weights=True))
+def make_c_backend(name: str = "cloops", library: CLibrary = LIBRARY) -> byoc.Backend:
+    backend = byoc.Backend(name=name, codegen=library, limits=byoc.Limits(dtypes=("float32",), constant_weights=True))
     backend.pattern("conv2d_bias_relu", *fused_pattern("relax.nn.conv2d", bias=True, activation="relax.nn.relu"))
     backend.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True))
-    backend.supports(*[op for op in LIBRARY.emitters if op.startswith("relax.")])
+    backend.supports(*[op for op in library.emitters if op.startswith("relax.")])
 
     @backend.op("relax.matmul")
     def matmul_2d_weight(call):

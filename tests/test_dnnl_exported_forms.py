@@ -254,3 +254,37 @@ def test_instance_normalization_between_convolutions(vendor):
     report = byoc.report(partitioned)
     assert len(report.regions) == 1 and not report.host_ops, str(report)
     assert_fp32_close(byoc.build(partitioned, strict=True).run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+def test_causal_mask_selects_in_the_region():
+    """GPT-Neo's attention: Where(a constant causal mask, scores, the lowest float) in every
+    layer, which cut each layer into regions. Here both operand orders, a condition broadcast
+    along rows, and scores that hold +inf and -inf, which a minimum and a maximum keep exactly."""
+    lowest = float(np.finfo(np.float32).min)
+    causal = np.tril(np.ones((8, 8), dtype=bool))[None, None]
+    columns = np.array([True, False] * 4)
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Add", ["s", "extra"], ["scores"]),
+             helper.make_node("Where", ["causal", "scores", "lowest"], ["masked"]),
+             helper.make_node("Where", ["columns", "seven", "masked"], ["y"])]
+    extra = np.zeros((1, 2, 8, 8), np.float32)
+    extra[0, 0, 5, 1], extra[0, 1, 6, 3], extra[0, 1, 2, 7] = np.inf, -np.inf, np.inf  # kept, kept, masked
+    inputs = {"q": RNG.standard_normal((1, 2, 8, 4)).astype(np.float32), "extra": extra}
+    initializers = _weights(k=(4, 8)) + _scalars(lowest=lowest, seven=7.0) + \
+        [numpy_helper.from_array(causal, "causal"), numpy_helper.from_array(columns, "columns")]
+    model = _model(nodes, inputs, ("y", [1, 2, 8, 8]), initializers)
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    report = byoc.report(partitioned)
+    assert [r.backend for r in report.regions] == ["dnnl"] and not report.host_ops, str(report)
+    (got,), (want,) = byoc.build(partitioned, strict=True).run(**inputs), onnxruntime_outputs(model, inputs)
+    assert np.isposinf(want[0, 0, 5, 1]) and np.isneginf(want[0, 1, 6, 3]) and want[0, 1, 2, 7] == lowest
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # infinities and the lowest float compared exactly
+
+
+def test_a_mask_computed_at_run_time_stays_on_the_host_with_its_reason():
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Greater", ["s", "zero"], ["keep"]),
+             helper.make_node("Where", ["keep", "s", "lowest"], ["y"])]
+    inputs = {"q": RNG.standard_normal((1, 8, 4)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [1, 8, 8]), _weights(k=(4, 8)) + _scalars(lowest=-1e9, zero=0.0))
+    report = byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    (where,) = [h for h in report.host_ops if "relax.where" in h.ops]
+    assert any("input 0 has dtype bool" in reason for reason in where.reasons), str(report)

@@ -93,6 +93,25 @@ def test_generated_c_compiles_without_warnings(tmp_path, c_backend):
         assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
+# Helpers only one language accepts: `new` is a C++ keyword, templates are not C.
+_ONLY_IN = {"c": "static int byoc_probe(void) { int new = 1; return new; }",
+            "c++": "template <typename T> static T byoc_probe(T x) { return x; }"}
+
+
+@pytest.mark.parametrize("language", ["c", "c++"])
+def test_a_region_is_compiled_as_its_library_says(language):
+    import c_vendor
+
+    library = dataclasses.replace(c_vendor.LIBRARY, prologue=_ONLY_IN[language], language=language)
+    with registered(make_c_backend("cloops_language", library)):
+        model = small_model("mlp")
+        inputs = byoc.models.sample_inputs(model, seed=2)
+        compiled = byoc.build(byoc.partition_for(small_module("mlp"), "cloops_language"))
+        assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
+    with pytest.raises(ValueError, match="language must be 'c' or 'c\\+\\+', got 'fortran'"):
+        dataclasses.replace(c_vendor.LIBRARY, language="fortran")
+
+
 def test_constants_are_stored_once(tmp_path):
     partitioned = byoc.partition_for(small_module("mlp"), "reference", max_ops_per_region=1)
     compiled = byoc.build(partitioned)
@@ -199,6 +218,22 @@ def test_flipped_bytes_in_each_part_are_refused_naming_the_part(exported, tmp_pa
 
         with pytest.raises(ArtifactError, match=expected):
             byoc.load(_damaged(exported, tmp_path, "flip.byoc", flip))
+
+
+@pytest.mark.parametrize("model_name, vendor", [("bert_encoder", "dnnl"), ("resnet18", "reference")])
+def test_region_graphs_hold_only_json_types(model_name, vendor):
+    """Graphs are checked by the compiled validator first, which takes nothing but JSON's own
+    types; one TVM String (a node's name) sent every graph to jsonschema, 300x slower."""
+    import jsonschema_rs
+
+    from byoc.codegen_json.schema import schema
+    from byoc.codegen_json.serialize import region_to_json
+    from byoc.runtime_metadata.build import region_functions
+
+    validator = jsonschema_rs.validator_for(schema())
+    for symbol, backend, func in region_functions(byoc.partition_for(small_module(model_name), vendor)):
+        graph, _ = region_to_json(func, symbol, backend)
+        assert validator.is_valid(graph), symbol
 
 
 def test_garbage_and_missing_artifacts(tmp_path):

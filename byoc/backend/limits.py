@@ -39,6 +39,12 @@ def _parameter(arg: relax.Expr) -> bool:
         and int(np.prod([int(d) for d in arg.ty.shape])) == 1
 
 
+def _fixed_selection(op_name: str, index: int, arg: relax.Expr) -> bool:
+    """The constant condition of a where (a causal mask): a selection fixed in the model, which
+    code generation reads; its bools are no tensor the hardware holds."""
+    return op_name == "relax.where" and index == 0 and is_tensor_constant(arg) and dtype_name(arg.ty) == "bool"
+
+
 @dataclass(frozen=True)
 class Limits:
     """Hardware-wide limits: supported dtypes, data layouts, tensor rank, constant weights."""
@@ -65,7 +71,8 @@ class Limits:
         hardware holds."""
         op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else str(call.op)
         operands = [("input", i, t) for i, arg in enumerate(call.args)
-                    if not (inside is not None and inside(arg)) and not _parameter(arg) for t in tensor_types(arg.ty)]
+                    if not (inside is not None and inside(arg)) and not _parameter(arg) and not _fixed_selection(op_name, i, arg)
+                    for t in tensor_types(arg.ty)]
         if output:
             operands += [("output", i, t) for i, t in enumerate(tensor_types(call.ty))]
         dtypes = (*self.dtypes, *self.quantized) if self.dtypes is not None and op_name in _QUANTIZED_DATA_OPS else self.dtypes

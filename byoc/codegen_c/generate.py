@@ -89,6 +89,7 @@ class _Generator:
         self.outputs: list[CBuffer] = []
         self.output_copies: list[tuple[CBuffer, tuple]] = []  # (output, key of the value to copy)
         self.slot_of: dict[str, int] = {}
+        self.constant_values: dict[str, np.ndarray] = {}  # by buffer name
         self.num_slots = 0
 
     # ---------------------------------------------------------------- buffers
@@ -110,6 +111,7 @@ class _Generator:
             self.buffers[("input", index)] = CBuffer(f"in{index}", tuple(spec["shape"]), spec["dtype"], "input")
         for index, (name, spec) in enumerate(graph["constants"].items()):
             self.buffers[("const", name)] = CBuffer(f"c{index}", tuple(spec["shape"]), spec["dtype"], "constant")
+            self.constant_values[f"c{index}"] = self.constants[name]
         for index, ref in enumerate(graph["outputs"]):
             spec = value_spec(graph, ref)
             buffer = CBuffer(f"out{index}", tuple(spec["shape"]), spec["dtype"], "output")
@@ -178,8 +180,7 @@ class _Generator:
                 per_arg.append(buffers if "tuple" in arg else (buffers[0] if buffers else None))
             arg_buffers.append(per_arg)
         outputs = [self.buffers[key] for key in sorted(inside) if self.buffers[key].kind != "internal"]
-        values = {self.buffers[("const", name)].name: self.constants[name] for name in self.graph["constants"]}
-        constants = {b.name: values[b.name] for b in inputs if b.kind == "constant"}
+        constants = {b.name: self.constant_values[b.name] for b in inputs if b.kind == "constant"}
         node_outputs = [[self.buffers[("node", n["id"], i)] for i in range(len(n["outputs"]))] for n in kernel.nodes]
         return KernelCall(
             self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers, self.graph,
@@ -214,6 +215,7 @@ class _Generator:
         lines += [f"static {b.ctype}* {b.name};" for b in constants + intermediates]
         lines += [f"static size_t {b.name}_bytes = {_dense_bytes(b)};" for b in intermediates]
         lines += [code.state for code in [*(c for _, c in bindings), *codes] if code.state]
+        lines += [_kernel_init(position, code) for position, code in enumerate(codes) if code.init.strip()]
         lines += ["", "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
         lines += self._init_function(constants, intermediates, codes, bindings)
         lines += self._run_function(codes, bindings)
@@ -235,7 +237,8 @@ class _Generator:
             lines.append(_match_check(index, buffer, f"constant {index}", where))
             lines.append(f"  {buffer.name} = ({buffer.ctype}*)byoc_data(&args[{index}]);")
         lines += [_indent(code.init) for buffer, code in bindings if code.init.strip() and buffer.kind != "intermediate"]
-        lines += [_indent(code.init) for code in codes if code.init.strip()]
+        lines += [f"  {{ const char* failure = {_KERNEL_INIT}{position}(); if (failure != NULL) BYOC_FAIL(failure); }}"
+                  for position, code in enumerate(codes) if code.init.strip()]
         for buffer in intermediates:
             slot = self.slot_of[buffer.name]
             lines.append(f"  if ({buffer.name}_bytes > slot_bytes[{slot}]) slot_bytes[{slot}] = {buffer.name}_bytes;")
@@ -280,6 +283,17 @@ def init_symbol(symbol: str) -> str:
     library module calls `__init_<symbol>` without arguments when `<symbol>` is looked up, and
     byoc hands the constants over itself, from its constant store."""
     return f"byoc_init_{symbol}"
+
+
+_KERNEL_INIT = "byoc_init_kernel"
+
+
+def _kernel_init(position: int, code: KernelCode) -> str:
+    """A kernel's initialisation as a function of its own, returning its failure or NULL: the
+    compiler builds many small functions much faster than one with every kernel's code in it.
+    The label is marked unused for kernels whose initialisation cannot fail (gcc, g++, clang)."""
+    return "\n".join([f"static const char* {_KERNEL_INIT}{position}(void) {{", "  const char* byoc_error = NULL;", _indent(code.init),
+                      "  return NULL;", "fail: __attribute__((unused));", "  return byoc_error;", "}", ""])
 
 
 def _indent(code: str) -> str:

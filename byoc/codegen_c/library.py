@@ -110,6 +110,8 @@ class CLibrary(Codegen):
     library_dirs: Callable[[], Sequence[str]] = lambda: ()
     libraries: Sequence[str] = ()
     prologue: str = ""  # C helpers shared by the emitters of this library
+    # "c++" where the emitters or the prologue write C++ (the source is then compiled as C++).
+    language: str = "c"
     extra_flags: Sequence[str] = field(default_factory=list)
     # Per-buffer code of the library (e.g. a memory object per tensor): its init runs before the
     # kernels' for inputs, outputs and constants, after allocation for intermediates; its run
@@ -119,9 +121,17 @@ class CLibrary(Codegen):
     # per process (process-wide settings of the library: its thread limit).
     runtime_setup: Callable[[], None] | None = None
 
+    def __post_init__(self) -> None:
+        if self.language not in ("c", "c++"):
+            raise ValueError(f"kernel library {self.name!r}: language must be 'c' or 'c++', got {self.language!r}")
+
     @property
     def library_version(self) -> str:
         return self.version
+
+    @property
+    def source_language(self) -> str:
+        return self.language
 
     def generate(self, region: RegionSource) -> RegionCode:
         from byoc.codegen_c.generate import generate_c_source  # the generator uses this module's types

@@ -47,7 +47,7 @@ class _Serializer:
         for position, param in enumerate(params):
             if not isinstance(param.ty, relax.TensorType):
                 raise CodegenError(f"region {self.symbol} ({self.backend}): input {param.name!r} is not a tensor ({param.ty})")
-            inputs.append({"name": param.name, **self._type_entry(param.ty, f"input {param.name!r}")})
+            inputs.append({"name": str(param.name), **self._type_entry(param.ty, f"input {param.name!r}")})
             self.refs[param.id_] = {"input": position}
         locals_: dict[int, relax.Function] = {}
         for block in self.func.body.blocks:
@@ -105,8 +105,8 @@ class _Serializer:
         what = f"output of node {name!r}"
         node: dict[str, Any] = {
             "id": node_id,
-            "name": name,
-            "op": call.op.name,
+            "name": str(name),  # plain str, not TVM's String: JSON validators and writers take only JSON's types
+            "op": str(call.op.name),
             "args": [self._ref(arg) for arg in call.args],
             "attrs": attrs_to_dict(call.attrs),
             "outputs": [self._type_entry(t, what) for t in tensor_types(call.ty)],

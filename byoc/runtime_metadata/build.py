@@ -27,6 +27,7 @@ from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, PartitionRecord, RegionRecord
 from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, SYMBOLIC, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
 from byoc.runtime_metadata.codegen import generate_region
+from byoc.runtime_metadata.compiler import export_shared
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.direct import find_direct_call
 from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
@@ -311,15 +312,6 @@ def _c_modules_codegen(artifacts: dict[str, RegionArtifact]):
     return codegen
 
 
-def _compile_flags(artifacts: list[RegionArtifact], backends: Mapping[str, Backend]) -> list[str]:
-    flags: list[str] = []
-    for backend in sorted({a.backend for a in artifacts if a.linked_into_host}):
-        for flag in backends[backend].codegen.link_flags():
-            if flag not in flags:
-                flags.append(flag)
-    return flags
-
-
 def _host_library(mod: tvm.IRModule, artifacts: list[RegionArtifact], backends: Mapping[str, Backend], target: str,
                   inputs: list[TensorSpec], outputs: list[TensorSpec], variants: set[str] = frozenset()) -> bytes:
     """The host code compiled, with the C regions linked in and the model's signature, as a
@@ -346,7 +338,8 @@ def _host_library(mod: tvm.IRModule, artifacts: list[RegionArtifact], backends: 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "host.so")
         try:
-            executable.export_library(path, options=_compile_flags(artifacts, backends))
+            linked = sorted({a.backend for a in artifacts if a.linked_into_host})
+            export_shared(executable, path, [backends[name].codegen for name in linked])
         except Exception as error:
             raise BuildError(f"compiling the host library failed: {_first_compiler_error(str(error))}") from error
         with open(path, "rb") as f:

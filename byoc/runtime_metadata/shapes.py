@@ -36,11 +36,13 @@ from collections.abc import Callable, Mapping, Sequence
 import tvm
 from tvm import relax
 
+from byoc.backend.codegen import Codegen
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import ByocError, EngineError, InputError
 from byoc.ir.dims import DimRange
 from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, RegionArtifact, SpecialisedRegion
+from byoc.runtime_metadata.compiler import compiler, export_shared, link_flags
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.dispatch import FailureRecord
 from byoc.runtime_metadata.host_library import initialise, libraries_directory, load_library
@@ -59,9 +61,11 @@ def reset_current_dims(token: contextvars.Token) -> None:
     _CURRENT.reset(token)
 
 
-def _compiled(artifact: RegionArtifact, flags: Sequence[str], where: str) -> bytes:
-    """The C variant compiled into a shared library: once per source and flags, kept on disk."""
-    digest = hashlib.sha256(artifact.payload + "\0".join(flags).encode()).hexdigest()[:32]
+def _compiled(artifact: RegionArtifact, codegen: Codegen, where: str) -> bytes:
+    """The C variant compiled into a shared library: once per source, flags and compiler, kept
+    on disk."""
+    recipe = [*link_flags([codegen]), compiler(codegen.source_language)]
+    digest = hashlib.sha256(artifact.payload + "\0".join(recipe).encode()).hexdigest()[:32]
     path = libraries_directory() / f"variant-{digest}.so"
     if not path.exists():
         module = tvm.get_global_func("runtime.CSourceModuleCreate")(
@@ -69,7 +73,7 @@ def _compiled(artifact: RegionArtifact, flags: Sequence[str], where: str) -> byt
         with tempfile.TemporaryDirectory() as tmp:
             built = os.path.join(tmp, "variant.so")
             try:
-                module.export_library(built, options=list(flags))
+                export_shared(module, built, [codegen])
             except Exception as error:
                 raise EngineError(f"{where}: compiling the region's C code for this shape failed: "
                                   f"{str(error).strip().splitlines()[0]}") from error
@@ -86,7 +90,7 @@ class _CVariant:
 
     def __init__(self, artifact: RegionArtifact, backend: Backend, store: ConstantStore, where: str) -> None:
         self.artifact = artifact
-        module, path = load_library(_compiled(artifact, backend.codegen.link_flags(), where), [artifact], store, where)
+        module, path = load_library(_compiled(artifact, backend.codegen, where), [artifact], store, where)
         initialise(module, path, [artifact], store)
         self.function = module.get_function(artifact.symbol)
 

@@ -6,7 +6,8 @@ activation weights, batched) with bias and ReLU, GELU or a residual add fused, o
 constant (attention scores); max and average pooling; mean reductions over any axes, all by
 default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
 layer normalisation (and instance normalisation as TVM decomposes it), GELU (erf form),
-concatenation, strided slices, broadcasts, constant padding, reshape and transpose. Regions
+concatenation, strided slices, broadcasts, constant padding, selections by a constant mask,
+reshape and transpose. Regions
 without MACs stay on the host: a reorder-only region costs more than it saves.
 
 Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
@@ -35,6 +36,7 @@ from byoc.vendors.dnnl.predicates import (
     binary_broadcast,
     concat_same_rank,
     constant_pad,
+    constant_selection,
     conv_channels_first,
     dense_constant_weight,
     dense_residual,
@@ -223,6 +225,7 @@ dnnl.supports("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flat
 dnnl.supports("relax.strided_slice", check=window_slice, emit=emitters.strided_slice)
 dnnl.supports("relax.broadcast_to", emit=emitters.broadcast_to)
 dnnl.supports("relax.nn.pad", check=constant_pad, emit=emitters.pad)
+dnnl.supports("relax.where", check=constant_selection, emit=emitters.select)
 dnnl.supports("relax.permute_dims", emit=emitters.permute_dims)
 
 register_backend(dnnl, origin="byoc (built-in)")

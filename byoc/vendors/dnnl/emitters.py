@@ -39,6 +39,11 @@ def _float(value: float) -> str:
     return f"{value!r}f"
 
 
+def _c_text(text: str) -> str:
+    """`text` escaped for a C string literal."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def eltwise_args(call: KernelCall, node: dict) -> tuple[str, str, str]:
     """(algorithm, alpha, beta) of an element-wise node: one of `ELTWISE_OPS`, x ** c, or a
     scalar constant c as first operand (c / x, c - x)."""
@@ -88,8 +93,7 @@ class _Kernel:
         return f'DNNL_CHECK_AT({call}, {self.k}_where, "{what}");'
 
     def state_code(self) -> str:
-        where = self.where.replace("\\", "\\\\").replace('"', '\\"')
-        return "\n".join([f'static const char {self.k}_where[] = "{where}";', *self.state])
+        return "\n".join([f'static const char {self.k}_where[] = "{_c_text(self.where)}";', *self.state])
 
     # ------------------------------------------------------ memory descriptors
     def md(self, shape: tuple[int, ...], tag: str = "any", dtype: str = "float32") -> str:
@@ -699,6 +703,46 @@ def binary(call: KernelCall) -> KernelCode:
         nhwc = kernel.md(out.shape, "acdb")
         retry = (f"dnnl_binary_primitive_desc_create(&retry_pd, byoc_engine, {algorithm}, {nhwc}, {src1_md}, {nhwc}, NULL)",)
     return kernel.code(create, retry=retry)
+
+
+def select(call: KernelCall) -> KernelCode:
+    """where(condition, x, c) with a constant condition and a one-number constant c (GPT-Neo's
+    causal mask, every layer): x clamped between two bounds made from the condition at
+    initialisation, min(x, high) then max with low as a post-op. Where the condition selects x,
+    the bounds are -inf and +inf; where it selects c, both are c. That is where's result for
+    every x but NaN."""
+    node = call.nodes[0]
+    condition, out = call.arg(node, 0), call.outputs[0]
+    x_first = call.arg(node, 1).kind != "constant" or call.arg(node, 1).size != 1
+    x, value = (call.arg(node, 1), _scalar(call, node, 2)) if x_first else (call.arg(node, 2), _scalar(call, node, 1))
+    kernel = _Kernel(call)
+    shape = (1,) * (len(out.shape) - len(condition.shape)) + condition.shape
+    high, high_md = _selection_bound(kernel, condition, shape, *(("INFINITY", _float(value)) if x_first else (_float(value), "INFINITY")))
+    low, low_md = _selection_bound(kernel, condition, shape, *(("-INFINITY", _float(value)) if x_first else (_float(value), "-INFINITY")))
+    kernel.source("DNNL_ARG_SRC_0", x, "dnnl_query_src_md")
+    kernel.direct("DNNL_ARG_SRC_1", high)
+    kernel.result(out)
+    attr = kernel._name("attr")
+    kernel.setup += [f"dnnl_primitive_attr_t {attr};", kernel.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"), "{",
+                     "  dnnl_post_ops_t ops;", "  " + kernel.check("dnnl_post_ops_create(&ops)", "post-ops"),
+                     "  " + kernel.check(f"dnnl_post_ops_append_binary(ops, dnnl_binary_max, {low_md})", "lower bound"),
+                     "  " + kernel.check(f"dnnl_primitive_attr_set_post_ops({attr}, ops)", "post-ops"), "  dnnl_post_ops_destroy(ops);", "}"]
+    kernel.exec_args.append(("DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1", low))
+    md = kernel.md_of(x)
+    return kernel.code(f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_min, {md}, {high_md}, {md}, {attr})", attrs=(attr,))
+
+
+def _selection_bound(kernel: _Kernel, condition: CBuffer, shape: tuple[int, ...], selected: str, otherwise: str) -> tuple[str, str]:
+    """A float memory of `shape` holding `selected` where the (constant) condition holds and
+    `otherwise` elsewhere, filled once at initialisation; returns it and its descriptor."""
+    name = kernel._name("bound")
+    kernel.state += [f"static float* {name}_data = NULL;", f"static dnnl_memory_t {name} = NULL;"]
+    kernel.setup += [f"if ({name}_data == NULL) {name}_data = (float*)malloc({condition.size} * sizeof(float));",
+                     f'if ({name}_data == NULL) BYOC_FAIL("{_c_text(kernel.where)}: out of memory for the selection");',
+                     f"for (int64_t i = 0; i < {condition.size}; ++i) {name}_data[i] = {condition.name}[i] ? {selected} : {otherwise};"]
+    md = kernel.md(shape, "plain")
+    kernel.setup.append(kernel.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {name}_data)", "selection bound"))
+    return name, md
 
 
 def softmax(call: KernelCall) -> KernelCode:

@@ -102,9 +102,14 @@ static const char* byoc_status_name(dnnl_status_t status) {
   }
 }
 
-#define DNNL_CHECK_AT(call, where, what) do { dnnl_status_t byoc_status_ = (call); if (byoc_status_ != dnnl_success) { \
-  snprintf(byoc_dnnl_failure, sizeof byoc_dnnl_failure, "%s: %s (oneDNN: %s)", where, what, byoc_status_name(byoc_status_)); \
-  BYOC_FAIL(byoc_dnnl_failure); } } while (0)
+/* A function rather than the formatting inline: a region makes thousands of checks, each inline
+   copy more code to compile. */
+static int byoc_failed(dnnl_status_t status, const char* where, const char* what) {
+  if (status == dnnl_success) return 0;
+  snprintf(byoc_dnnl_failure, sizeof byoc_dnnl_failure, "%s: %s (oneDNN: %s)", where, what, byoc_status_name(status));
+  return 1;
+}
+#define DNNL_CHECK_AT(call, where, what) do { if (byoc_failed((call), where, what)) BYOC_FAIL(byoc_dnnl_failure); } while (0)
 
 static dnnl_status_t byoc_dnnl_setup(void) {
   dnnl_status_t status = dnnl_success;

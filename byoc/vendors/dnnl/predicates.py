@@ -182,3 +182,23 @@ def window_slice(call: relax.Call) -> str | None:
 
 def constant_pad(call: relax.Call) -> str | None:
     return None if call.attrs.pad_mode == "constant" else f"pad mode {call.attrs.pad_mode!r}; constant padding is taken"
+
+
+def constant_selection(call: relax.Call) -> str | None:
+    """where(condition, x, c) or where(condition, c, x): a constant condition (a causal mask), a
+    one-number constant c, and x of the result's shape (see `emitters.select`)."""
+    condition, *values = call.args
+    if not is_tensor_constant(condition):
+        return "the condition must be a constant (a mask fixed in the model)"
+    scalars = [scalar_constant(v) for v in values]
+    if sum(s is not None for s in scalars) != 1:
+        return "exactly one of the two values must be a one-number constant"
+    x, constant, out = values[scalars.index(None)], next(s for s in scalars if s is not None), _shape(call)
+    if _shape(x) != out:
+        return "the selected tensor must have the result's shape"
+    if math.isnan(constant):
+        return "the constant is NaN, which a minimum and a maximum do not keep"
+    mask = _shape(condition)
+    if len(mask) > len(out) or any(m not in (1, o) for m, o in zip(reversed(mask), reversed(out))):
+        return f"the condition {mask} must broadcast to the result {out} without growing it"
+    return None
