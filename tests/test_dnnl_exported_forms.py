@@ -288,3 +288,14 @@ def test_a_mask_computed_at_run_time_stays_on_the_host_with_its_reason():
     report = byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
     (where,) = [h for h in report.host_ops if "relax.where" in h.ops]
     assert any("input 0 has dtype bool" in reason for reason in where.reasons), str(report)
+
+
+def test_a_mask_along_rows_stays_on_the_host_with_its_reason():
+    rows = np.array([True, False] * 4).reshape(8, 1)
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Where", ["rows", "s", "lowest"], ["y"])]
+    inputs = {"q": RNG.standard_normal((1, 8, 4)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [1, 8, 8]), _weights(k=(4, 8)) + _scalars(lowest=-1e9) + [numpy_helper.from_array(rows, "rows")])
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    (where,) = [h for h in byoc.report(partitioned).host_ops if "relax.where" in h.ops]
+    assert any("must be the result's last dimensions" in reason for reason in where.reasons), where.reasons
+    assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))

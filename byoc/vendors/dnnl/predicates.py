@@ -198,7 +198,9 @@ def constant_selection(call: relax.Call) -> str | None:
         return "the selected tensor must have the result's shape"
     if math.isnan(constant):
         return "the constant is NaN, which a minimum and a maximum do not keep"
-    mask = _shape(condition)
-    if len(mask) > len(out) or any(m not in (1, o) for m, o in zip(reversed(mask), reversed(out))):
-        return f"the condition {mask} must broadcast to the result {out} without growing it"
+    mask = list(_shape(condition))
+    while mask and mask[0] == 1:
+        mask.pop(0)
+    if len(mask) > len(out) or (mask and tuple(mask) != out[len(out) - len(mask):]):
+        return f"the condition {_shape(condition)} must be the result's last dimensions {out}, broadcast over the others"
     return None
