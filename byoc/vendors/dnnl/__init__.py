@@ -7,8 +7,8 @@ constant (attention scores); max and average pooling; mean reductions over any a
 default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
 layer normalisation (and instance normalisation as TVM decomposes it), GELU (erf form),
 concatenation, strided slices, broadcasts, constant padding, selections by a constant mask,
-reshape and transpose. Regions
-without MACs stay on the host: a reorder-only region costs more than it saves.
+reshape and transpose. Regions without MACs stay on the host: a reorder-only region costs more
+than it saves.
 
 Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
 scale per output channel and zero point 0) compute in int8 with the model's own scales (s8
