@@ -2,7 +2,7 @@
 per-channel int8 weights, calibrated on 8 seeded inputs), against onnxruntime and OpenVINO running
 the same files, and against the fp32 model; byoc + onnxruntime on the same files beside, and
 byoc + dnnl quantizing the fp32 model itself (`precision="int8"`, calibrated on the same 8 inputs), and for
-transformers the file `quantize_dynamic` makes (activations quantized at run time). Both activation types are made (u8 and s8); for each
+every model the file `quantize_dynamic` makes (activations quantized at run time). Both activation types are made (u8 and s8); for each
 int8 system the faster counts. All systems run in one process, timed against each other in
 alternating blocks (see `byoc.timing.time_blocks`). Prints a Markdown table per model, then the
 ratios the targets are stated in.
@@ -93,7 +93,7 @@ def benchmark(name: str, threads: int, runs: int, small: bool) -> list[Row]:
             rows[f"openvino int8 {label}"] = Row(f"openvino int8 {label}", relative_l2=_relative_l2(openvino(), want))
         _byoc(quantized, inputs, want, f"byoc + dnnl int8 {label}", runners, rows, threads)
         _byoc(quantized, inputs, want, f"byoc + onnxruntime int8 {label}", runners, rows, threads, "onnxruntime")
-    if any(n.op_type == "MatMul" for n in model.graph.node):  # a transformer: as quantize_dynamic makes it too
+    if any(n.op_type in ("MatMul", "Conv") for n in model.graph.node):  # as quantize_dynamic makes it too (activations quantized per call)
         dynamic = quantize_dynamic(model)
         session = _session(dynamic, threads)
         want = session.run(None, inputs)

@@ -161,11 +161,14 @@ def has_vnni() -> bool:
 
 def instruction_set() -> str:
     """The widest vector instruction set of this CPU that oneDNN and onnxruntime choose kernels
-    by, whether it has VNNI (see `has_vnni`), and any limit set on oneDNN's."""
+    by, whether it has VNNI (see `has_vnni`) and AMX (matrix tiles: oneDNN runs int8 and bf16
+    convolutions and products on them), and any limit set on oneDNN's."""
     flags = _cpu_flags()
     isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
     if has_vnni():
         isa += " with VNNI"
+    if "amx_int8" in flags:
+        isa += " and AMX"
     cap = onednn_isa_cap()
     return f"{isa}, oneDNN limited to {cap}" if cap else isa
 

@@ -321,6 +321,32 @@ def test_a_dynamically_quantized_model_runs_its_products_in_int8(tmp_path):
     assert len(products_run) == products and all("wei_s8" in f[6] for f in products_run), products_run[:2]
 
 
+def test_a_dynamically_quantized_cnn_runs_its_convolutions_in_int8(tmp_path):
+    """`quantize_dynamic` on a CNN: ConvInteger on activations quantized at run time. Each
+    convolution is one int8 kernel that quantizes its input per call, its batch normalisation and
+    ReLU post-ops (they were float convolutions between the host's run-time quantizations: 21
+    regions on ResNet-18). The onnxruntime
+    vendor runs each as a float convolution over weights dequantized once (its ConvInteger is
+    the slower kernel), one region too."""
+    model, quantized = _dynamically_quantized("resnet18")
+    convolutions = sum(1 for n in quantized.graph.node if n.op_type == "ConvInteger")
+    partitioned = byoc.partition_for(byoc.from_onnx(quantized), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and not report.host_ops, report.to_table()
+    patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
+    # each with its batch normalisation and ReLU as post-ops (the float model folds them into its weights)
+    assert patterns["dnnl.qconv2d_dynamic_bn_act"] + patterns["dnnl.qconv2d_dynamic_bn"] == convolutions, patterns
+    assert patterns["dnnl.qconv2d_dynamic_bn_act"] > 0, patterns
+    compiled = byoc.build(partitioned)
+    assert _within_bound(_relative_l2(compiled, quantized))
+    assert _as_accurate_as_onnxruntime(compiled, quantized, model)
+    run = [f for f in _primitives_run(compiled, quantized, tmp_path) if f[3] == "convolution"]
+    assert len(run) == convolutions and all("src_u8" in f[6] and "wei_s8" in f[6] for f in run), run[:2]
+    on_onnxruntime = byoc.partition_for(byoc.from_onnx(quantized), "onnxruntime")
+    assert len(byoc.report(on_onnxruntime).regions) == 1
+    assert max(_relative_l2(byoc.build(on_onnxruntime), quantized)) < 0.02
+
+
 def test_the_onnxruntime_vendor_runs_a_dynamically_quantized_model_as_onnxruntime_does():
     """The zero point DynamicQuantizeLinear computes is cast to uint8: a vendor that declares
     uint8 takes that cast, so the run-time quantization does not cut the model at each layer.

@@ -9,10 +9,10 @@ scales and zero points it carries (that is how ONNX and onnxruntime define them)
 written so here, and the model goes the way of a QDQ model: its weights stay int8, and a vendor
 that takes quantized ops computes the chains in int8 (see byoc.frontend.quantized).
 
-`quantize_dynamic` writes a dense layer as MatMulInteger on DynamicQuantizeLinear's result, read
-back as float and scaled by the product of the two scales: that is
-DequantizeLinear(DynamicQuantizeLinear(x)) @ DequantizeLinear(W), and is written so. Other
-integer products are computed in float.
+`quantize_dynamic` writes a dense layer as MatMulInteger, and a convolution as ConvInteger, on
+DynamicQuantizeLinear's result, read back as float and scaled by the product of the two scales:
+that is DequantizeLinear(DynamicQuantizeLinear(x)) op DequantizeLinear(W), and is written so.
+Other integer products are computed in float.
 """
 
 from __future__ import annotations
@@ -189,39 +189,45 @@ def _integer(op_type: str, weight_axis: int) -> Callable[[_Writer, onnx.NodeProt
     return rewrite
 
 
-def _dynamic_matmul(w: _Writer, node: onnx.NodeProto) -> bool:
-    """MatMulInteger of DynamicQuantizeLinear's result by constant int8 weights, read back as
-    float and scaled by the product of the two scales (how `quantize_dynamic` writes a dense
-    layer): exactly DequantizeLinear(DynamicQuantizeLinear(x)) @ DequantizeLinear(W), written
-    so, with a DynamicQuantizeLinear of its own for each product (the input's scale is computed
-    at run time; a vendor that takes the chain whole quantizes the input in the same kernel)."""
-    a, b, *zeros = node.input
-    a_zero, b_zero = (zeros + ["", ""])[:2]
-    quantize = w.producers.get(a)
-    weights = w.array(b)
-    cast = w.float_cast_of(node.output[0])
-    if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or quantize.output[0] != a or a_zero != quantize.output[2] \
-            or weights is None or weights.ndim != 2 or cast is None or cast.output[0] in w.outputs:
-        return False
-    readers = w.readers.get(cast.output[0], [])
-    scaling = readers[0] if len(readers) == 1 and readers[0].op_type == "Mul" else None
-    product = next((i for i in scaling.input if i != cast.output[0]), None) if scaling is not None else None
-    maker = w.producers.get(product) if product else None
-    if maker is None or maker.op_type != "Mul" or quantize.output[1] not in maker.input:
-        return False
-    weight_scale = next((i for i in maker.input if i != quantize.output[1]), quantize.output[1])
-    scales = w.array(weight_scale)
-    if scales is None or scales.size not in (1, weights.shape[1]):
-        return False
-    base = node.name or node.output[0]
-    x = quantize.input[0]
-    q, scale, zero = (f"{base}/{x}_{part}" for part in ("quantized", "scale", "zero_point"))
-    w.nodes.append(helper.make_node("DynamicQuantizeLinear", [x], [q, scale, zero], name=f"{base}/DynamicQuantizeLinear"))
-    source = w.dequantize(q, scale, zero, base)
-    weight = w.dequantize(b, weight_scale, b_zero, base, axis=1 if scales.size > 1 else None)
-    w.nodes.append(helper.make_node("MatMul", [source, weight], [scaling.output[0]], name=base))
-    w.dropped |= {id(cast), id(scaling)}
-    return True
+def _dynamic(op_type: str, weight_axis: int) -> Callable[[_Writer, onnx.NodeProto], bool]:
+    """MatMulInteger or ConvInteger of DynamicQuantizeLinear's result by constant int8 weights,
+    read back as float and scaled by the product of the two scales (how `quantize_dynamic` writes
+    a dense layer or a convolution): exactly DequantizeLinear(DynamicQuantizeLinear(x)) op
+    DequantizeLinear(W), written so, with a DynamicQuantizeLinear of its own for each product (the
+    input's scale is computed at run time; a vendor that takes the chain whole quantizes the input
+    in the same kernel). The weights' scales run along `weight_axis` (a MatMul's columns, a Conv's
+    output channels)."""
+
+    def rewrite(w: _Writer, node: onnx.NodeProto) -> bool:
+        a, b, *zeros = node.input
+        a_zero, b_zero = (zeros + ["", ""])[:2]
+        quantize = w.producers.get(a)
+        weights = w.array(b)
+        cast = w.float_cast_of(node.output[0])
+        if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or quantize.output[0] != a or a_zero != quantize.output[2] \
+                or weights is None or (weights.ndim == 2) != (op_type == "MatMul") or cast is None or cast.output[0] in w.outputs:
+            return False
+        readers = w.readers.get(cast.output[0], [])
+        scaling = readers[0] if len(readers) == 1 and readers[0].op_type == "Mul" else None
+        product = next((i for i in scaling.input if i != cast.output[0]), None) if scaling is not None else None
+        maker = w.producers.get(product) if product else None
+        if maker is None or maker.op_type != "Mul" or quantize.output[1] not in maker.input:
+            return False
+        weight_scale = next((i for i in maker.input if i != quantize.output[1]), quantize.output[1])
+        scales = w.array(weight_scale)
+        if scales is None or scales.size not in (1, weights.shape[weight_axis]):
+            return False
+        base = node.name or node.output[0]
+        x = quantize.input[0]
+        q, scale, zero = (f"{base}/{x}_{part}" for part in ("quantized", "scale", "zero_point"))
+        w.nodes.append(helper.make_node("DynamicQuantizeLinear", [x], [q, scale, zero], name=f"{base}/DynamicQuantizeLinear"))
+        source = w.dequantize(q, scale, zero, base)
+        weight = w.dequantize(b, weight_scale, b_zero, base, axis=weight_axis % weights.ndim if scales.size > 1 else None)
+        w.nodes.append(helper.make_node(op_type, [source, weight], [scaling.output[0]], name=base, **_attrs(node)))
+        w.dropped |= {id(cast), id(scaling)}
+        return True
+
+    return rewrite
 
 
 def _first(*rewrites: Callable[[_Writer, onnx.NodeProto], bool]) -> Callable[[_Writer, onnx.NodeProto], bool]:
@@ -232,8 +238,8 @@ def _first(*rewrites: Callable[[_Writer, onnx.NodeProto], bool]) -> Callable[[_W
 
 
 _REWRITES: dict[tuple[str, str], Callable[[_Writer, onnx.NodeProto], bool]] = {
-    ("", "MatMulInteger"): _first(_dynamic_matmul, _integer("MatMul", -1)),
-    ("", "ConvInteger"): _integer("Conv", 0),
+    ("", "MatMulInteger"): _first(_dynamic("MatMul", 1), _integer("MatMul", -1)),
+    ("", "ConvInteger"): _first(_dynamic("Conv", 0), _integer("Conv", 0)),
     ("", "QLinearConv"): _conv,
     ("", "QLinearMatMul"): _matmul,
     (_MICROSOFT, "QLinearAdd"): _binary("Add"),

@@ -427,17 +427,11 @@ def convolution(call: KernelCall) -> KernelCode:
     attr = kernel.post_ops(post, residuals, len(out.shape), "any" if followed else channels_last)
     if quantized is not None:  # per output channel: the weights' first dimension (groups: the first two)
         kernel.quantization(attr, quantized, 0b11 if groups > 1 else 0b1)
-    kernel.setup.append(f"dnnl_dims_t {kernel.k}_strides = {dims(tuple(attrs['strides']))};")
-    kernel.setup.append(f"dnnl_dims_t {kernel.k}_dilates = {dims(tuple(d - 1 for d in attrs['dilation']))};")
-    kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_l = {dims(tuple(attrs['padding'][:spatial]))};")
-    kernel.setup.append(f"dnnl_dims_t {kernel.k}_pad_r = {dims(tuple(attrs['padding'][spatial:]))};")
+    geometry = _conv_geometry(kernel, attrs, spatial)
 
     def create(pd: str, src: str, dst: str) -> str:
-        return (
-            f"dnnl_convolution_forward_primitive_desc_create(&{pd}, byoc_engine, dnnl_forward_inference, dnnl_convolution_direct, "
-            f"{src}, {weights_any}, {bias_md}, {dst}, {kernel.k}_strides, {kernel.k}_dilates, {kernel.k}_pad_l, "
-            f"{kernel.k}_pad_r, {attr})"
-        )
+        return (f"dnnl_convolution_forward_primitive_desc_create(&{pd}, byoc_engine, dnnl_forward_inference, dnnl_convolution_direct, "
+                f"{src}, {weights_any}, {bias_md}, {dst}, {geometry}, {attr})")
 
     # Where the layouts in hand send a convolution to oneDNN's reference or GEMM code, first let
     # oneDNN choose them if it did not (with AVX-512, a followed NCHW input and a residual add in
@@ -452,6 +446,53 @@ def convolution(call: KernelCall) -> KernelCode:
         kernel.direct("DNNL_ARG_BIAS", bias_memory)
     kernel.result(out)
     return kernel.code(create("pd", src_md, dst_md), (attr,), retry=retry)
+
+
+def _conv_geometry(kernel: _Kernel, attrs: dict, spatial: int) -> str:
+    """A convolution's strides, dilations and padding as dims arrays; returns them as the
+    descriptor's arguments."""
+    names = [f"{kernel.k}_{part}" for part in ("strides", "dilates", "pad_l", "pad_r")]
+    values = [attrs["strides"], [d - 1 for d in attrs["dilation"]], attrs["padding"][:spatial], attrs["padding"][spatial:]]
+    kernel.setup += [f"dnnl_dims_t {name} = {dims(tuple(value))};" for name, value in zip(names, values)]
+    return ", ".join(names)
+
+
+def dynamic_convolution(call: KernelCall) -> KernelCode:
+    """A convolution whose float input is quantized at run time (ONNX ConvInteger on
+    DynamicQuantizeLinear's result, as `quantize_dynamic` writes it; see dnnl.int8): per call,
+    the input's range, scale and zero point as the op defines them (read in the layout the input
+    comes in), the input quantized to uint8 channels-last (the int8 kernels' layout) by a reorder
+    with them, and one int8 convolution with that scale and zero point, the weights' scales and
+    the float bias."""
+    kernel = _Kernel(call)
+    conv = next(n for n in call.nodes if n["op"] in ("relax.nn.conv2d", "relax.nn.conv1d"))
+    attrs = conv["attrs"]
+    x = call.arg(call.node("relax.quantize"), 0)
+    weights_node = dequantized(call, call.arg(conv, 1))
+    w, weight_scales = call.arg(weights_node, 0), scales_of(call, weights_node)
+    out = call.outputs[0]
+    groups = attrs["groups"]
+    oc, icg, *window = w.shape
+    weight_shape = (groups, oc // groups, icg, *window) if groups > 1 else w.shape
+    bias, post, residuals = _fused_tail(call, conv)
+    channels_last = "acb" if len(window) == 1 else "acdb"
+    q_md = kernel.md(x.shape, channels_last, "uint8")
+    count = f"dnnl_memory_desc_get_size({kernel.md_of(x)}) / sizeof(float)"
+    quantized = _quantized_at_run_time(kernel, f"{x.name}_mem", kernel.md_of(x), count, q_md)
+    attr = kernel.post_ops(post, residuals, len(out.shape), channels_last)
+    _run_time_source_scales(kernel, attr)
+    kernel.scales(attr, "DNNL_ARG_WEIGHTS", weight_scales, (0b11 if groups > 1 else 0b1) if weight_scales.per_channel else 0)
+    geometry = _conv_geometry(kernel, attrs, len(window))
+    weights_md, dst_md = kernel.md(weight_shape, dtype=w.dtype), kernel.md(out.shape, dtype=out.dtype)
+    bias_md = kernel.md((oc,), "plain") if bias is not None else "NULL"
+    kernel.direct("DNNL_ARG_SRC", quantized)
+    kernel.weights("DNNL_ARG_WEIGHTS", kernel.view(w, weight_shape), "dnnl_query_weights_md")
+    if bias is not None:
+        kernel.direct("DNNL_ARG_BIAS", kernel.view(bias, (oc,)))
+    kernel.result(out)
+    create = (f"dnnl_convolution_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_convolution_direct, "
+              f"{q_md}, {weights_md}, {bias_md}, {dst_md}, {geometry}, {attr})")
+    return kernel.code(create, (attr,))
 
 
 def matmul(call: KernelCall) -> KernelCode:
@@ -505,28 +546,17 @@ def matmul(call: KernelCall) -> KernelCode:
     return kernel.code(create, (attr,))
 
 
-def dynamic_dense(call: KernelCall) -> KernelCode:
-    """A dense layer whose float input is quantized at run time (ONNX DynamicQuantizeLinear, as
-    `quantize_dynamic` writes it; see dnnl.int8): per call, the input's range, scale and zero
-    point as the op defines them, the input quantized to uint8 by a reorder with them, and the
-    product one int8 primitive with that scale and zero point, the weights' scales and the
-    float bias: what onnxruntime's DynamicQuantizeMatMul computes."""
-    kernel = _Kernel(call)
+def _quantized_at_run_time(kernel: _Kernel, source: str, source_md: str, count: int | str, q_md: str) -> str:
+    """Per call, the float memory `source` (`count` values in memory, a C expression or a number)
+    quantized to uint8 as ONNX's DynamicQuantizeLinear defines it, into a memory of `q_md` that is
+    returned; its scale and zero point are `<kernel>_scale_mem` and `<kernel>_zero_mem` (see
+    `_run_time_source_scales`). The range is read in whatever layout `source` has: a blocked
+    layout's padding holds zeros, and the range includes 0 anyway."""
     k = kernel.k
-    node = call.node("relax.matmul")
-    x = call.arg(call.node("relax.quantize"), 0)
-    weights_node = dequantized(call, call.arg(node, 1))
-    w, weight_scales = call.arg(weights_node, 0), scales_of(call, weights_node)
-    out = call.outputs[0]
-    bias, post, residuals = _fused_tail(call, node)
-    count = math.prod(x.shape[:-1])
-    x_shape, out_shape = (count, x.shape[-1]), (count, out.shape[-1])
     kernel.state += [f"static float {k}_scale = 1.f;", f"static int32_t {k}_zero = 0;",
                      f"static dnnl_memory_t {k}_scale_mem = NULL, {k}_zero_mem = NULL, {k}_q = NULL;",
                      f"static dnnl_primitive_t {k}_quantize = NULL;"]
     scale_md, zero_md = kernel.md((1,), "plain", "float32"), kernel.md((1,), "plain", "int32")
-    x_md, q_md = kernel.md(x_shape, "plain", "float32"), kernel.md(x_shape, "plain", "uint8")
-    rows = kernel.rows_view(x, x_md)
     kernel.setup += [
         kernel.check(f"dnnl_memory_create(&{k}_scale_mem, {scale_md}, byoc_engine, &{k}_scale)", "run-time scale"),
         kernel.check(f"dnnl_memory_create(&{k}_zero_mem, {zero_md}, byoc_engine, &{k}_zero)", "run-time zero point"),
@@ -537,7 +567,7 @@ def dynamic_dense(call: KernelCall) -> KernelCode:
         "  " + kernel.check("dnnl_primitive_attr_create(&quantization)", "attribute"),
         "  " + kernel.check("dnnl_primitive_attr_set_scales_mask(quantization, DNNL_ARG_DST, 0)", "scales"),
         "  " + kernel.check("dnnl_primitive_attr_set_zero_points_mask(quantization, DNNL_ARG_DST, 0)", "zero points"),
-        "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&quantize, {x_md}, byoc_engine, {q_md}, byoc_engine, quantization)",
+        "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&quantize, {source_md}, byoc_engine, {q_md}, byoc_engine, quantization)",
                             "input quantization"),
         "  " + kernel.check(f"byoc_primitive(&{k}_quantize, quantize)", "input quantization"),
         "  dnnl_primitive_attr_destroy(quantization);",
@@ -549,24 +579,50 @@ def dynamic_dense(call: KernelCall) -> KernelCode:
         "{",
         "  void* data = NULL;",
         "  float low, high;",
-        "  " + kernel.check(f"dnnl_memory_get_data_handle({rows}, &data)", "input"),
-        f"  byoc_range((const float*)data, {count * x.shape[-1]}L, &low, &high);",
+        "  " + kernel.check(f"dnnl_memory_get_data_handle({source}, &data)", "input"),
+        f"  byoc_range((const float*)data, (long)({count}), &low, &high);",
         f"  {k}_scale = (high - low) / 255.f;",
         f"  {k}_zero = {k}_scale > 0.f ? (int32_t)nearbyintf(fminf(fmaxf(0.f - low / {k}_scale, 0.f), 255.f)) : 0;",
         f"  if (!({k}_scale > 0.f)) {k}_scale = 1.f;",
-        f"  dnnl_exec_arg_t args[4] = {{{{DNNL_ARG_FROM, {rows}}}, {{DNNL_ARG_TO, {k}_q}}, "
+        f"  dnnl_exec_arg_t args[4] = {{{{DNNL_ARG_FROM, {source}}}, {{DNNL_ARG_TO, {k}_q}}, "
         f"{{DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, {k}_scale_mem}}, {{DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, {k}_zero_mem}}}};",
         "  " + kernel.check(f"byoc_execute({k}_quantize, 4, args)", "input quantization"),
         "}",
     ]
-    attr = kernel.post_ops(post, residuals, len(out_shape))
+    return f"{k}_q"
+
+
+def _run_time_source_scales(kernel: _Kernel, attr: str) -> None:
+    """The product's source scale and zero point, set per call (`_quantized_at_run_time`)."""
+    k = kernel.k
     kernel.setup += [kernel.check(f"dnnl_primitive_attr_set_scales_mask({attr}, DNNL_ARG_SRC, 0)", "scales"),
                      kernel.check(f"dnnl_primitive_attr_set_zero_points_mask({attr}, DNNL_ARG_SRC, 0)", "zero points")]
     kernel.exec_args += [("DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC", f"{k}_scale_mem"), ("DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC", f"{k}_zero_mem")]
+
+
+def dynamic_dense(call: KernelCall) -> KernelCode:
+    """A dense layer whose float input is quantized at run time (ONNX DynamicQuantizeLinear, as
+    `quantize_dynamic` writes it; see dnnl.int8): per call, the input's range, scale and zero
+    point as the op defines them, the input quantized to uint8 by a reorder with them, and the
+    product one int8 primitive with that scale and zero point, the weights' scales and the
+    float bias: what onnxruntime's DynamicQuantizeMatMul computes."""
+    kernel = _Kernel(call)
+    node = call.node("relax.matmul")
+    x = call.arg(call.node("relax.quantize"), 0)
+    weights_node = dequantized(call, call.arg(node, 1))
+    w, weight_scales = call.arg(weights_node, 0), scales_of(call, weights_node)
+    out = call.outputs[0]
+    bias, post, residuals = _fused_tail(call, node)
+    count = math.prod(x.shape[:-1])
+    x_shape, out_shape = (count, x.shape[-1]), (count, out.shape[-1])
+    x_md, q_md = kernel.md(x_shape, "plain", "float32"), kernel.md(x_shape, "plain", "uint8")
+    quantized = _quantized_at_run_time(kernel, kernel.rows_view(x, x_md), x_md, count * x.shape[-1], q_md)
+    attr = kernel.post_ops(post, residuals, len(out_shape))
+    _run_time_source_scales(kernel, attr)
     kernel.scales(attr, "DNNL_ARG_WEIGHTS", weight_scales, 1 << 1 if weight_scales.per_channel else 0)
     weights_md = kernel.md(w.shape, dtype=w.dtype)
     bias_md = "NULL"
-    kernel.direct("DNNL_ARG_SRC", f"{k}_q")
+    kernel.direct("DNNL_ARG_SRC", quantized)
     kernel.weights("DNNL_ARG_WEIGHTS", kernel.view(w, w.shape), "dnnl_query_weights_md")
     if bias is not None:
         bias_md = kernel.md((1, out_shape[-1]), "plain")

@@ -108,11 +108,17 @@ def quantized_kernel(match) -> str | None:
             or (_per_tensor(output, "result") if output is not None else None))
 
 
-def _dynamically_quantized_dense(bias: bool) -> tuple[DFPattern, dict[str, DFPattern]]:
+_BATCH_NORM = ("relax.subtract", "relax.divide", "relax.multiply", "relax.add")  # as TVM decomposes it, by constants
+
+
+def _dynamically_quantized(op: str, bias: bool, batch_norm: bool = False, activation: bool = False) -> tuple[DFPattern, dict[str, DFPattern]]:
     """x, quantized at run time by ONNX's DynamicQuantizeLinear as TVM imports it (the range of
     x widened to 0, scale = range / 255, zero point = round(clip(0 - low / scale, 0, 255)) as
-    uint8) and read back, times dequantized constant int8 weights [+ a constant bias]: how
-    `quantize_dynamic` writes a dense layer (see byoc.frontend.onnx_qoperator)."""
+    uint8) and read back, times dequantized constant int8 weights (a dense layer or a
+    convolution) [+ a constant bias] [then a batch normalisation] [then ReLU or clip]: how
+    `quantize_dynamic` writes them (see byoc.frontend.onnx_qoperator). The batch normalisation
+    after a convolution (which a float model folds into its weights, but int8 weights cannot
+    take) and the activation become post-ops of the int8 kernel."""
     x = wildcard()
     parts: dict[str, DFPattern] = {name: is_const() for name in ("high_floor", "low_ceiling", "levels", "origin")}
     parts["greatest"], parts["least"] = is_op("relax.max")(x), is_op("relax.min")(x)
@@ -124,10 +130,15 @@ def _dynamically_quantized_dense(bias: bool) -> tuple[DFPattern, dict[str, DFPat
     parts["quantize"] = is_op("relax.quantize")(x, scale, zero)
     parts["source"] = is_op("relax.dequantize")(parts["quantize"], scale, zero)
     parts["weights"] = _dequantized(True)
-    out = parts["root"] = is_op("relax.matmul")(parts["source"], parts["weights"])
+    out = parts["root"] = is_op(op)(parts["source"], parts["weights"])
     if bias:
         parts["bias"] = is_const()
         out = is_op("relax.add")(out, parts["bias"])
+    for index, step in enumerate(_BATCH_NORM if batch_norm else ()):
+        parts[f"normalization{index}"] = is_const()
+        out = is_op(step)(out, parts[f"normalization{index}"])
+    if activation:
+        out = unary(_ACTIVATIONS[0], out) | unary(_ACTIVATIONS[1], out)
     return out, parts
 
 
@@ -135,18 +146,32 @@ _DYNAMIC_CONSTANTS = expected_constants({"high_floor": 0.0, "low_ceiling": 0.0, 
                                         "ONNX's DynamicQuantizeLinear")
 
 
-def dynamically_quantized_dense(match) -> str | None:
-    """A dense layer on an input quantized at run time, computed as one int8 kernel."""
+def dynamically_quantized(match) -> str | None:
+    """A dense layer or convolution on an input quantized at run time, computed as one int8 kernel."""
     if any(match[part].attrs.axis is not None for part in ("greatest", "least")):
         return "the input's range is taken along some axes; DynamicQuantizeLinear takes it over the whole tensor"
     if clip_bounds(match["clip"]) != (0.0, 255.0) or dtype_name(match["quantize"].ty) != "uint8":
         return "the input is not quantized to uint8 over [0, 255] as DynamicQuantizeLinear does"
-    if len(static_shape(match["weights"].ty)) != 2 or len(static_shape(match["source"].ty)) < 2:
-        return "a quantized matrix product takes 2-D constant weights"
+    root = match["root"]
+    if root.op.name == "relax.matmul":
+        if len(static_shape(match["weights"].ty)) != 2 or len(static_shape(match["source"].ty)) < 2:
+            return "a quantized matrix product takes 2-D constant weights"
+        channel_axis, channels = -1, static_shape(root.ty)[-1]
+    else:
+        attrs = root.attrs
+        if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) not in (("NCHW", "OIHW", "NCHW"), ("NCW", "OIW", "NCW")):
+            return f"layouts {attrs.data_layout}/{attrs.kernel_layout}; oneDNN kernels here take channels first"
+        channel_axis, channels = 0, static_shape(root.ty)[1]
     bias = match.get("bias")
-    if bias is not None and constant_array(bias).size != static_shape(match["root"].ty)[-1]:
+    if bias is not None and constant_array(bias).size != channels:
         return "the bias is not one value per output channel"
-    return _DYNAMIC_CONSTANTS(match) or _weights(match["weights"], -1)
+    rank = len(static_shape(root.ty))
+    for index in range(len(_BATCH_NORM)):
+        constant = match.get(f"normalization{index}")
+        shape = static_shape(constant.ty) if constant is not None else ()
+        if constant is not None and math.prod(shape) != 1 and tuple(shape) not in ((1, channels, *[1] * (rank - 2)), (channels, *[1] * (rank - 2))):
+            return "the batch normalisation's constants are not one value per output channel"
+    return _DYNAMIC_CONSTANTS(match) or _weights(match["weights"], channel_axis)
 
 
 def _quantized_add() -> tuple[DFPattern, dict[str, DFPattern]]:
@@ -217,9 +242,14 @@ def quantize_op(call: relax.Call) -> str | None:
 def declare(backend: Backend) -> None:
     """The int8 composites and the quantize/dequantize reorders, declared before the float
     patterns so that a quantized chain is matched whole."""
-    for bias in (True, False):
-        backend.pattern(f"qdense_dynamic{'_bias' * bias}", *_dynamically_quantized_dense(bias), check=dynamically_quantized_dense,
-                        emit=emitters.dynamic_dense)
+    for name, op in _OPS.items():
+        emit = emitters.dynamic_dense if name == "dense" else emitters.dynamic_convolution
+        tails = ((False, False),) if name == "dense" else ((True, True), (True, False), (False, True), (False, False))
+        for batch_norm, activation in tails:  # (batch normalisation, activation) after the product, longest first
+            for bias in (True, False):
+                suffix = "_bias" * bias + "_bn" * batch_norm + "_act" * activation
+                backend.pattern(f"q{name}_dynamic{suffix}", *_dynamically_quantized(op, bias, batch_norm, activation),
+                                check=dynamically_quantized, emit=emit)
     for name in ("conv2d", "conv1d"):
         for residual_first in (False, True):
             for relu in (True, False):
