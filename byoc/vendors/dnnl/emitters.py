@@ -462,8 +462,8 @@ def dynamic_convolution(call: KernelCall) -> KernelCode:
     DynamicQuantizeLinear's result, as `quantize_dynamic` writes it; see dnnl.int8): per call,
     the input's range, scale and zero point as the op defines them (read in the layout the input
     comes in), the input quantized to uint8 channels-last (the int8 kernels' layout) by a reorder
-    with them, and one int8 convolution with that scale and zero point, the weights' scales and
-    the float bias."""
+    with them, and one int8 convolution with that scale and zero point, the weights' scales, the
+    float bias, and a batch norm and activation after it as post-ops."""
     kernel = _Kernel(call)
     conv = next(n for n in call.nodes if n["op"] in ("relax.nn.conv2d", "relax.nn.conv1d"))
     attrs = conv["attrs"]
