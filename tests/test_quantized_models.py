@@ -437,3 +437,28 @@ def test_precision_auto_keeps_the_measured_error_within_the_budget():
         error = float(np.sqrt(sum(np.sum((g - w) ** 2) for g, w in zip(got, want)) / sum(np.sum(w ** 2) for w in want)))
         assert error <= budget + 1e-6 and abs(error - report.rel_l2) < 1e-3, (error, report.to_table())
     assert "all int8" in report.to_table() and report.fp32_ms > 0
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_conv_integer_of_weights_computed_at_run_time_is_imported(vendor):
+    """Wav2Vec2's positional convolution normalises its weight per call, so `quantize_dynamic`
+    quantizes that weight with DynamicQuantizeLinear too: ConvInteger of two run-time tensors,
+    which import refused. It is computed in float, both operands centred per call."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("Mul", ["v", "g"], ["w"]),
+             helper.make_node("DynamicQuantizeLinear", ["w"], ["wq", "ws", "wz"]),
+             helper.make_node("ConvInteger", ["xq", "wq", "xz", "wz"], ["yi"], pads=[1, 1], group=2),
+             helper.make_node("Cast", ["yi"], ["yf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]), helper.make_node("Mul", ["yf", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "run_time_weights", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16]),
+                                                          helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 1, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 16])],
+                              [numpy_helper.from_array(rng.standard_normal((6, 2, 3)).astype(np.float32), "v")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    inputs = {"x": rng.standard_normal((1, 4, 16)).astype(np.float32), "g": np.array([[[0.7]]], np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    got = byoc.build(byoc.partition_for(byoc.from_onnx(model), vendor)).run(inputs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))

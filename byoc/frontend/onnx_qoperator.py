@@ -152,30 +152,41 @@ def _gemm(w: _Writer, node: onnx.NodeProto) -> bool:
 def _integer(op_type: str, weight_axis: int) -> Callable[[_Writer, onnx.NodeProto], bool]:
     """MatMulInteger or ConvInteger (onnxruntime's `quantize_dynamic`): the int32 result of
     (A - a_zero) op (B - b_zero), computed in float. Constant int8 weights less their zero points
-    become a float constant, so the product is a float layer with constant weights; a Cast of the
+    become a float constant, so the product is a float layer with constant weights; weights
+    computed at run time (Wav2Vec2's positional convolution, its weight normalised per call and
+    quantized by DynamicQuantizeLinear) are centred at run time as the input is. A Cast of the
     result to float that the model applies next is the float result itself. (Sums past 2^24 round
     in float32; the model casts them to float anyway.)"""
     cast = onnx.TensorProto.FLOAT
+
+    def centred(w: _Writer, value: str, zero: str, base: str) -> str:
+        """`value` - `zero` in float, computed per call."""
+        source = f"{base}/{value}_float"
+        w.nodes.append(helper.make_node("Cast", [value], [source], name=f"{base}/{value}_Cast", to=cast))
+        if not zero:
+            return source
+        w.nodes.append(helper.make_node("Cast", [zero], [f"{base}/{zero}_float"], name=f"{base}/{zero}_Cast", to=cast))
+        w.nodes.append(helper.make_node("Sub", [source, f"{base}/{zero}_float"], [f"{source}_centred"], name=f"{base}/{value}_Sub"))
+        return f"{source}_centred"
 
     def rewrite(w: _Writer, node: onnx.NodeProto) -> bool:
         a, b, *zeros = node.input
         a_zero, b_zero = (zeros + ["", ""])[:2]
         base = node.name or node.output[0]
         weights, weight_zero = w.array(b), w.array(b_zero) if b_zero else np.zeros(1, np.int8)
-        if weights is None or weight_zero is None:
+        if weights is None:  # computed at run time: a zero point per channel would need its axis laid out
+            if weight_zero is not None and weight_zero.size > 1:
+                return False
+            name = centred(w, b, b_zero, base)
+        elif weight_zero is None:
             return False
-        shape = [1] * weights.ndim
-        if weight_zero.size > 1:
-            shape[weight_axis % weights.ndim] = -1
-        name = f"{b}_less_zero_point"
-        w.added.append(numpy_helper.from_array((weights.astype(np.float32) - weight_zero.astype(np.float32).reshape(shape)), name))
-        source = f"{base}/{a}_float"
-        w.nodes.append(helper.make_node("Cast", [a], [source], name=f"{base}/Cast", to=cast))
-        if a_zero:
-            zero = f"{base}/{a_zero}_float"
-            w.nodes.append(helper.make_node("Cast", [a_zero], [zero], name=f"{base}/Cast_zero", to=cast))
-            w.nodes.append(helper.make_node("Sub", [source, zero], [f"{source}_centred"], name=f"{base}/Sub"))
-            source = f"{source}_centred"
+        else:
+            shape = [1] * weights.ndim
+            if weight_zero.size > 1:
+                shape[weight_axis % weights.ndim] = -1
+            name = f"{b}_less_zero_point"
+            w.added.append(numpy_helper.from_array((weights.astype(np.float32) - weight_zero.astype(np.float32).reshape(shape)), name))
+        source = centred(w, a, a_zero, base)
         out = node.output[0]
         reader = w.float_cast_of(out)
         result = reader.output[0] if reader is not None else f"{base}/float"

@@ -858,37 +858,36 @@ def concat(call: KernelCall) -> KernelCode:
     return kernel.code(f"dnnl_concat_primitive_desc_create(&pd, byoc_engine, {dst_md}, {len(sources)}, {axis}, {k}_srcs, NULL)")
 
 
-def _window_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tuple[int, ...], tuple[int, ...]]]) -> KernelCode:
-    """Copies of windows of `x` (in plain layout): per part, its buffer, the window's offsets
-    and its dimensions (the part's shape, or that shape with the window's unit axis kept).
-    Each copy is a reorder from a sub-memory of the input into a plain view of the part."""
+def _strided_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tuple[int, ...], list[int], int]]) -> KernelCode:
+    """Each part as a reorder from a view of `x`'s plain data: per part, its buffer, the view's
+    shape (the part's, or that shape with a unit axis kept), its element strides into `x` (0:
+    broadcast; a multiple of the dense stride: every k-th element) and its first element."""
     kernel = _Kernel(call)
-    k = kernel.k
-    kernel.state = []  # no primitive of its own
+    kernel.state = []  # no primitive of its own: one reorder per part
     source = kernel.plain_source(x)
-    for index, (part, offsets, window) in enumerate(parts):
-        name = f"{k}_part{index}"
-        kernel.state += [f"static dnnl_memory_t {name}_window = NULL;", f"static dnnl_primitive_t {name}_copy = NULL;"]
-        view_md = kernel.md(window, "plain")
-        view = kernel.result_view(part, view_md)
+    for index, (part, shape, strides, offset) in enumerate(parts):
+        name = f"{kernel.k}_part{index}"
+        kernel.state += [f"static dnnl_memory_t {name}_view = NULL;", f"static dnnl_primitive_t {name}_copy = NULL;"]
+        view_md, part_md = kernel.strided_md(shape, strides, x.dtype), kernel.md(shape, "plain", part.dtype)
+        result = kernel.result_view(part, part_md)
         kernel.setup += [
+            kernel.check(f"dnnl_memory_create(&{name}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", f"view {index}"),
             "{",
-            f"  dnnl_dims_t dims = {dims(window)};",
-            f"  dnnl_dims_t offsets = {dims(offsets)};",
-            "  dnnl_memory_desc_t window;",
             "  dnnl_primitive_desc_t copy = NULL;",
-            "  " + kernel.check(f"dnnl_memory_desc_create_submemory(&window, byoc_md({source}), dims, offsets)", f"window {index}"),
-            "  " + kernel.check(f"dnnl_memory_create(&{name}_window, window, byoc_engine, DNNL_MEMORY_NONE)", f"window {index}"),
-            "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&copy, window, byoc_engine, {view_md}, byoc_engine, NULL)",
-                                f"copy of window {index}"),
-            "  " + kernel.check(f"byoc_primitive(&{name}_copy, copy)", f"copy of window {index}"),
-            "  dnnl_memory_desc_destroy(window);",
+            "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&copy, {view_md}, byoc_engine, {part_md}, byoc_engine, NULL)", f"copy {index}"),
+            "  " + kernel.check(f"byoc_primitive(&{name}_copy, copy)", f"copy {index}"),
             "}",
         ]
-        kernel.point(f"{name}_window", source)
-        kernel.before.append(kernel.check(f"byoc_reorder({name}_copy, {name}_window, {view})", f"window {index}"))
+        kernel.point(f"{name}_view", source, offset * np.dtype(x.dtype).itemsize)
+        kernel.before.append(kernel.check(f"byoc_reorder({name}_copy, {name}_view, {result})", f"copy {index}"))
     init = ["{", *("  " + line for line in kernel.setup), *(f"  dnnl_memory_desc_destroy({md});" for md in kernel.local_mds), "}"]
     return KernelCode(state=kernel.state_code(), init="\n".join(init), run="\n".join([*kernel.before, *kernel.after]))
+
+
+def _window(shape: tuple[int, ...], offsets: tuple[int, ...]) -> tuple[list[int], int]:
+    """The strides and first element of a window of a plain tensor of `shape` at `offsets`."""
+    dense = _dense_strides(shape)
+    return dense, sum(o * s for o, s in zip(offsets, dense))
 
 
 def split(call: KernelCall) -> KernelCode:
@@ -899,20 +898,8 @@ def split(call: KernelCall) -> KernelCode:
     for part in call.node_outputs[0]:
         begin, offset = offset, offset + part.shape[axis]
         if part.kind != "internal":  # a part nobody reads is not copied
-            parts.append((part, tuple(begin if a == axis else 0 for a in range(len(x.shape))), part.shape))
-    return _window_copies(call, x, parts)
-
-
-def _strided_copy(call: KernelCall, strides: list[int], offset: int = 0) -> KernelCode:
-    """The output as a reorder from a view of the input: the output's shape with element
-    `strides` into the input's plain data, starting `offset` elements in."""
-    kernel = _Kernel(call)
-    x, out = call.arg(call.nodes[0], 0), call.outputs[0]
-    view_md = kernel.strided_md(out.shape, strides, x.dtype)
-    out_md = kernel.md(out.shape, "plain", out.dtype)
-    kernel.direct("DNNL_ARG_FROM", kernel.rows_view(x, view_md, offset * np.dtype(x.dtype).itemsize))
-    kernel.direct("DNNL_ARG_TO", kernel.result_view(out, out_md))
-    return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {view_md}, byoc_engine, {out_md}, byoc_engine, NULL)")
+            parts.append((part, part.shape, *_window(x.shape, tuple(begin if a == axis else 0 for a in range(len(x.shape))))))
+    return _strided_copies(call, x, parts)
 
 
 def _dense_strides(shape: tuple[int, ...]) -> list[int]:
@@ -932,7 +919,7 @@ def strided_slice(call: KernelCall) -> KernelCode:
         size = x.shape[axis]
         offset += min(max(start + size if start < 0 else start, 0), size) * dense[axis]
         strides[axis] *= steps[0][index] if steps else 1
-    return _strided_copy(call, strides, offset)
+    return _strided_copies(call, x, [(call.outputs[0], call.outputs[0].shape, strides, offset)])
 
 
 def broadcast_to(call: KernelCall) -> KernelCode:
@@ -940,7 +927,7 @@ def broadcast_to(call: KernelCall) -> KernelCode:
     read with stride 0 along the broadcast axes."""
     x, out = call.arg(call.nodes[0], 0), call.outputs[0]
     shape = (1,) * (len(out.shape) - len(x.shape)) + x.shape
-    return _strided_copy(call, [0 if d != o else s for d, o, s in zip(shape, out.shape, _dense_strides(shape))])
+    return _strided_copies(call, x, [(out, out.shape, [0 if d != o else s for d, o, s in zip(shape, out.shape, _dense_strides(shape))], 0)])
 
 
 def pad(call: KernelCall) -> KernelCode:
@@ -975,9 +962,8 @@ def take(call: KernelCall) -> KernelCode:
     x, out = call.arg(node, 0), call.outputs[0]
     axis = node["attrs"]["axis"] % len(x.shape)
     index = int(_scalar(call, node, 1)) % x.shape[axis]
-    offsets = tuple(index if a == axis else 0 for a in range(len(x.shape)))
     window = tuple(1 if a == axis else d for a, d in enumerate(x.shape))
-    return _window_copies(call, x, [(out, offsets, window)])
+    return _strided_copies(call, x, [(out, window, *_window(x.shape, tuple(index if a == axis else 0 for a in range(len(x.shape)))))])
 
 
 def layer_norm(call: KernelCall) -> KernelCode:
