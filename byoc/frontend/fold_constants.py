@@ -17,6 +17,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from byoc.ir.quantization import dequantize_array
 from byoc.ir.rewrite import bound_value, rebuild_module
 from byoc.ir.types import constant_array, is_tensor_constant
 
@@ -31,16 +32,7 @@ _BINARY = {
 def dequantized_values(call: relax.Call) -> np.ndarray:
     """The values of a dequantize of constants: (data - zero point) * scale along its axis."""
     data, scale, zero = (constant_array(a) for a in call.args)
-    axis = int(call.attrs.axis) % max(1, data.ndim)
-    shape = [1] * data.ndim
-    if data.ndim:
-        shape[axis] = -1
-
-    def along_axis(values: np.ndarray) -> np.ndarray:
-        return values.astype(np.float32).reshape(shape if values.size > 1 else ())
-
-    values = (data.astype(np.float32) - along_axis(zero)) * along_axis(scale)
-    return values.astype(str(call.attrs.out_dtype) or "float32")
+    return dequantize_array(data, scale, zero, int(call.attrs.axis)).astype(str(call.attrs.out_dtype) or "float32")
 
 
 def _fold(call: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:

@@ -224,7 +224,8 @@ class _Kernel:
 
     def post_ops(self, nodes: list[dict], residual_arg: list[tuple[CBuffer, int]], rank: int, input_tag: str = "") -> str:
         """An attribute with element-wise and binary post-ops (a residual add, a constant scale
-        broadcast over the `rank`-dimensional result); returns its name. With `input_tag`, an
+        broadcast over the `rank`-dimensional result, or one an emitter makes: its `algorithm` and
+        its `operand`, a memory and its descriptor); returns its name. With `input_tag`, an
         operand that is a region input of the result's shape is reordered per call into that
         layout ("any": the one the primitive asks for)."""
         operands: dict[int, tuple[str, str]] = {}  # post-op index -> (memory, descriptor), made outside the block below
@@ -250,9 +251,10 @@ class _Kernel:
             self.setup.append("  dnnl_post_ops_t ops;")
             self.setup.append("  " + self.check("dnnl_post_ops_create(&ops)", "post-ops"))
             for index, node in enumerate(nodes):
-                if node["op"] in _BINARY:
-                    memory, md = operands[index]
-                    self.setup.append("  " + self.check(f"dnnl_post_ops_append_binary(ops, {_BINARY[node['op']]}, {md})", "binary post-op"))
+                if node["op"] in _BINARY or "operand" in node:  # an op of the graph, or one an emitter makes (memory, descriptor)
+                    memory, md = node.get("operand") or operands[index]
+                    algorithm = node.get("algorithm") or _BINARY[node["op"]]
+                    self.setup.append("  " + self.check(f"dnnl_post_ops_append_binary(ops, {algorithm}, {md})", "binary post-op"))
                     self.exec_args.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({index}) | DNNL_ARG_SRC_1", memory))
                 else:
                     algorithm, alpha, beta = eltwise_args(self.call, node)
@@ -780,12 +782,7 @@ def select(call: KernelCall) -> KernelCode:
     kernel.direct("DNNL_ARG_SRC_0", kernel.rows_view(x, rows_md))
     kernel.direct("DNNL_ARG_SRC_1", high)
     kernel.direct("DNNL_ARG_DST", kernel.result_view(out, rows_md))
-    attr = kernel._name("attr")
-    kernel.setup += [f"dnnl_primitive_attr_t {attr};", kernel.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"), "{",
-                     "  dnnl_post_ops_t ops;", "  " + kernel.check("dnnl_post_ops_create(&ops)", "post-ops"),
-                     "  " + kernel.check(f"dnnl_post_ops_append_binary(ops, dnnl_binary_max, {row_md})", "lower bound"),
-                     "  " + kernel.check(f"dnnl_primitive_attr_set_post_ops({attr}, ops)", "post-ops"), "  dnnl_post_ops_destroy(ops);", "}"]
-    kernel.exec_args.append(("DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1", low))
+    attr = kernel.post_ops([{"op": "lower bound", "algorithm": "dnnl_binary_max", "operand": (low, row_md)}], [], 2)
     create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_min, {rows_md}, {row_md}, {rows_md}, {attr})"
     return kernel.code(create, attrs=(attr,))
 
