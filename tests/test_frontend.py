@@ -31,6 +31,24 @@ def test_batch_norm_is_folded_and_weights_are_constants():
     assert len(mod["main"].params) == 1  # the image; weights are bound constants
 
 
+def test_tvm_folds_the_constant_part_alone():
+    """What numpy does not fold (exp here) is folded by TVM; the ops that read the input stay."""
+    from byoc.frontend.fold_constants import fold_constants_tvm
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    values = np.arange(6, dtype="float32").reshape(2, 3) / 10
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            scale = bb.emit(relax.op.exp(relax.const(values)))
+            out = bb.emit_output(relax.op.multiply(x, relax.op.add(scale, relax.const(1.0))))
+        bb.emit_func_output(out)
+    folded = fold_constants_tvm(bb.get())
+    assert _ops(folded) == ["relax.multiply"]
+    got = tvm.relax.VirtualMachine(tvm.relax.build(folded, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(np.ones((2, 3), "float32")))
+    np.testing.assert_allclose(got.numpy(), np.exp(values) + 1, rtol=1e-6)
+
+
 def test_clip_becomes_one_relax_clip():
     assert _ops(small_module("mobilenet_v2")).count("relax.clip") == 35
 

@@ -80,6 +80,26 @@ def test_pattern_becomes_a_composite_inside_the_region():
     assert byoc.report(mod).regions[0].nodes == ["matmul0", "add2"]
 
 
+def test_patterns_are_matched_only_where_the_model_has_their_ops():
+    """A pattern's ops are read off it, alternatives included; one whose ops the model lacks is
+    left out of matching, which must not change what a pattern that can match takes."""
+    from byoc.partition.group import required_ops
+
+    relu_or_clip = (is_op("relax.nn.relu") | is_op("relax.clip"))(is_op("relax.add")(wildcard(), wildcard()))
+    assert set(required_ops(relu_or_clip)) == {frozenset({"relax.nn.relu", "relax.clip"}), frozenset({"relax.add"})}
+    either = is_op("relax.nn.relu")(is_op("relax.matmul")(wildcard(), wildcard())) | is_op("relax.nn.relu")(is_op("relax.nn.conv2d")(wildcard(), wildcard()))
+    assert frozenset({"relax.nn.relu"}) in required_ops(either)
+    assert frozenset({"relax.matmul", "relax.nn.conv2d"}) in required_ops(either)
+    assert required_ops(wildcard()) == []
+    conv, conv_annotations = fused_pattern("relax.nn.conv2d", activation="relax.nn.relu")
+    dense, dense_annotations = fused_pattern("relax.matmul", activation="relax.nn.relu")
+    backend = make_backend("acc", ("relax.add",), patterns=[("conv_relu", conv, conv_annotations, None),
+                                                           ("matmul_relu", dense, dense_annotations, None)])
+    with registered(backend):
+        mod = byoc.partition_for(chain_module(["matmul", "relu", "add"]), "acc")
+    assert byoc.report(mod).regions[0].patterns == {"acc.matmul_relu": 1}
+
+
 def test_pattern_check_sees_named_parts_and_can_reject():
     seen = []
 

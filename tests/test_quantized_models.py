@@ -27,6 +27,8 @@ from onnx import numpy_helper
 
 import byoc
 from byoc import models as zoo
+from byoc.errors import IndexOutOfRangeError
+from byoc.ir.types import dtype_name, op_name, static_shape
 from byoc.models.quantized import quantize_static
 
 pytest.importorskip("onnxruntime.quantization")
@@ -278,6 +280,15 @@ def test_a_quantized_transformer_is_one_int8_region():
     assert [h.ops for h in report.host_ops] == [["relax.take"]], report.host_reasons()  # the embedding's int64 token ids
     compiled = byoc.build(partitioned)
     assert _as_accurate_as_onnxruntime(compiled, quantized, model)
+    # The word embedding is gathered as int8, so the host keeps it int8; its token ids are still
+    # checked, under the node's name.
+    table = max((t for t in quantized.graph.initializer if t.name.startswith("embeddings/word")), key=lambda t: np.prod(t.dims))
+    takes = [b.value for block in partitioned["main"].body.blocks for b in block.bindings if op_name(b.value) == "relax.take"]
+    assert [(dtype_name(t.args[0].ty), static_shape(t.args[0].ty)) for t in takes] == [(numpy_helper.to_array(table).dtype.name, tuple(table.dims))]
+    ids = zoo.sample_inputs(model, seed=1)["input_ids"].copy()
+    ids[0, 3] = table.dims[0]
+    with pytest.raises(IndexOutOfRangeError, match="embeddings/Gather"):
+        compiled.run(input_ids=ids)
 
 
 def test_a_model_in_quantized_operators_runs_as_its_qdq_form():

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -465,3 +466,26 @@ def test_cli_compile_run_inspect(tmp_path, capsys):
     assert_fp32_close([np.load(tmp_path / "out" / "output0.npy")], onnxruntime_outputs(small_model("mlp"), inputs))
     assert main(["run", str(artifact), "--input", "nope=x.npy"]) == 2
     assert main(["inspect", str(tmp_path / "x.npy")]) == 2
+
+
+def test_a_c_region_checks_each_constant_it_is_given(tmp_path):
+    """The constants' checks are a table in the region's C: a constant of another shape is named
+    with its index and the shape the region was built for; the right ones initialise it."""
+    import tvm
+
+    from byoc.codegen_c.generate import CONSTANT_MISMATCH, init_symbol
+    from byoc.runtime_metadata.compiler import export_shared
+
+    compiled = byoc.build(byoc.partition_for(small_module("mlp"), "dnnl"))
+    artifact = next(a for a in compiled.artifacts if a.linked_into_host)
+    module = tvm.get_global_func("runtime.CSourceModuleCreate")(artifact.payload.decode(), "c", [artifact.symbol, init_symbol(artifact.symbol)], [])
+    export_shared(module, str(tmp_path / "region.so"), [byoc.backend.registry.get_backend("dnnl").codegen])
+    init = tvm.runtime.load_module(str(tmp_path / "region.so")).get_function(init_symbol(artifact.symbol))
+    constants = [compiled.store.get(name) for name in artifact.constants]
+    index = next(i for i, c in enumerate(constants) if c.ndim >= 1)
+    wrong = list(constants)
+    wrong[index] = np.zeros(constants[index].shape + (1,), constants[index].dtype)
+    expected = f"{constants[index].dtype}{constants[index].shape}"
+    with pytest.raises(Exception, match=f"constant {index} {CONSTANT_MISMATCH}, {re.escape(expected)}"):
+        init(*[tvm.runtime.tensor(c) for c in wrong])
+    init(*[tvm.runtime.tensor(c) for c in constants])

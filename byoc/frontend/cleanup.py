@@ -5,7 +5,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from byoc.frontend.fold_constants import fold_constants_numpy
+from byoc.frontend.fold_constants import fold_constants_numpy, fold_constants_tvm
 from byoc.frontend.quantized import keep_weights
 from byoc.frontend.simplify import simplify
 
@@ -21,7 +21,7 @@ def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
         [
             relax.transform.DecomposeOpsForInference(),
             tvm.transform.module_pass(lambda mod, _ctx: fold_constants_numpy(mod), opt_level=0, name="FoldConstantsNumpy"),
-            relax.transform.FoldConstant(),
+            tvm.transform.module_pass(lambda mod, _ctx: fold_constants_tvm(mod), opt_level=0, name="FoldConstantsTVM"),
             tvm.transform.module_pass(lambda mod, _ctx: simplify(mod), opt_level=0, name="SimplifyExports"),
             relax.transform.CanonicalizeBindings(),
             relax.transform.DeadCodeElimination(["main"]),

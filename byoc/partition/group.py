@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax
+from tvm.relax import dpl
 from tvm.relax.transform import FuseOpsByPattern, FusionPattern, PatternCheckContext
 
 from byoc.backend.spec import Backend, OpRule, Pattern
@@ -24,6 +25,7 @@ from byoc.ir.types import op_name
 from byoc.partition.reasons import HostReasons
 
 COMPOSITE_ATTR = "Composite"
+_MOST_REQUIRED = 32  # sets `required_ops` keeps of an alternative: enough to tell the patterns apart
 HOST = "host"  # the placement name of the host
 
 
@@ -181,6 +183,7 @@ def group_patterns(mod: tvm.IRModule, policy: PlacementPolicy) -> tuple[tvm.IRMo
         for position, binding in enumerate(b for block in mod["main"].body.blocks for b in block.bindings)
     }
     errors: list[BaseException] = []
+    present = {op_name(b.value) for block in mod["main"].body.blocks for b in block.bindings}
     fusion_patterns = [
         FusionPattern(
             f"{backend.name}.{pattern.name}",
@@ -190,6 +193,7 @@ def group_patterns(mod: tvm.IRModule, policy: PlacementPolicy) -> tuple[tvm.IRMo
         )
         for index, backend in enumerate(policy.backends)
         for pattern in backend.patterns
+        if all(ops & present for ops in _required_ops_of(pattern.pattern))
     ]
     if not fusion_patterns:
         return mod, {}
@@ -197,6 +201,41 @@ def group_patterns(mod: tvm.IRModule, policy: PlacementPolicy) -> tuple[tvm.IRMo
     if errors:
         raise errors[0]
     return grouped, _composite_names(grouped, policy.accepted_roots)
+
+
+_REQUIRED: dict[int, tuple[dpl.DFPattern, list[frozenset[str]]]] = {}
+
+
+def _required_ops_of(pattern: dpl.DFPattern) -> list[frozenset[str]]:
+    """`required_ops`, once per pattern (a backend's patterns live as long as the process; the
+    pattern is kept beside its answer so that its id is not reused)."""
+    if id(pattern) not in _REQUIRED:
+        if len(_REQUIRED) > 4096:  # patterns made per call (a plugin's `configure`) come and go
+            _REQUIRED.clear()
+        _REQUIRED[id(pattern)] = (pattern, required_ops(pattern))
+    return _REQUIRED[id(pattern)][1]
+
+
+def required_ops(pattern: dpl.DFPattern) -> list[frozenset[str]]:
+    """Sets of op names of which a match of `pattern` calls at least one each: a pattern whose
+    ops the model lacks is left out of matching, which costs time for every pattern and binding
+    (dnnl's int8 convolution patterns on a transformer: half of its partitioning). Any subset of
+    these sets would be as true, so the list may be cut short."""
+    if isinstance(pattern, dpl.CallPattern):
+        callee = required_ops(pattern.op)
+        return list(dict.fromkeys(callee + [ops for arg in pattern.args or () for ops in required_ops(arg)]))
+    if isinstance(pattern, dpl.ExprPattern) and isinstance(pattern.expr, tvm.ir.Op):  # a callee
+        return [frozenset({pattern.expr.name})]
+    if isinstance(pattern, dpl.OrPattern):  # a match of either side hits one op of S | T for any S, T
+        left, right = required_ops(pattern.left), required_ops(pattern.right)
+        return sorted({a | b for a in left for b in right}, key=len)[:_MOST_REQUIRED]
+    if isinstance(pattern, dpl.AndPattern):
+        return required_ops(pattern.left) + required_ops(pattern.right)
+    if isinstance(pattern, dpl.TupleGetItemPattern):
+        return required_ops(pattern.tuple)
+    if isinstance(pattern, (dpl.AttrPattern, dpl.TypePattern, dpl.DataTypePattern, dpl.ShapePattern)):
+        return required_ops(pattern.pattern)
+    return []  # anything else may match without a call
 
 
 def composite_members(mod: tvm.IRModule, policy: PlacementPolicy) -> dict[int, tuple[int, ...]]:

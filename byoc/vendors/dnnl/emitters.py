@@ -102,7 +102,7 @@ class _Kernel:
         self.local_mds.append(name)
         self.setup.append(f"dnnl_memory_desc_t {name};")
         self.setup.append("{")
-        self.setup.append(f"  dnnl_dims_t shape = {dims(shape)};")
+        self.setup.append(f"  static const dnnl_dims_t shape = {dims(shape)};")
         if tag == "plain":
             self.setup.append("  " + self.check(f"byoc_plain_md(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]})", f"descriptor {shape}"))
         else:
@@ -201,8 +201,8 @@ class _Kernel:
         dense stride: every k-th element)."""
         name = self._name("md")
         self.local_mds.append(name)
-        self.setup += [f"dnnl_memory_desc_t {name};", "{", f"  dnnl_dims_t shape = {dims(shape)};",
-                       f"  dnnl_dims_t strides = {dims(tuple(strides))};",
+        self.setup += [f"dnnl_memory_desc_t {name};", "{", f"  static const dnnl_dims_t shape = {dims(shape)};",
+                       f"  static const dnnl_dims_t strides = {dims(tuple(strides))};",
                        "  " + self.check(f"dnnl_memory_desc_create_with_strides(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]}, "
                                          "strides)", "strided view"), "}"]
         return name
@@ -455,7 +455,7 @@ def _conv_geometry(kernel: _Kernel, attrs: dict, spatial: int) -> str:
     descriptor's arguments."""
     names = [f"{kernel.k}_{part}" for part in ("strides", "dilates", "pad_l", "pad_r")]
     values = [attrs["strides"], [d - 1 for d in attrs["dilation"]], attrs["padding"][:spatial], attrs["padding"][spatial:]]
-    kernel.setup += [f"dnnl_dims_t {name} = {dims(tuple(value))};" for name, value in zip(names, values)]
+    kernel.setup += [f"static const dnnl_dims_t {name} = {dims(tuple(value))};" for name, value in zip(names, values)]
     return ", ".join(names)
 
 
@@ -658,11 +658,11 @@ def pooling(call: KernelCall) -> KernelCode:
     right = (out.shape[3] - 1) * sw + (kw - 1) * dw + 1 - x.shape[3] - left
     k = kernel.k
     kernel.setup += [
-        f"dnnl_dims_t {k}_strides = {{{sh}, {sw}}};",
-        f"dnnl_dims_t {k}_kernel = {{{kh}, {kw}}};",
-        f"dnnl_dims_t {k}_dilation = {{{dh - 1}, {dw - 1}}};",
-        f"dnnl_dims_t {k}_pad_l = {{{top}, {left}}};",
-        f"dnnl_dims_t {k}_pad_r = {{{bottom}, {right}}};",
+        f"static const dnnl_dims_t {k}_strides = {{{sh}, {sw}}};",
+        f"static const dnnl_dims_t {k}_kernel = {{{kh}, {kw}}};",
+        f"static const dnnl_dims_t {k}_dilation = {{{dh - 1}, {dw - 1}}};",
+        f"static const dnnl_dims_t {k}_pad_l = {{{top}, {left}}};",
+        f"static const dnnl_dims_t {k}_pad_r = {{{bottom}, {right}}};",
     ]
     dst_md = kernel.md(out.shape, dtype=out.dtype)
     create = (
@@ -699,9 +699,9 @@ def mean(call: KernelCall) -> KernelCode:
 def _global_average_pool(kernel: _Kernel, x: CBuffer, out: CBuffer) -> KernelCode:
     k = kernel.k
     kernel.setup += [
-        f"dnnl_dims_t {k}_ones = {{1, 1}};",
-        f"dnnl_dims_t {k}_kernel = {{{x.shape[2]}, {x.shape[3]}}};",
-        f"dnnl_dims_t {k}_zeros = {{0, 0}};",
+        f"static const dnnl_dims_t {k}_ones = {{1, 1}};",
+        f"static const dnnl_dims_t {k}_kernel = {{{x.shape[2]}, {x.shape[3]}}};",
+        f"static const dnnl_dims_t {k}_zeros = {{0, 0}};",
     ]
     dst_md = kernel.md(out.shape)
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
@@ -939,8 +939,8 @@ def pad(call: KernelCall) -> KernelCode:
     kernel.state.append(f"static dnnl_memory_t {window} = NULL;")
     window_md = kernel._name("md")
     kernel.local_mds.append(window_md)
-    kernel.setup += [f"dnnl_memory_desc_t {window_md};", "{", f"  dnnl_dims_t shape = {dims(x.shape)};",
-                     f"  dnnl_dims_t offsets = {dims(tuple(node['attrs']['pad_width'][0::2]))};",
+    kernel.setup += [f"dnnl_memory_desc_t {window_md};", "{", f"  static const dnnl_dims_t shape = {dims(x.shape)};",
+                     f"  static const dnnl_dims_t offsets = {dims(tuple(node['attrs']['pad_width'][0::2]))};",
                      "  " + kernel.check(f"dnnl_memory_desc_create_submemory(&{window_md}, {out_md}, shape, offsets)", "padded window"),
                      "  " + kernel.check(f"dnnl_memory_create(&{window}, {window_md}, byoc_engine, DNNL_MEMORY_NONE)", "padded window"),
                      "}"]

@@ -123,6 +123,17 @@ static dnnl_status_t byoc_plain_md(dnnl_memory_desc_t* md, int ndims, const dnnl
   return dnnl_memory_desc_create_with_tag(md, ndims, dims, type, tags[ndims]);
 }
 
+/* A plain memory object over `handle` (the engine made first): one call per region buffer. */
+static dnnl_status_t byoc_plain_memory(dnnl_memory_t* memory, int ndims, const dnnl_dims_t dims, dnnl_data_type_t type, void* handle) {
+  dnnl_memory_desc_t md;
+  dnnl_status_t status = byoc_dnnl_setup();
+  if (status == dnnl_success) status = byoc_plain_md(&md, ndims, dims, type);
+  if (status != dnnl_success) return status;
+  status = dnnl_memory_create(memory, md, byoc_engine, handle);
+  dnnl_memory_desc_destroy(md);
+  return status;
+}
+
 static const_dnnl_memory_desc_t byoc_md(dnnl_memory_t memory) {
   const_dnnl_memory_desc_t md = NULL;
   dnnl_memory_get_memory_desc(memory, &md);
@@ -272,14 +283,9 @@ def bind_buffer(buffer: CBuffer) -> KernelCode:
     # A constant oneDNN never reads as a tensor (an int64 index, read at code generation) has no
     # oneDNN type; its memory object is never used, and f32 describes it as well as any.
     dnnl_type = DNNL_TYPES.get(buffer.dtype, "dnnl_f32")
-    init = f"""
-DNNL_CHECK(byoc_dnnl_setup(), "oneDNN engine creation failed");
-{{
-  dnnl_dims_t shape = {dims(buffer.shape)};
-  dnnl_memory_desc_t md;
-  DNNL_CHECK(byoc_plain_md(&md, {rank(buffer.shape)}, shape, {dnnl_type}), "memory descriptor of {buffer.name}");
-  DNNL_CHECK(dnnl_memory_create(&{buffer.name}_mem, md, byoc_engine, {handle}), "memory of {buffer.name}");
-  dnnl_memory_desc_destroy(md);
+    init = f"""{{
+  static const dnnl_dims_t shape = {dims(buffer.shape)};
+  DNNL_CHECK(byoc_plain_memory(&{buffer.name}_mem, {rank(buffer.shape)}, shape, {dnnl_type}, {handle}), "memory of {buffer.name}");
 }}"""
     run = "" if buffer.kind == "constant" else f'DNNL_CHECK(dnnl_memory_set_data_handle({buffer.name}_mem, {buffer.name}), "bind {buffer.name}");'
     return KernelCode(state=state, init=init, run=run)
