@@ -15,6 +15,7 @@ node's name on the result.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -50,7 +51,7 @@ class _Conv:
         self.changed = True
 
 
-def _absorb(conv: _Conv, node: onnx.NodeProto, constants: dict[str, np.ndarray]) -> bool:
+def _absorb(conv: _Conv, node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> bool:
     """Fold `node`, which reads `conv`'s result, into the Conv; False when it does not fold."""
     result, channels, rank = conv.node.output[0], conv.weight.shape[0], conv.weight.ndim
     if node.op_type == "BatchNormalization":
@@ -77,17 +78,43 @@ def _absorb(conv: _Conv, node: onnx.NodeProto, constants: dict[str, np.ndarray])
     return True
 
 
+class _Initializers(Mapping):
+    """The initializers by name, each read into numpy when first asked for: the fold reads those
+    of convolutions and what follows them, not a transformer's embeddings."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self._protos = {init.name: init for init in graph.initializer}
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            self._arrays[name] = numpy_helper.to_array(self._protos[name])
+        return self._arrays[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._protos
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._protos)
+
+    def __len__(self) -> int:
+        return len(self._protos)
+
+
 def fold_batch_norms(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of `model` where each BatchNormalization, and each Mul, Add or Sub by a per-channel
     constant, that reads a Conv with constant weights as that Conv's only consumer is folded
-    into the Conv's weights and bias (repeatedly: Conv, BN, Mul, Add becomes one Conv)."""
+    into the Conv's weights and bias (repeatedly: Conv, BN, Mul, Add becomes one Conv); `model`
+    itself where it has no Conv."""
+    if not any(node.op_type == "Conv" for node in model.graph.node):
+        return model
     folded = onnx.ModelProto()
     folded.CopyFrom(model)
     graph = folded.graph
     # Nodes by position: protobuf hands out a new wrapper object for a message whose last wrapper
     # was collected, so id() of a node is not a stable key.
     nodes = list(graph.node)
-    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    constants = _Initializers(graph)
     producers = {out: index for index, node in enumerate(nodes) for out in node.output}
     consumers = Counter(name for node in nodes for name in node.input)
     graph_outputs = {out.name for out in graph.output}

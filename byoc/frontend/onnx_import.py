@@ -18,6 +18,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.errors import ModelLoadError
 from byoc.frontend.naming import named_module
+from byoc.frontend.onnx_check import check_model
 from byoc.frontend.onnx_constants import fold_onnx_constants
 from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_inputs import bind_inputs
@@ -66,7 +67,7 @@ def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelPr
         except Exception as error:  # protobuf raises DecodeError and friends
             raise ModelLoadError(f"cannot read {label}: not a valid ONNX model ({error})") from error
     try:
-        onnx.checker.check_model(model)
+        check_model(model)
     except onnx.checker.ValidationError as error:
         first_line = str(error).strip().splitlines()[0]
         raise ModelLoadError(f"{label} is malformed: {first_line}") from error
