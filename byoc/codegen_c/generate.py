@@ -267,13 +267,9 @@ class _Generator:
         lines += ["};", f"static const byoc_intermediate_spec byoc_intermediates[{max(1, len(intermediates))}] = {{"]
         lines += [f"  {{&{b.name}_bytes, {self.slot_of[b.name]}, &{b.name}}}," for b in intermediates] or ["  {NULL, 0, NULL},"]
         lines.append("};")
-        for stage, last in (("first", False), ("last", True)):
-            codes = [code.init for buffer, code in bindings if code.init.strip() and (buffer.kind == "intermediate") == last]
+        for stage, codes in _binding_stages(bindings).items():
             for chunk in range(0, len(codes), _CHUNK):
                 lines.append(_init_function(f"byoc_bind_{stage}{chunk // _CHUNK}", "\n".join(codes[chunk:chunk + _CHUNK])))
-        self.binding_chunks = {stage: (count + _CHUNK - 1) // _CHUNK for stage, count in (
-            ("first", sum(1 for b, c in bindings if c.init.strip() and b.kind != "intermediate")),
-            ("last", sum(1 for b, c in bindings if c.init.strip() and b.kind == "intermediate")))}
         return lines
 
     def _init_function(self, constants, intermediates, codes, bindings) -> list[str]:
@@ -296,7 +292,8 @@ class _Generator:
             "    memcpy(spec->pointer, &data, sizeof data);",
             "  }",
         ]
-        calls = [f"byoc_bind_first{k}" for k in range(self.binding_chunks["first"])]
+        stages = _binding_stages(bindings)
+        calls = [f"byoc_bind_first{k // _CHUNK}" for k in range(0, len(stages["first"]), _CHUNK)]
         calls += [f"{_KERNEL_INIT}{position}" for position, code in enumerate(codes) if code.init.strip()]
         lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in calls]
         lines += [
@@ -310,7 +307,7 @@ class _Generator:
             lines.append(f'  if (byoc_slots[{slot}] == NULL) BYOC_FAIL("{where}: out of memory for intermediate buffers");')
         lines += [f"  for (i = 0; i < {len(intermediates)}; ++i)",
                   "    memcpy(byoc_intermediates[i].pointer, &byoc_slots[byoc_intermediates[i].slot], sizeof(void*));"]
-        calls = [f"byoc_bind_last{k}" for k in range(self.binding_chunks["last"])]
+        calls = [f"byoc_bind_last{k // _CHUNK}" for k in range(0, len(stages["last"]), _CHUNK)]
         lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in calls]
         lines += ["  byoc_ready = 1;", "  return 0;", "fail:"]
         lines += ['  TVMFFIErrorSetRaisedFromCStr("RuntimeError", byoc_error);', "  return -1;", "}", ""]
@@ -350,6 +347,12 @@ def init_symbol(symbol: str) -> str:
 
 _KERNEL_INIT = "byoc_init_kernel"
 _CHUNK = 64  # buffers whose binding code shares one function
+
+
+def _binding_stages(bindings) -> dict[str, list[str]]:
+    """The library's binding code: of inputs, outputs and constants first, of intermediates last."""
+    return {stage: [code.init for buffer, code in bindings if code.init.strip() and (buffer.kind == "intermediate") == last]
+            for stage, last in (("first", False), ("last", True))}
 
 
 def _kernel_init(position: int, code: KernelCode) -> str:
