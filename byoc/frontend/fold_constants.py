@@ -18,6 +18,8 @@ the function alone.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 import numpy as np
 import tvm
 from tvm import relax
@@ -84,7 +86,7 @@ def fold_constants_numpy(mod: tvm.IRModule) -> tvm.IRModule:
     return rebuild_module(mod, _fold)
 
 
-def _is_constant(expr: relax.Expr, constant: set) -> bool:
+def _is_constant(expr: relax.Expr, constant: Container[relax.Var]) -> bool:
     """Whether `expr` is computed from constants alone (`constant`: variables bound to such)."""
     if isinstance(expr, (tvm.ir.Constant, tvm.ir.StringImm)):  # tensors and numbers (IntImm, FloatImm)
         return True
