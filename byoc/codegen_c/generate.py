@@ -84,22 +84,32 @@ _DLPACK_CODES = {"f": 2, "i": 0, "u": 1, "b": 255}
 CONSTANT_MISMATCH = "is not the dense tensor the region was built for"
 
 
+def _c_shape(buffer: CBuffer) -> str:
+    """`buffer`'s dimensions as a C initialiser list ({0} for a scalar: C has no empty one)."""
+    return ", ".join(str(d) for d in buffer.shape) or "0"
+
+
+def _c_dtype(buffer: CBuffer) -> str:
+    """`buffer`'s DLPack type code and bits, as `byoc_matches` takes them."""
+    dtype = np.dtype(buffer.dtype)
+    return f"{_DLPACK_CODES[dtype.kind]}, {dtype.itemsize * 8}"
+
+
+def _expected(buffer: CBuffer) -> str:
+    """What a mismatch message says the region was built for: float32(1, 768)."""
+    return f"{buffer.dtype}{tuple(buffer.shape)}".replace('"', "")
+
+
 def _match_check(index: int, buffer: CBuffer, what: str, where: str) -> str:
     """C that fails unless argument `index` is a dense tensor of `buffer`'s dtype and shape."""
-    dtype = np.dtype(buffer.dtype)
-    dims = ", ".join(str(d) for d in buffer.shape) or "0"
-    expected = f"{buffer.dtype}{tuple(buffer.shape)}".replace('"', "")
-    return (f"  {{ static const int64_t shape[] = {{{dims}}}; if (!byoc_matches(&args[{index}], {len(buffer.shape)}, shape, "
-            f'{_DLPACK_CODES[dtype.kind]}, {dtype.itemsize * 8})) BYOC_FAIL("{where}: {what} {CONSTANT_MISMATCH}, {expected}"); }}')
+    return (f"  {{ static const int64_t shape[] = {{{_c_shape(buffer)}}}; if (!byoc_matches(&args[{index}], {len(buffer.shape)}, shape, "
+            f'{_c_dtype(buffer)})) BYOC_FAIL("{where}: {what} {CONSTANT_MISMATCH}, {_expected(buffer)}"); }}')
 
 
 def _constant_spec(buffer: CBuffer) -> str:
     """The constant's row in `byoc_constants`; its shape is `byoc_shape_<name>` (C++ has no
     compound literals)."""
-    dtype = np.dtype(buffer.dtype)
-    expected = f"{buffer.dtype}{tuple(buffer.shape)}".replace('"', "")
-    return (f"  {{{len(buffer.shape)}, {_DLPACK_CODES[dtype.kind]}, {dtype.itemsize * 8}, byoc_shape_{buffer.name}, "
-            f'&{buffer.name}, "{expected}"}},')
+    return f'  {{{len(buffer.shape)}, {_c_dtype(buffer)}, byoc_shape_{buffer.name}, &{buffer.name}, "{_expected(buffer)}"}},'
 
 
 def _dense_bytes(buffer: CBuffer) -> int:
@@ -261,7 +271,7 @@ class _Generator:
         """The constant and intermediate tables, and the binding code in functions of `_CHUNK`
         buffers each (`byoc_bind_first<k>`: inputs, outputs and constants; `byoc_bind_last<k>`:
         intermediates, once their slots are allocated)."""
-        lines = [f"static const int64_t byoc_shape_{b.name}[] = {{{', '.join(str(d) for d in b.shape) or '0'}}};" for b in constants]
+        lines = [f"static const int64_t byoc_shape_{b.name}[] = {{{_c_shape(b)}}};" for b in constants]
         lines.append(f"static const byoc_constant_spec byoc_constants[{max(1, len(constants))}] = {{")
         lines += [_constant_spec(b) for b in constants] or ["  {0, 0, 0, NULL, NULL, NULL},"]
         lines += ["};", f"static const byoc_intermediate_spec byoc_intermediates[{max(1, len(intermediates))}] = {{"]

@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from byoc.ir.quantization import dequantize_array
+
 _MICROSOFT = "com.microsoft"
 # Ops onnxruntime's tool leaves on quantized data: they move or select values, so they commute
 # with the quantization and their result is quantized as their input.
@@ -181,11 +183,8 @@ def _integer(op_type: str, weight_axis: int) -> Callable[[_Writer, onnx.NodeProt
         elif weight_zero is None:
             return False
         else:
-            shape = [1] * weights.ndim
-            if weight_zero.size > 1:
-                shape[weight_axis % weights.ndim] = -1
             name = f"{b}_less_zero_point"
-            w.added.append(numpy_helper.from_array((weights.astype(np.float32) - weight_zero.astype(np.float32).reshape(shape)), name))
+            w.added.append(numpy_helper.from_array(dequantize_array(weights, np.float32(1), weight_zero, weight_axis), name))
         source = centred(w, a, a_zero, base)
         out = node.output[0]
         reader = w.float_cast_of(out)

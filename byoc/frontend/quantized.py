@@ -53,14 +53,6 @@ def _transposed_weight(value: relax.Expr, builder: relax.BlockBuilder) -> relax.
     return relax.op.dequantize(transposed, scale, zero, axis=axis, out_dtype=str(source.attrs.out_dtype))
 
 
-def _has_transposed_weights(func: relax.Function) -> bool:
-    """Whether `_transposed_weight` has anything to do in `func` (a rebuild costs 0.05 s a
-    thousand bindings)."""
-    weights = {b.var for block in func.body.blocks for b in block.bindings if is_weight_dequantize(b.value)}
-    return any(op_name(b.value) == "relax.permute_dims" and b.value.args[0] in weights
-               for block in func.body.blocks for b in block.bindings)
-
-
 def keep_weights(passes: Callable[[tvm.IRModule], tvm.IRModule]) -> Callable[[tvm.IRModule], tvm.IRModule]:
     """`passes` (constant folding among them) with weight dequantizes left as they are.
 
@@ -71,8 +63,7 @@ def keep_weights(passes: Callable[[tvm.IRModule], tvm.IRModule]) -> Callable[[tv
     def run(mod: tvm.IRModule) -> tvm.IRModule:
         if not has_quantize_ops(mod):
             return passes(mod)
-        if _has_transposed_weights(mod["main"]):
-            mod = rebuild_module(mod, _transposed_weight)
+        mod = rebuild_module(mod, _transposed_weight)
         hidden: dict[str, np.ndarray] = {}
         params: list[relax.Var] = []
 
@@ -127,11 +118,7 @@ def fold_float_weights(mod: tvm.IRModule) -> tvm.IRModule:
             return None
         return relax.Call(value.op, args, value.attrs, value.ty_args)
 
-    mod = mod.clone() if hasattr(mod, "clone") else mod
-    for gvar, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            mod[gvar] = rebuild_function(func, replace_binding=fold)
-    return relax.transform.DeadCodeElimination(["main"])(mod)
+    return relax.transform.DeadCodeElimination(["main"])(rebuild_module(mod, replace_binding=fold))
 
 
 def _int8_rows(binding: relax.Binding, take: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:

@@ -16,43 +16,22 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 
 @mutator
-class _Mutator(PyExprMutator):
+class VarSubstitution(PyExprMutator):
+    """Substitutes variables in expressions; the traversal itself runs in C++."""
+
     def __init__(self) -> None:
         super().__init__()
 
-
-class VarSubstitution:
-    """Substitutes variables in expressions. An op call on variables and constants, nearly every
-    binding of an imported model, is rebuilt here directly, and left for the caller to normalize
-    (its type is not known yet); anything else goes through TVM's mutator."""
-
-    def __init__(self) -> None:
-        self._mutator = _Mutator()
-        self._remap: dict[relax.Var, relax.Var] = {}
-
     def substitute(self, expr: relax.Expr) -> relax.Expr:
-        if isinstance(expr, relax.Var):
-            return self._remap.get(expr, expr)
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and all(isinstance(a, _LEAVES) for a in expr.args):
-            args = [self._remap.get(a, a) if isinstance(a, relax.Var) else a for a in expr.args]
-            if all(a.same_as(b) for a, b in zip(args, expr.args)):
-                return expr
-            return relax.Call(expr.op, args, expr.attrs, expr.ty_args)
-        return self._mutator.visit_expr(expr)
+        return self.visit_expr(expr)
 
     def bind(self, old: relax.Var, new: relax.Var) -> None:
-        self._remap[old] = new
-        self._mutator.set_var_remap(old, new)
+        self.set_var_remap(old, new)
 
     def bind_argument(self, param: relax.Var, arg: relax.Expr, builder: relax.BlockBuilder) -> None:
         """Bind a function parameter to a call argument; an argument that is not a variable (a
         constant) is bound to one first, as the remapping only maps variables to variables."""
-        self.bind(param, arg if isinstance(arg, relax.Var) else builder.emit(arg, param.name))
-
-
-# Operands the fast path of `VarSubstitution.substitute` takes: nothing inside them to substitute
-# but the variable itself.
-_LEAVES = (relax.Var, tvm.ir.Constant, relax.ShapeExpr)
+        self.set_var_remap(param, arg if isinstance(arg, relax.Var) else builder.emit(arg, param.name))
 
 
 NameRule = Callable[[relax.Var], "str | None"]
@@ -79,8 +58,6 @@ def rebuild_function(
             with builder.dataflow() if is_dataflow else contextlib.nullcontext():
                 for binding in block.bindings:
                     value = substitution.substitute(binding.value)
-                    if not value.same_as(binding.value):  # rules read the new value's type
-                        value = builder.normalize(value)
                     replacement = replace_value(value, builder) if replace_value is not None else None
                     if replacement is None and replace_binding is not None:
                         replacement = replace_binding(binding, value, builder)
@@ -107,12 +84,13 @@ def rebuild_function(
     return builder.get()["main"]
 
 
-def rebuild_module(mod: tvm.IRModule, replace_value: ValueRule) -> tvm.IRModule:
-    """A copy of `mod` with every Relax function rebuilt by `rebuild_function` with `replace_value`."""
+def rebuild_module(mod: tvm.IRModule, replace_value: ValueRule | None = None, replace_binding: BindingRule | None = None) -> tvm.IRModule:
+    """A copy of `mod` with every Relax function rebuilt by `rebuild_function` with
+    `replace_value` or `replace_binding`."""
     mod = mod.clone() if hasattr(mod, "clone") else mod
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            mod[gvar] = rebuild_function(func, replace_value=replace_value)
+            mod[gvar] = rebuild_function(func, replace_value=replace_value, replace_binding=replace_binding)
     return mod
 
 
