@@ -4,9 +4,11 @@ compiled or cached by an earlier one but the files on disk), the median of `--re
 one that is not counted (it reads the file from disk).
 
 The int8 file is the model quantized by onnxruntime's `quantize_static` (QDQ, per-channel int8
-weights, uint8 activations, 8 seeded calibration inputs), made once into `--cache`.
+weights, uint8 activations, 8 seeded calibration inputs), made once into `--cache`. A model named
+`hf:<architecture>:<size>` is the exported suite's file (`byoc.models.exported`), and its int8
+file the one `quantize_dynamic` makes (no calibration inputs needed).
 
-    python -m benchmarks.build_time [--models resnet50,mobilenet_v2,bert_encoder] [--repeat 3]
+    python -m benchmarks.build_time [--models resnet50,mobilenet_v2,bert_encoder,hf:bert:base] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -42,14 +44,20 @@ def _files(name: str, cache: Path) -> dict[str, Path]:
     import onnx
 
     from byoc import models as zoo
-    from byoc.models.quantized import quantize_static
+    from byoc.models import exported
+    from byoc.models.quantized import quantize_dynamic, quantize_static
 
-    paths = {"fp32": cache / f"{name}_fp32.onnx", "int8": cache / f"{name}_int8_u8.onnx"}
-    if not all(p.exists() for p in paths.values()):
+    paths = {"fp32": cache / f"{name.replace(':', '_')}_fp32.onnx", "int8": cache / f"{name.replace(':', '_')}_int8.onnx"}
+    if all(p.exists() for p in paths.values()):
+        return paths
+    if name.startswith("hf:"):
+        model = onnx.load(exported.path(*exported.parse_spec(name)))
+        quantized = quantize_dynamic(model)
+    else:
         model = zoo.get(name)
-        onnx.save(model, paths["fp32"])
-        calibration = [zoo.sample_inputs(model, seed=s) for s in range(8)]
-        onnx.save(quantize_static(model, calibration, "uint8"), paths["int8"])
+        quantized = quantize_static(model, [zoo.sample_inputs(model, seed=s) for s in range(8)], "uint8")
+    onnx.save(model, paths["fp32"])
+    onnx.save(quantized, paths["int8"])
     return paths
 
 
