@@ -9,6 +9,9 @@ ratios the targets are stated in.
 
     python -m benchmarks.int8 [--models resnet50,mobilenet_v2,bert_encoder] [--runs 40] [--threads 2] [--small]
 
+A model named `hf:<architecture>:<size>` is the exported suite's file (`byoc.models.exported`, the
+`torch` extra): a model exported from PyTorch, quantized the same way.
+
 Error is relative L2 against onnxruntime running the same file (the fp32 systems: the fp32 model).
 """
 
@@ -67,13 +70,24 @@ def _byoc(model, inputs: dict, want: list, name: str, runners: dict, rows: dict,
     runners[name] = lambda: compiled.run(inputs)
 
 
-def benchmark(name: str, threads: int, runs: int, small: bool) -> list[Row]:
+def _model(name: str, small: bool):
+    """The fp32 model and its seeded inputs (a function of the seed)."""
     from byoc import models as zoo
+    from byoc.models import exported
+
+    if name.startswith(exported.SPEC_PREFIX):
+        model = exported.export(*exported.parse_spec(name))
+        return model, lambda seed: exported.sample_inputs(model, seed=seed)
+    model = zoo.get(name, small=small)
+    return model, lambda seed: zoo.sample_inputs(model, seed=seed)
+
+
+def benchmark(name: str, threads: int, runs: int, small: bool) -> list[Row]:
     from byoc.models.quantized import quantize_dynamic, quantize_static
 
-    model = zoo.get(name, small=small)
-    calibration = [zoo.sample_inputs(model, seed=s) for s in range(8)]
-    inputs = zoo.sample_inputs(model, seed=1000)
+    model, sample = _model(name, small)
+    calibration = [sample(s) for s in range(8)]
+    inputs = sample(1000)
     runners: dict[str, Callable[[], object]] = {}
     rows: dict[str, Row] = {}
     fp32 = _session(model, threads)
@@ -136,7 +150,7 @@ def markdown(name: str, rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated zoo models (default: {','.join(MODELS)})")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated zoo models or hf:<architecture>:<size> (default: {','.join(MODELS)})")
     parser.add_argument("--runs", type=int, default=40, help="timed runs per system (default: 40)")
     parser.add_argument("--threads", type=int, default=2, help="threads for every system (default: 2)")
     parser.add_argument("--small", action="store_true", help="the zoo's small configurations (a quick check)")

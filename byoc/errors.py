@@ -103,6 +103,11 @@ class RequantizationWarning(UserWarning):
     makes it an error."""
 
 
+class QuantizedModelWarning(UserWarning):
+    """A quantized model whose own quantization loses values (a scale of inf or 0); the model
+    still runs as its file says, and the warning names the nodes."""
+
+
 class PlacementError(PartitionError):
     """Measured placement cannot run as asked: a model it cannot cut, an RPC tracker that does
     not answer, a key with no device; names the tracker, key or backend."""

@@ -6,7 +6,7 @@ from onnx import TensorProto, helper
 from tvm import relax
 
 import byoc
-from byoc.errors import DynamicShapeError, ModelLoadError
+from byoc.errors import DynamicShapeError, ModelLoadError, QuantizedModelWarning
 
 from conftest import assert_fp32_close, onnxruntime_outputs, small_model, small_module
 
@@ -216,3 +216,26 @@ def test_per_channel_affine_ops_fold_into_the_conv_before_them():
     assert_fp32_close(onnxruntime_outputs(folded, inputs), onnxruntime_outputs(model, inputs))
     compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "reference"))
     assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+def _fake_quantized(scale: float) -> onnx.ModelProto:
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"], name="scores_QuantizeLinear"),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"], name="scores_DequantizeLinear")]
+    graph = helper.make_graph(nodes, "masked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor("scale", TensorProto.FLOAT, [], [scale]), helper.make_tensor("zero", TensorProto.UINT8, [], [0])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_quantization_scale_that_loses_every_value_is_named(recwarn):
+    """onnxruntime's tool gives a scale of inf to a tensor whose calibrated range takes in an
+    attention mask's lowest float (a quantized GPT-Neo): the file imports and runs as it says,
+    and the warning names the nodes."""
+    with pytest.warns(QuantizedModelWarning, match=r"'scores_QuantizeLinear' \(QuantizeLinear, scale inf\), "
+                                                   r"'scores_DequantizeLinear' .*nodes_to_exclude"):
+        byoc.from_onnx(_fake_quantized(float("inf")))
+    with pytest.warns(QuantizedModelWarning, match="scale 0"):
+        byoc.from_onnx(_fake_quantized(0.0))
+    recwarn.clear()
+    byoc.from_onnx(_fake_quantized(0.05))
+    assert not [w for w in recwarn if issubclass(w.category, QuantizedModelWarning)]

@@ -29,6 +29,7 @@ import byoc
 from byoc import models as zoo
 from byoc.errors import IndexOutOfRangeError
 from byoc.ir.types import dtype_name, op_name, static_shape
+from byoc.models.graph_builder import OnnxGraphBuilder
 from byoc.models.quantized import quantize_static
 
 pytest.importorskip("onnxruntime.quantization")
@@ -289,6 +290,58 @@ def test_a_quantized_transformer_is_one_int8_region():
     ids[0, 3] = table.dims[0]
     with pytest.raises(IndexOutOfRangeError, match="embeddings/Gather"):
         compiled.run(input_ids=ids)
+
+
+def _exported_attention() -> onnx.ModelProto:
+    """Forms torch.onnx writes in a transformer, small: attention scaled by a number, the safe
+    softmax (Where(IsNaN(p), 0, p)), a SiLU's product, a slice, new axis and broadcast (a Llama's
+    grouped-query attention), and position embeddings added as a constant."""
+    builder = OnnxGraphBuilder("exported_attention", seed=5)
+    x = builder.input("x", [1, 8, 16])
+    keys = builder.op("Transpose", [builder.matmul(x, 16, 16, bias=False)], perm=[0, 2, 1])
+    scores = builder.op("Mul", [builder.op("MatMul", [builder.matmul(x, 16, 16), keys]), builder.constant("scale", np.array(0.25, np.float32))])
+    p = builder.op("Softmax", [scores], axis=-1)
+    safe = builder.op("Where", [builder.op("IsNaN", [p]), builder.constant("zero", np.zeros((), np.float32)), p])
+    context = builder.op("MatMul", [safe, builder.matmul(x, 16, 16, bias=False)])
+    gated = builder.op("Mul", [context, builder.op("Sigmoid", [context])])
+    half = builder.op("Slice", [gated, *(builder.constant(n, np.array(v, np.int64)) for n, v in (("starts", [0]), ("ends", [8]), ("axes", [2])))])
+    repeated = builder.op("Expand", [builder.op("Unsqueeze", [half, builder.constant("axis", np.array([1], np.int64))]),
+                                     builder.constant("repeats", np.array([1, 2, 8, 8], np.int64))])
+    rows = builder.op("Reshape", [repeated, builder.constant("shape", np.array([1, 8, 16], np.int64))])
+    builder.output(builder.matmul(builder.op("Add", [rows, builder.constant("position", builder.small((1, 8, 16), 0.5))]), 16, 16))
+    return builder.build()
+
+
+def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
+    """onnxruntime's tool quantizes every tensor of an exported transformer, so each op between
+    the int8 products reads dequantized data and writes data to quantize. Now on dnnl:
+    - the safe softmax's NaN check reads a dequantized value, which is never NaN: dropped
+      (it cut exported transformers into a region per layer);
+    - slices, new axes and broadcasts between one scale move the int8 data, as reshapes do;
+    - a constant added, a product with a number, a float product and the softmax write their
+      result as int8 themselves, with no quantizing reorder after them (nor a dequantizing one
+      before the constant's add and the number's product)."""
+    model = _exported_attention()
+    quantized = quantize_static(model, [zoo.sample_inputs(model, seed=s) for s in range(4)], "uint8")
+    assert any(n.op_type == "IsNaN" and n.input[0].endswith("DequantizeLinear_Output") for n in quantized.graph.node)
+    partitioned = byoc.partition_for(byoc.from_onnx(quantized), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_nodes == 1.0, report.to_table()
+    patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
+    assert {"dnnl.qadd_constant", "dnnl.qmultiply_constant", "dnnl.multiply_quantized", "dnnl.softmax_quantized"} <= set(patterns), patterns
+    region = next(f for gv, f in partitioned.functions.items() if gv.name_hint.startswith("dnnl_"))
+    moves = [(op_name(b.value), dtype_name(b.value.args[0].ty)) for block in region.body.blocks for b in block.bindings
+             if op_name(b.value) in ("relax.strided_slice", "relax.expand_dims", "relax.broadcast_to")]
+    assert sorted(moves) == [("relax.broadcast_to", "uint8"), ("relax.expand_dims", "uint8"), ("relax.strided_slice", "uint8")], moves
+    compiled = byoc.build(partitioned)
+    assert _as_accurate_as_onnxruntime(compiled, quantized, model)
+    executed = _primitives_run(compiled, quantized, tmp_path)
+    assert not [fields for fields in executed if fields[4].startswith("ref")], "oneDNN ran reference (C loop) kernels"
+    results = {fields[3]: fields[6] for fields in executed if fields[3] in ("softmax", "binary")}
+    assert "dst_u8" in results["softmax"] and "dst_u8" in results["binary"], results
+    # A float softmax keeps its check (the host's NaN case is the vendor's to honour).
+    ops = Counter(op_name(b.value) for block in byoc.from_onnx(model)["main"].body.blocks for b in block.bindings)
+    assert ops["relax.isnan"] == 1, ops
 
 
 def test_a_model_in_quantized_operators_runs_as_its_qdq_form():

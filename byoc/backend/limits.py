@@ -13,6 +13,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from byoc.ir.quantization import INT8_MOVES
 from byoc.ir.types import dtype_name, has_static_shape, is_tensor_constant, tensor_types
 
 # Ops whose second operand is a weight in the usual sense (constant in a trained model).
@@ -29,7 +30,7 @@ _LAYOUT_ATTRS = ("data_layout", "layout")
 # Ops that take the integer side of a quantized model where `quantized` dtypes are declared: its
 # quantize and dequantize, the layout ops that move its int8 data as they are, and the cast that
 # makes a zero point computed at run time (ONNX DynamicQuantizeLinear as TVM imports it).
-_QUANTIZED_DATA_OPS = ("relax.quantize", "relax.dequantize", "relax.reshape", "relax.permute_dims", "relax.astype")
+_QUANTIZED_DATA_OPS = ("relax.quantize", "relax.dequantize", *INT8_MOVES, "relax.astype")
 
 
 def _parameter(arg: relax.Expr) -> bool:

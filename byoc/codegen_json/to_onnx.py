@@ -979,10 +979,15 @@ def _dequantized_matmul_as_gemm(writer: _Writer, constants: Mapping[str, np.ndar
     writer.nodes[:] = [new for node in writer.nodes if id(node) not in dropped for new in replaced.get(id(node), [node])]
 
 
+# The ONNX ops byoc.ir.quantization.INT8_MOVES are written as.
+_INT8_MOVES = ("Reshape", "Transpose", "Slice", "Unsqueeze", "Squeeze", "Flatten", "Expand")
+
+
 def _layout_between_quantize_and_dequantize(writer: _Writer) -> None:
-    """QuantizeLinear -> Reshape or Transpose -> DequantizeLinear (of one scale and zero point), as
-    partitioning leaves a quantized model's layout ops on its int8 data, written back as the model
-    had them: DequantizeLinear -> the layout op -> QuantizeLinear, the same values exactly.
+    """QuantizeLinear -> a move (Reshape, Transpose, Slice, ...) -> DequantizeLinear (of one scale
+    and zero point), as partitioning leaves a quantized model's moves on its int8 data, written
+    back as the model had them: DequantizeLinear -> the move -> QuantizeLinear, the same values
+    exactly.
     onnxruntime makes int8 activations uint8 (its fast format on x86) only for a QuantizeLinear
     that a DequantizeLinear reads directly; with the layout op between, its QGemm and QLinearConv
     fusions did not happen (MobileNetV2's classifier ran in float)."""
@@ -990,7 +995,7 @@ def _layout_between_quantize_and_dequantize(writer: _Writer) -> None:
     producer = _producers(writer.nodes)
     rewritten = []
     for layout in writer.nodes:
-        quantize = producer.get(layout.input[0]) if layout.op_type in ("Reshape", "Transpose") else None
+        quantize = producer.get(layout.input[0]) if layout.op_type in _INT8_MOVES else None
         after = readers.get(layout.output[0], [])
         if quantize is None or quantize.op_type != "QuantizeLinear" or not after \
                 or any(d.op_type != "DequantizeLinear" or list(d.input[1:]) != list(quantize.input[1:]) for d in after):

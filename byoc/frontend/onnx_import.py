@@ -24,6 +24,7 @@ from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.frontend.onnx_ops import CONVERTERS
 from byoc.frontend.onnx_qoperator import qdq_form
+from byoc.frontend.onnx_scales import warn_lost_scales
 from byoc.frontend.onnx_shapes import static_input_shapes
 from byoc.frontend.onnx_support import expand, unsupported_ops
 from byoc.ir.dims import with_dims
@@ -95,6 +96,7 @@ def from_onnx(
     reads are dropped.
     """
     model = qdq_form(bind_inputs(load_onnx_model(source), constants))
+    warn_lost_scales(model)
     input_shapes, ranges = static_input_shapes(model, shapes or {}, dims)
     refused = unsupported_ops(model)
     if refused:

@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 
 from byoc.frontend.fold_constants import dequantized_values, fold_constants_numpy
+from byoc.ir.quantization import INT8_MOVES
 from byoc.ir.rewrite import bound_value, rebuild_function, rebuild_module
 from byoc.ir.types import calls_op, constant_array, dtype_name, is_tensor_constant, op_name
 
@@ -171,25 +172,28 @@ def same_quantization(quantize: relax.Call, dequantize: relax.Call) -> bool:
         np.array_equal(constant_array(a), constant_array(b)) for a, b in zip(quantize.args[1:3], dequantize.args[1:3]))
 
 
-_LAYOUT_OPS = ("relax.reshape", "relax.permute_dims")
-
-
 def layout_on_int8_data(mod: tvm.IRModule) -> tvm.IRModule:
-    """quantize(reshape or transpose(dequantize(x))) with one scale and zero point on both sides is
-    that reshape or transpose of the int8 data x, exactly: onnxruntime's tool quantizes around
-    every reshape and transpose of a quantized transformer's attention, and each pair was two
-    passes over the tensor in float."""
+    """quantize(move(dequantize(x))) with one scale and zero point on both sides, where the move is
+    a reshape, transpose, slice, broadcast or new axis (`INT8_MOVES`), is that move of the int8
+    data x, exactly: onnxruntime's tool quantizes around every such op of a quantized
+    transformer's attention (and a Llama's rotary embedding), and each pair was two passes over
+    the tensor in float."""
 
     def rewrite(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
         if op_name(value) != "relax.quantize":
             return None
-        layout = bound_value(value.args[0], builder)
-        if op_name(layout) not in _LAYOUT_OPS:
+        moves = []  # from the quantize back: a chain of moves (BERT's broadcast, then reshape)
+        source = bound_value(value.args[0], builder)
+        while op_name(source) in INT8_MOVES:
+            moves.append(source)
+            source = bound_value(source.args[0], builder)
+        if not moves or op_name(source) != "relax.dequantize" or not same_quantization(value, source) or \
+                dtype_name(source.args[0].ty) != str(value.attrs.out_dtype):
             return None
-        source = bound_value(layout.args[0], builder)
-        if op_name(source) != "relax.dequantize" or not same_quantization(value, source) or dtype_name(source.args[0].ty) != str(value.attrs.out_dtype):
-            return None
-        return relax.Call(layout.op, [source.args[0], *layout.args[1:]], layout.attrs, layout.ty_args)
+        data = source.args[0]
+        for move in reversed(moves[1:]):
+            data = builder.emit(relax.Call(move.op, [data, *move.args[1:]], move.attrs, move.ty_args))
+        return relax.Call(moves[0].op, [data, *moves[0].args[1:]], moves[0].attrs, moves[0].ty_args)
 
     return relax.transform.DeadCodeElimination(["main"])(rebuild_module(mod, rewrite))
 

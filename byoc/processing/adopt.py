@@ -31,15 +31,14 @@ import numpy as np
 
 from byoc.codegen_json.graph import kernels, ref_key, tensor_refs
 from byoc.errors import CodegenError
+from byoc.ir.quantization import INT8_MOVES
 from byoc.processing.quantize import INTEGER_RANGES, QUANTIZED_WEIGHT_OPS, QuantizationConfig, RegionCalibration, weight_axis
 from byoc.processing.rewrite import GraphWriter
 
 _QDQ = ("relax.quantize", "relax.dequantize")
-_INT8_LAYOUT = ("relax.reshape", "relax.permute_dims")  # ops that move int8 data as it is
 _ACTIVATIONS = ("relax.nn.relu", "relax.clip")
 # Ops whose output range lies within their inputs' (a model may leave their output unquantized).
-_WITHIN_INPUTS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.mean", "relax.reshape", "relax.permute_dims",
-                  "relax.concat", "relax.nn.relu", "relax.clip")
+_WITHIN_INPUTS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.mean", *INT8_MOVES, "relax.concat", "relax.nn.relu", "relax.clip")
 
 
 @dataclass(frozen=True)
@@ -135,7 +134,7 @@ class _Reader:
                 else:
                     raise CodegenError(f"{what}: the region receives int8 data from the host; the device's regions start "
                                        "from float32 values the model quantizes")
-            elif op in _INT8_LAYOUT and ref_key(node["args"][0]) in self.int8:
+            elif op in INT8_MOVES and ref_key(node["args"][0]) in self.int8:
                 source, scale = self.int8[ref_key(node["args"][0])]
                 outputs = [{"shape": node["outputs"][0]["shape"], "dtype": "float32"}]
                 moved = w.copy(node, [source, *(w.lookup(a) for a in node["args"][1:])], outputs=outputs)[0]

@@ -10,7 +10,7 @@ activations, and less accurately on AVX2.
 An int8 tensor with zero point z holds the same values as the uint8 tensor `q + 128` with zero
 point `z + 128`: `quantize` clips to [-128, 127] where the uint8 form clips to [0, 255], and
 `dequantize` subtracts the zero point. So each quantize inside the region whose int8 result is
-only dequantized there (directly, or after reshapes and transposes, which commute with the
+only dequantized there (directly, or after moves: reshapes, transposes, slices, broadcasts, which commute with the
 shift) is rewritten to produce uint8, and its readers take the moved zero point. The
 result is bit for bit the same; int8 data that leaves the region, or that another op reads, is
 left as it is.
@@ -24,11 +24,9 @@ from typing import Any
 import numpy as np
 
 from byoc.codegen_json.graph import ref_key, tensor_refs
+from byoc.ir.quantization import INT8_MOVES
 from byoc.processing.rewrite import GraphWriter
 
-# Ops that move int8 values without computing on them, and so commute with adding 128 (the
-# partitioner leaves these on int8 data: byoc.frontend.quantized.layout_on_int8_data).
-_MOVES = ("relax.reshape", "relax.permute_dims")
 _SHIFT = 128
 
 
@@ -63,7 +61,7 @@ def _unsigned_family(graph: Mapping[str, Any], constants: Mapping[str, np.ndarra
                 continue
             if reader["op"] == "relax.dequantize" and ref_key(reader["args"][0]) == key and _per_tensor_zero_point(constants, reader):
                 family.add(reader["id"])
-            elif reader["op"] in _MOVES and ref_key(reader["args"][0]) == key:
+            elif reader["op"] in INT8_MOVES and ref_key(reader["args"][0]) == key:
                 family.add(reader["id"])
                 pending.append(reader)
             else:

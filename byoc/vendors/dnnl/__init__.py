@@ -14,8 +14,9 @@ Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 w
 scale per output channel and zero point 0) compute in int8 with the model's own scales (s8
 activations as u8, their zero point moved 128 up: exact, and x86's fast form): quantized
 convolutions and dense layers with bias and ReLU/clip, a residual add fused into its convolution,
-residual adds, the erf GELU and max pooling on the int8 data, reshapes and transposes of int8
-data, and quantize/dequantize as reorders; a dense layer or convolution of a `quantize_dynamic`
+residual adds, constant biases and scales, the erf GELU and max pooling on the int8 data, moves
+of int8 data (reshapes, transposes, slices, broadcasts), float products and softmax writing their
+quantized result as int8, and quantize/dequantize as reorders; a dense layer or convolution of a `quantize_dynamic`
 model, its input quantized per call, as one kernel (`int8.py`).
 """
 

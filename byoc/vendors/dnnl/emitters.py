@@ -731,7 +731,8 @@ def eltwise(call: KernelCall) -> KernelCode:
 
 def binary(call: KernelCall) -> KernelCode:
     """add/subtract/multiply/divide with numpy broadcasting of the second operand; c / x and
-    c - x with a scalar constant c are element-wise ops."""
+    c - x with a scalar constant c are element-wise ops. A quantize after it (see dnnl.int8) is a
+    linear post-op and an int8 result, which the conversion rounds and saturates."""
     node = call.nodes[0]
     a, b, out = call.arg(node, 0), call.arg(node, 1), call.outputs[0]
     if a.kind == "constant" and a.size == 1 and b.shape == out.shape and node["op"] in ("relax.divide", "relax.subtract"):
@@ -753,14 +754,20 @@ def binary(call: KernelCall) -> KernelCode:
         kernel.direct("DNNL_ARG_SRC_1", src1_memory)
     kernel.result(out)
     algorithm = _BINARY[node["op"]]
-    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {kernel.md_of(a)}, {src1_md}, {kernel.md_of(a)}, NULL)"
+    attr, dst_md, quantize = "NULL", kernel.md_of(a), next((n for n in call.nodes if n["op"] == "relax.quantize"), None)
+    if quantize is not None:
+        result = scales_of(call, quantize)
+        attr = kernel.post_ops([_post_op("dnnl_eltwise_linear", 1.0 / float(result.scale[0]), float(result.zero_point[0]))], [], len(out.shape))
+        dst_md = kernel.like_md(a, out.dtype)
+    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {kernel.md_of(a)}, {src1_md}, {dst_md}, {attr})"
     retry: tuple[str, ...] = ()
     if len(out.shape) == 4 and b.shape != out.shape:
         # oneDNN 3.2 broadcasts per channel over nChw8c only in its reference code (DenseNet's
         # batch norms after a concatenation ran 100x slower); its JIT kernel takes NHWC.
         nhwc = kernel.md(out.shape, "acdb")
-        retry = (f"dnnl_binary_primitive_desc_create(&retry_pd, byoc_engine, {algorithm}, {nhwc}, {src1_md}, {nhwc}, NULL)",)
-    return kernel.code(create, retry=retry)
+        retry = (f"dnnl_binary_primitive_desc_create(&retry_pd, byoc_engine, {algorithm}, {nhwc}, {src1_md}, "
+                 f"{kernel.md(out.shape, 'acdb', out.dtype)}, {attr})",)
+    return kernel.code(create, attrs=(attr,) if quantize is not None else (), retry=retry)
 
 
 def select(call: KernelCall) -> KernelCode:
@@ -801,7 +808,8 @@ def _selection_bound(kernel: _Kernel, condition: CBuffer, md: str, selected: str
 
 def softmax(call: KernelCall) -> KernelCode:
     """Softmax; in the `softmax_nan_to_zero` composite, NaN (from a row masked whole, where
-    oneDNN computes -inf - -inf) then becomes 0, as torch's exported attention asks."""
+    oneDNN computes -inf - -inf) then becomes 0, as torch's exported attention asks. A quantize
+    after it (zero point 0: see dnnl.int8) is the primitive's result scale and an int8 result."""
     kernel = _Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
@@ -833,11 +841,15 @@ def softmax(call: KernelCall) -> KernelCode:
             "  for (size_t i = 0; i < count; ++i) if (isnan(data[i])) data[i] = 0.f;",
             "}",
         ]))
+    attr, dst_md, quantize = "NULL", kernel.md_of(x), next((n for n in call.nodes if n["op"] == "relax.quantize"), None)
+    if quantize is not None:
+        attr, dst_md = kernel.post_ops([], [], len(out.shape)), kernel.like_md(x, out.dtype)
+        kernel.scales(attr, "DNNL_ARG_DST", scales_of(call, quantize), 0, zero_point=False)
     create = (
         f"dnnl_softmax_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_softmax_accurate, "
-        f"{kernel.md_of(x)}, {kernel.md_of(x)}, {axis}, NULL)"
+        f"{kernel.md_of(x)}, {dst_md}, {axis}, {attr})"
     )
-    return kernel.code(create)
+    return kernel.code(create, attrs=(attr,) if quantize is not None else ())
 
 
 def concat(call: KernelCall) -> KernelCode:
@@ -1034,14 +1046,14 @@ def requantize(call: KernelCall) -> KernelCode:
     return kernel.code(create, (attr,))
 
 
-def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[CBuffer, Scales] | float,
+def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[CBuffer, Scales] | CBuffer | float,
                          activations: list[str], result: Scales) -> KernelCode:
     """One binary add on int8 data: `a` (int8, its scale a source scale) plus `b` (int8 with its
-    scale, or a number broadcast over `a`), then `activations` (oneDNN algorithms), quantized.
-    Binary primitives take no zero points: those of the operands are a constant offset, added
-    by a linear post-op before the activations (folded into the requantizing one without them),
-    and the result's scale and zero point are a last linear post-op; the conversion to int8 rounds
-    and saturates."""
+    scale, a float constant of the region broadcast over `a`, or a number), then `activations`
+    (oneDNN algorithms), quantized. Binary primitives take no zero points: those of the operands
+    are a constant offset, added by a linear post-op before the activations (folded into the
+    requantizing one without them), and the result's scale and zero point are a last linear
+    post-op; the conversion to int8 rounds and saturates, as QuantizeLinear does."""
     kernel = _Kernel(call)
     source, source_scales = a
     out = call.outputs[0]
@@ -1052,6 +1064,10 @@ def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[C
         offset -= float(other_scales.scale[0]) * float(other_scales.zero_point[0])
         src1_md = kernel.like_md(source, other.dtype)
         kernel.source("DNNL_ARG_SRC_1", other, "dnnl_query_src_md", index=1)
+    elif isinstance(b, CBuffer):  # a float constant, its shape broadcast along the leading axes
+        shape = (1,) * (len(source.shape) - len(b.shape)) + b.shape
+        src1_md = kernel.md(shape, "plain")
+        kernel.direct("DNNL_ARG_SRC_1", kernel.view(b, shape))
     else:  # a number, broadcast: a memory of one element per dimension
         offset += b
         src1_md = kernel.md((1,) * len(source.shape), "plain")
@@ -1076,6 +1092,21 @@ def quantized_add(call: KernelCall) -> KernelCode:
     a, b = ((call.arg(node, 0), scales_of(call, node)) for node in (dequantized(call, call.arg(add, i)) for i in (0, 1)))
     relu = ["dnnl_eltwise_relu"] if any(n["op"] == "relax.nn.relu" for n in call.nodes) else []
     return _requantizing_binary(call, a, b, relu, scales_of(call, call.nodes[-1]))
+
+
+def quantized_with_constant(call: KernelCall) -> KernelCode:
+    """quantize(dequantize(a) + c), c a float constant (a bias added after a quantized product,
+    as exported models write it; position embeddings), or quantize(dequantize(a) * c), c one
+    number (attention's scale; a sum with 0 whose source scale is multiplied by c), as one
+    binary primitive on the int8 data."""
+    root = next(n for n in call.nodes if n["op"] in ("relax.add", "relax.multiply"))
+    index = next(i for i in (0, 1) if dequantized(call, call.arg(root, i)) is not None)
+    source, constant = dequantized(call, call.arg(root, index)), call.arg(root, 1 - index)
+    a, scales, result = call.arg(source, 0), scales_of(call, source), scales_of(call, call.nodes[-1])
+    number = float(np.asarray(call.constants[constant.name]).reshape(-1)[0]) if constant.size == 1 else None
+    if root["op"] == "relax.add":
+        return _requantizing_binary(call, (a, scales), constant if number is None else number, [], result)
+    return _requantizing_binary(call, (a, Scales(scales.scale * np.float32(number), scales.zero_point, scales.axis)), 0.0, [], result)
 
 
 def quantized_gelu(call: KernelCall) -> KernelCode:

@@ -19,9 +19,9 @@ from byoc.annotate.patterns import unary
 from byoc.annotate.predicates import clip_bounds
 from byoc.backend import Backend
 from byoc.frontend.quantized import same_quantization
-from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_shape
+from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name, static_shape
 from byoc.vendors.dnnl import emitters
-from byoc.vendors.dnnl.predicates import expected_constants
+from byoc.vendors.dnnl.predicates import binary_broadcast, expected_constants, scalar_constant
 
 _ACTIVATIONS = ("relax.nn.relu", "relax.clip")
 _OPS = {"conv2d": "relax.nn.conv2d", "conv1d": "relax.nn.conv1d", "dense": "relax.matmul"}
@@ -188,6 +188,61 @@ def quantized_add(match) -> str | None:
     return _per_tensor(match["a"], "first operand") or _per_tensor(match["b"], "second operand") or _per_tensor(match["output"], "result")
 
 
+def _quantized_with_constant(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """quantize(op(dequantize(a), c)), c a float constant on either side."""
+    parts = {"a": _dequantized(False), "constant": is_const()}
+    parts["root"] = is_op(op)(parts["a"], parts["constant"]) | is_op(op)(parts["constant"], parts["a"])
+    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    return parts["output"], parts
+
+
+def quantized_with_constant(match) -> str | None:
+    constant, a = match["constant"], match["a"]
+    if dtype_name(constant.ty) != "float32":
+        return "the constant is not float32"
+    shape, source = static_shape(constant.ty), static_shape(a.ty)
+    if len(shape) > len(source) or static_shape(match["root"].ty) != source:
+        return "the constant is broadcast beyond the int8 operand's shape"
+    # oneDNN 3.2 runs a product of u8 data and a float tensor, its zero point added back by a
+    # binary post-op, in its reference code (36 ms against 5 for a quantized Llama): one number only.
+    if op_name(match["root"]) == "relax.multiply" and math.prod(shape) != 1:
+        return "a product of int8 data and a tensor needs the zero point's share of each element; it is computed in float"
+    return _per_tensor(a, "operand") or _per_tensor(match["output"], "result")
+
+
+_FLOAT_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+
+
+def _quantized_result(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """quantize(op(x, y)) of float operands: a float op between int8 kernels (a SiLU's product,
+    a rotary embedding's), its result written as int8 by the op itself."""
+    parts = {"root": is_op(op)(wildcard(), wildcard())}
+    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    return parts["output"], parts
+
+
+def quantized_result(match) -> str | None:
+    root = match["root"]
+    if any(dtype_name(a.ty) != "float32" for a in root.args):
+        return "the operands are not float32"
+    if op_name(root) in ("relax.divide", "relax.subtract") and scalar_constant(root.args[0]) is not None:
+        return "c / x and c - x are element-wise ops, which write float32"
+    return binary_broadcast(root) or _per_tensor(match["output"], "result")
+
+
+def _quantized_softmax() -> tuple[DFPattern, dict[str, DFPattern]]:
+    """quantize(softmax(x)): attention's probabilities, written as int8 by the softmax."""
+    parts = {"root": is_op("relax.nn.softmax")(wildcard())}
+    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    return parts["output"], parts
+
+
+def quantized_softmax(match) -> str | None:
+    if np.any(constant_array(match["output"].args[2]) != 0):
+        return "oneDNN's softmax takes a result scale, not a zero point"
+    return _per_tensor(match["output"], "result")
+
+
 def _quantized_gelu() -> tuple[DFPattern, dict[str, DFPattern]]:
     """0.5 * x * (1 + erf(x / sqrt(2))) with every intermediate result quantized and read back,
     as onnxruntime's tool writes a model's erf GELU: x is read through two dequantizes."""
@@ -264,5 +319,11 @@ def declare(backend: Backend) -> None:
                     backend.pattern(f"q{name}{suffix}", *_quantized_pattern(op, bias, activation, output), check=quantized_kernel, emit=emit)
     backend.pattern("qgelu", *_quantized_gelu(), check=quantized_gelu, emit=emitters.quantized_gelu)
     backend.pattern("qadd", *_quantized_add(), check=quantized_add, emit=emitters.quantized_add)
+    for name in ("add", "multiply"):
+        backend.pattern(f"q{name}_constant", *_quantized_with_constant(f"relax.{name}"), check=quantized_with_constant,
+                        emit=emitters.quantized_with_constant)
+    backend.pattern("softmax_quantized", *_quantized_softmax(), check=quantized_softmax, emit=emitters.softmax)
+    for op in _FLOAT_BINARY:
+        backend.pattern(f"{op.removeprefix('relax.')}_quantized", *_quantized_result(op), check=quantized_result, emit=emitters.binary)
     backend.pattern("qmax_pool2d", *_quantized_pool(), check=quantized_max_pool, emit=emitters.pooling)
     backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.requantize)
