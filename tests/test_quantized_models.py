@@ -473,6 +473,19 @@ def test_precision_int8_quantizes_a_float_model_for_dnnl():
     assert ours <= onnxruntimes + 0.005, (ours, onnxruntimes)
 
 
+def test_precision_int8_keeps_a_transformer_whole():
+    """byoc quantizes BERT's dense layers; each erf GELU between them stays one float kernel with
+    its result quantized after it. A product that writes its quantized result itself (see
+    dnnl.int8.declare_results) once took the GELU's last multiply, leaving its erf on the host:
+    3 regions here, 13 at full size."""
+    model = zoo.get("bert_encoder", small=True)
+    samples = [zoo.sample_inputs(model, seed=s) for s in range(4)]
+    report = byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl", precision="int8", calibration=samples))
+    assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
+    patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
+    assert patterns["dnnl.gelu"] == sum(1 for n in model.graph.node if n.op_type == "Erf"), patterns
+
+
 def test_precision_int8_refusals_name_the_cause(resnet_u8):
     mod = byoc.from_onnx(FLOAT_RESNET)
     with pytest.raises(byoc.errors.PartitionError, match="precision must be one of"):

@@ -208,6 +208,7 @@ for _form, (_build, _values) in _GELU_FORMS.items():
 dnnl.pattern("normalized", *_normalized(), check=normalized_last_axis, emit=emitters.layer_norm)
 dnnl.pattern("softmax_nan_to_zero", *_softmax_nan_to_zero(), check=nan_to_zero, emit=emitters.softmax)
 dnnl.pattern("softmax_masked_rows_to_zero", *_softmax_masked_rows_to_zero(), check=masked_rows_to_zero, emit=emitters.softmax)
+int8.declare_results(dnnl)
 
 # ------------------------------------------------------------------ single ops
 dnnl.supports(*_CONVOLUTIONS.values(), check=conv_channels_first, emit=_conv)

@@ -322,8 +322,15 @@ def declare(backend: Backend) -> None:
     for name in ("add", "multiply"):
         backend.pattern(f"q{name}_constant", *_quantized_with_constant(f"relax.{name}"), check=quantized_with_constant,
                         emit=emitters.quantized_with_constant)
+    backend.pattern("qmax_pool2d", *_quantized_pool(), check=quantized_max_pool, emit=emitters.pooling)
+    backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.requantize)
+
+
+def declare_results(backend: Backend) -> None:
+    """Float ops that write their quantized result as int8, declared after the float composites:
+    a composite that ends in a product (the erf GELU of a model byoc quantizes itself, its result
+    quantized for the next dense layer) keeps it, rather than losing it to a product alone and
+    leaving its erf without a kernel."""
     backend.pattern("softmax_quantized", *_quantized_softmax(), check=quantized_softmax, emit=emitters.softmax)
     for op in _FLOAT_BINARY:
         backend.pattern(f"{op.removeprefix('relax.')}_quantized", *_quantized_result(op), check=quantized_result, emit=emitters.binary)
-    backend.pattern("qmax_pool2d", *_quantized_pool(), check=quantized_max_pool, emit=emitters.pooling)
-    backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.requantize)
