@@ -257,9 +257,10 @@ class _Generator:
         lines += [f"static size_t {b.name}_bytes = {_dense_bytes(b)};" for b in intermediates]
         lines += [code.state for code in [*(c for _, c in bindings), *codes] if code.state]
         lines += [_kernel_init(position, code) for position, code in enumerate(codes) if code.init.strip()]
-        lines += self._tables(constants, intermediates, bindings)
+        stages = _binding_stages(bindings)
+        lines += self._tables(constants, intermediates, stages)
         lines += ["", "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
-        lines += self._init_function(constants, intermediates, codes, bindings)
+        lines += self._init_function(constants, intermediates, codes, stages)
         lines += self._run_function(codes, bindings)
         lines += ["#ifdef __cplusplus", "}", "#endif", ""]
         return "\n".join(lines)
@@ -267,7 +268,7 @@ class _Generator:
     def _signature(self, name: str) -> str:
         return f"TVM_FFI_DLL_EXPORT int __tvm_ffi_{name}(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {{"
 
-    def _tables(self, constants, intermediates, bindings) -> list[str]:
+    def _tables(self, constants, intermediates, stages: dict[str, list[str]]) -> list[str]:
         """The constant and intermediate tables, and the binding code in functions of `_CHUNK`
         buffers each (`byoc_bind_first<k>`: inputs, outputs and constants; `byoc_bind_last<k>`:
         intermediates, once their slots are allocated)."""
@@ -277,12 +278,12 @@ class _Generator:
         lines += ["};", f"static const byoc_intermediate_spec byoc_intermediates[{max(1, len(intermediates))}] = {{"]
         lines += [f"  {{&{b.name}_bytes, {self.slot_of[b.name]}, &{b.name}}}," for b in intermediates] or ["  {NULL, 0, NULL},"]
         lines.append("};")
-        for stage, codes in _binding_stages(bindings).items():
+        for stage, codes in stages.items():
             for chunk in range(0, len(codes), _CHUNK):
                 lines.append(_init_function(f"byoc_bind_{stage}{chunk // _CHUNK}", "\n".join(codes[chunk:chunk + _CHUNK])))
         return lines
 
-    def _init_function(self, constants, intermediates, codes, bindings) -> list[str]:
+    def _init_function(self, constants, intermediates, codes, stages: dict[str, list[str]]) -> list[str]:
         where = self.where
         lines = [self._signature(init_symbol(self.symbol)), "  const char* byoc_error = NULL;", "  (void)self; (void)result;"]
         # Declared before the first jump to `fail`: C++ forbids jumping over an initialisation.
@@ -302,7 +303,6 @@ class _Generator:
             "    memcpy(spec->pointer, &data, sizeof data);",
             "  }",
         ]
-        stages = _binding_stages(bindings)
         calls = [f"byoc_bind_first{k // _CHUNK}" for k in range(0, len(stages["first"]), _CHUNK)]
         calls += [f"{_KERNEL_INIT}{position}" for position, code in enumerate(codes) if code.init.strip()]
         lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in calls]

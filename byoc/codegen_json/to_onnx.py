@@ -983,6 +983,19 @@ def _dequantized_matmul_as_gemm(writer: _Writer, constants: Mapping[str, np.ndar
 _INT8_MOVES = ("Reshape", "Transpose", "Slice", "Unsqueeze", "Squeeze", "Flatten", "Expand")
 
 
+def _constant_values(writer: _Writer, constants: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray | None]:
+    """The value of a constant by name, the region's or an initializer the translation wrote (read
+    into numpy when asked for: a weight the translation transposes is one); None for any other name."""
+    initializers = {i.name: i for i in writer.initializers}
+
+    def value(name: str) -> np.ndarray | None:
+        if name in constants:
+            return constants[name]
+        return numpy_helper.to_array(initializers[name]) if name in initializers else None
+
+    return value
+
+
 def _layout_between_quantize_and_dequantize(writer: _Writer, constants: Mapping[str, np.ndarray], graph_outputs: set[str]) -> None:
     """QuantizeLinear -> moves (Reshape, Transpose, Slice, ...: one or a chain) -> DequantizeLinear
     (of one scale and zero point), as partitioning leaves a quantized model's moves on its int8
@@ -994,10 +1007,7 @@ def _layout_between_quantize_and_dequantize(writer: _Writer, constants: Mapping[
     attention, a slice, new axis, broadcast and reshape, took its run from 6.2 to 11.0 ms)."""
     readers = _readers(writer.nodes)
     producer = _producers(writer.nodes)
-    initializers = {i.name: i for i in writer.initializers}
-
-    def value(name: str) -> np.ndarray | None:
-        return constants[name] if name in constants else numpy_helper.to_array(initializers[name]) if name in initializers else None
+    value = _constant_values(writer, constants)
 
     def same(a: list[str], b: list[str]) -> bool:  # one scale and zero point: by name, or by value
         if a == b:
@@ -1039,14 +1049,14 @@ class _DynamicQuantization:
 
     def __init__(self, writer: _Writer, constants: Mapping[str, np.ndarray]) -> None:
         self.producer = _producers(writer.nodes)
-        self.values = {**constants, **{i.name: numpy_helper.to_array(i) for i in writer.initializers}}
+        self.value = _constant_values(writer, constants)
 
     def _node(self, name: str, op_type: str) -> onnx.NodeProto | None:
         node = self.producer.get(name)
         return node if node is not None and node.op_type == op_type else None
 
     def _is(self, name: str, value: float) -> bool:
-        array = self.values.get(name)
+        array = self.value(name)
         return array is not None and np.size(array) == 1 and float(np.asarray(array).reshape(-1)[0]) == value
 
     def _bound(self, name: str, op_type: str, reduce: str, x: str) -> list[onnx.NodeProto] | None:
@@ -1081,10 +1091,10 @@ class _DynamicQuantization:
         return [divide, spread, *high, *low, cast, rounded, clip, negated, level]
 
 
-def _dequantized_weights(dequantize: onnx.NodeProto, values: Mapping[str, np.ndarray]) -> np.ndarray:
+def _dequantized_weights(dequantize: onnx.NodeProto, value: Callable[[str], np.ndarray | None]) -> np.ndarray:
     """The float values of DequantizeLinear(constant int8 weights, constant scale, zero point)."""
     axis = next((helper.get_attribute_value(a) for a in dequantize.attribute if a.name == "axis"), 1)  # ONNX's default
-    return dequantize_array(*(values[name] for name in dequantize.input), axis)
+    return dequantize_array(*(value(name) for name in dequantize.input), axis)
 
 
 def _dynamic_quantization_as_the_model_had_it(writer: _Writer, constants: Mapping[str, np.ndarray], outputs: set[str]) -> None:
@@ -1128,14 +1138,14 @@ def _dynamic_quantization_as_the_model_had_it(writer: _Writer, constants: Mappin
             if weights is None or weights.op_type != "DequantizeLinear" or len(weights.input) != 3 \
                     or weights.input[0] not in constants or np.asarray(constants[weights.input[0]]).dtype != np.int8 \
                     or (product_node.op_type == "MatMul" and np.ndim(constants[weights.input[0]]) != 2) \
-                    or any(name not in found.values for name in weights.input[1:]) or dequantize.output[0] in outputs:
+                    or any(found.value(name) is None for name in weights.input[1:]) or dequantize.output[0] in outputs:
                 continue
             name = product_node.name
             if product_node.op_type == "Conv":
                 # onnxruntime's ConvInteger is slower than its float convolution (ResNet-18: 62 ms
                 # on the file against 13.5 with this hand-off): the weights are dequantized here,
                 # once, and the input as the model does it; the product is the same to float rounding.
-                product_node.input[1] = writer.constant(_dequantized_weights(weights, found.values), f"{name}_weights")
+                product_node.input[1] = writer.constant(_dequantized_weights(weights, found.value), f"{name}_weights")
                 if len(readers.get(weights.output[0], [])) == 1:
                     dropped.add(id(weights))
                 continue

@@ -10,7 +10,7 @@ import numpy as np
 
 from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
 from byoc.vendors.dnnl.library import dims, rank
-from byoc.vendors.dnnl.quantization import DNNL_TYPES, KernelQuantization, Scales, dequantized, kernel_quantization, scales_of
+from byoc.vendors.dnnl.quantization import DNNL_TYPES, KernelQuantization, Scales, dequantized, kernel_quantization, result_quantize, scales_of
 
 _ELTWISE = {
     "relax.nn.relu": ("dnnl_eltwise_relu", "0.f", "0.f"),
@@ -754,7 +754,7 @@ def binary(call: KernelCall) -> KernelCode:
         kernel.direct("DNNL_ARG_SRC_1", src1_memory)
     kernel.result(out)
     algorithm = _BINARY[node["op"]]
-    attr, dst_md, quantize = "NULL", kernel.md_of(a), next((n for n in call.nodes if n["op"] == "relax.quantize"), None)
+    attr, dst_md, quantize = "NULL", kernel.md_of(a), result_quantize(call)
     if quantize is not None:
         result = scales_of(call, quantize)
         attr = kernel.post_ops([_post_op("dnnl_eltwise_linear", 1.0 / float(result.scale[0]), float(result.zero_point[0]))], [], len(out.shape))
@@ -841,7 +841,7 @@ def softmax(call: KernelCall) -> KernelCode:
             "  for (size_t i = 0; i < count; ++i) if (isnan(data[i])) data[i] = 0.f;",
             "}",
         ]))
-    attr, dst_md, quantize = "NULL", kernel.md_of(x), next((n for n in call.nodes if n["op"] == "relax.quantize"), None)
+    attr, dst_md, quantize = "NULL", kernel.md_of(x), result_quantize(call)
     if quantize is not None:
         attr, dst_md = kernel.post_ops([], [], len(out.shape)), kernel.like_md(x, out.dtype)
         kernel.scales(attr, "DNNL_ARG_DST", scales_of(call, quantize), 0, zero_point=False)

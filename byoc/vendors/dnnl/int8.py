@@ -213,10 +213,10 @@ def quantized_with_constant(match) -> str | None:
 _FLOAT_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
 
 
-def _quantized_result(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
-    """quantize(op(x, y)) of float operands: a float op between int8 kernels (a SiLU's product,
-    a rotary embedding's), its result written as int8 by the op itself."""
-    parts = {"root": is_op(op)(wildcard(), wildcard())}
+def _quantized_result(op: str, operands: int = 2) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """quantize(op(x, ...)) of float operands: a float op between int8 kernels (a SiLU's product,
+    a rotary embedding's, attention's softmax), its result written as int8 by the op itself."""
+    parts = {"root": is_op(op)(*(wildcard() for _ in range(operands)))}
     parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
     return parts["output"], parts
 
@@ -228,13 +228,6 @@ def quantized_result(match) -> str | None:
     if op_name(root) in ("relax.divide", "relax.subtract") and scalar_constant(root.args[0]) is not None:
         return "c / x and c - x are element-wise ops, which write float32"
     return binary_broadcast(root) or _per_tensor(match["output"], "result")
-
-
-def _quantized_softmax() -> tuple[DFPattern, dict[str, DFPattern]]:
-    """quantize(softmax(x)): attention's probabilities, written as int8 by the softmax."""
-    parts = {"root": is_op("relax.nn.softmax")(wildcard())}
-    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
-    return parts["output"], parts
 
 
 def quantized_softmax(match) -> str | None:
@@ -331,6 +324,6 @@ def declare_results(backend: Backend) -> None:
     a composite that ends in a product (the erf GELU of a model byoc quantizes itself, its result
     quantized for the next dense layer) keeps it, rather than losing it to a product alone and
     leaving its erf without a kernel."""
-    backend.pattern("softmax_quantized", *_quantized_softmax(), check=quantized_softmax, emit=emitters.softmax)
+    backend.pattern("softmax_quantized", *_quantized_result("relax.nn.softmax", operands=1), check=quantized_softmax, emit=emitters.softmax)
     for op in _FLOAT_BINARY:
         backend.pattern(f"{op.removeprefix('relax.')}_quantized", *_quantized_result(op), check=quantized_result, emit=emitters.binary)

@@ -65,6 +65,11 @@ def dequantized(call: KernelCall, buffer: CBuffer) -> dict | None:
     return None
 
 
+def result_quantize(call: KernelCall) -> dict | None:
+    """The kernel's last quantize node, which quantizes its result; None for a float result."""
+    return next((n for n in reversed(call.nodes) if n["op"] == "relax.quantize"), None)
+
+
 def kernel_quantization(call: KernelCall, root: dict) -> KernelQuantization | None:
     """The quantization of the kernel around `root` (a convolution or matrix product), or None
     for a float kernel."""
@@ -72,7 +77,7 @@ def kernel_quantization(call: KernelCall, root: dict) -> KernelQuantization | No
     if source is None:
         return None
     weights = dequantized(call, call.arg(root, 1))
-    quantize = next((n for n in reversed(call.nodes) if n["op"] == "relax.quantize"), None)  # the last: the result's
+    quantize = result_quantize(call)
     return KernelQuantization(
         source=call.arg(source, 0),
         source_scales=scales_of(call, source),
