@@ -239,3 +239,40 @@ def test_a_quantization_scale_that_loses_every_value_is_named(recwarn):
     recwarn.clear()
     byoc.from_onnx(_fake_quantized(0.05))
     assert not [w for w in recwarn if issubclass(w.category, QuantizedModelWarning)]
+
+
+def _activation_between_reshapes(read_twice: bool) -> onnx.ModelProto:
+    """rows = Reshape(x); y = Reshape(0.5 * Gelu(rows)), back to x's shape; with `read_twice`,
+    the GELU's result is an output of its own too."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "rows_shape"], ["rows"], name="to_rows"),
+        helper.make_node("Gelu", ["rows"], ["gelu"], name="gelu"),
+        helper.make_node("Mul", ["gelu", "half"], ["scaled"], name="scaled"),
+        helper.make_node("Reshape", ["scaled", "tokens_shape"], ["y"], name="to_tokens"),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])]
+    if read_twice:
+        outputs.append(helper.make_tensor_value_info("gelu", TensorProto.FLOAT, [8, 16]))
+    initializers = [helper.make_tensor("rows_shape", TensorProto.INT64, [2], [8, 16]),
+                    helper.make_tensor("tokens_shape", TensorProto.INT64, [3], [1, 8, 16]),
+                    helper.make_tensor("half", TensorProto.FLOAT, [1], [0.5])]
+    graph = helper.make_graph(nodes, "between_reshapes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+                              outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+@pytest.mark.parametrize("read_twice", [False, True])
+def test_reshapes_that_undo_each_other_around_element_wise_ops_are_dropped(read_twice):
+    """Element-wise ops compute the same on any shape: reshape(f(reshape(x))) back to x's shape is
+    f(x), each op keeping its node's name. A value read by another op stays as it was, so that
+    nothing is computed twice."""
+    model = _activation_between_reshapes(read_twice)
+    mod = byoc.from_onnx(model)
+    bindings = [b for block in mod["main"].body.blocks for b in block.bindings if isinstance(b.value, relax.Call)]
+    reshapes = [b for b in bindings if b.value.op.name == "relax.reshape"]
+    assert len(reshapes) == (2 if read_twice else 0), mod
+    if not read_twice:
+        assert [b.value.op.name for b in bindings] == ["relax.nn.gelu", "relax.multiply"] and bindings[0].var.name == "gelu"
+    inputs = {"x": np.random.default_rng(0).standard_normal((1, 8, 16), np.float32)}
+    assert_fp32_close([np.asarray(o) for o in byoc.build(byoc.partition_for(mod, "reference")).run(inputs)],
+                      onnxruntime_outputs(model, inputs))

@@ -15,6 +15,7 @@ half a percent (both about 2% here).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -317,7 +318,8 @@ def test_a_quantized_transformer_is_one_int8_region():
 def _exported_attention() -> onnx.ModelProto:
     """Forms torch.onnx writes in a transformer, small: attention scaled by a number, the safe
     softmax (Where(IsNaN(p), 0, p)), a SiLU's product, a slice, new axis and broadcast (a Llama's
-    grouped-query attention), and position embeddings added as a constant."""
+    grouped-query attention), position embeddings added as a constant, and a RMSNorm (a product
+    with one value per row, then with a weight along the last axis)."""
     builder = OnnxGraphBuilder("exported_attention", seed=5)
     x = builder.input("x", [1, 8, 16])
     keys = builder.op("Transpose", [builder.matmul(x, 16, 16, bias=False)], perm=[0, 2, 1])
@@ -330,7 +332,11 @@ def _exported_attention() -> onnx.ModelProto:
     repeated = builder.op("Expand", [builder.op("Unsqueeze", [half, builder.constant("axis", np.array([1], np.int64))]),
                                      builder.constant("repeats", np.array([1, 2, 8, 8], np.int64))])
     rows = builder.op("Reshape", [repeated, builder.constant("shape", np.array([1, 8, 16], np.int64))])
-    builder.output(builder.matmul(builder.op("Add", [rows, builder.constant("position", builder.small((1, 8, 16), 0.5))]), 16, 16))
+    positioned = builder.op("Add", [rows, builder.constant("position", builder.small((1, 8, 16), 0.5))])
+    mean_square = builder.op("ReduceMean", [builder.op("Mul", [positioned, positioned])], axes=[-1])
+    inverse_rms = builder.op("Reciprocal", [builder.op("Sqrt", [builder.op("Add", [mean_square, builder.constant("eps", np.array(1e-6, np.float32))])])])
+    normed = builder.op("Mul", [builder.op("Mul", [positioned, inverse_rms]), builder.constant("norm_weight", 1.0 + builder.small((16,), 0.2))])
+    builder.output(builder.matmul(normed, 16, 16))
     return builder.build()
 
 
@@ -340,9 +346,10 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     - the safe softmax's NaN check reads a dequantized value, which is never NaN: dropped
       (it cut exported transformers into a region per layer);
     - slices, new axes and broadcasts between one scale move the int8 data, as reshapes do;
-    - a constant added, a product with a number, a float product and the softmax write their
-      result as int8 themselves, with no quantizing reorder after them (nor a dequantizing one
-      before the constant's add and the number's product)."""
+    - a constant added, a product with a number or with a weight along the last axis, the SiLU's
+      sigmoid and product and the RMSNorm's (one operand int8, the other float) and the softmax
+      write their result as int8 themselves, with no quantizing reorder after them (nor a
+      dequantizing one before their int8 operand)."""
     model = _exported_attention()
     quantized = quantize_static(model, [zoo.sample_inputs(model, seed=s) for s in range(4)], "uint8")
     assert any(n.op_type == "IsNaN" and n.input[0].endswith("DequantizeLinear_Output") for n in quantized.graph.node)
@@ -350,7 +357,8 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     report = byoc.report(partitioned)
     assert len(report.regions) == 1 and report.offload_ratio_nodes == 1.0, report.to_table()
     patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
-    assert {"dnnl.qadd_constant", "dnnl.qmultiply_constant", "dnnl.multiply_quantized", "dnnl.softmax_quantized"} <= set(patterns), patterns
+    expected = {"dnnl.qadd_constant", "dnnl.qmultiply_constant", "dnnl.qeltwise_sigmoid", "dnnl.qmultiply_float", "dnnl.softmax_quantized"}
+    assert expected <= set(patterns), patterns
     region = next(f for gv, f in partitioned.functions.items() if gv.name_hint.startswith("dnnl_"))
     moves = [(op_name(b.value), dtype_name(b.value.args[0].ty)) for block in region.body.blocks for b in block.bindings
              if op_name(b.value) in ("relax.strided_slice", "relax.expand_dims", "relax.broadcast_to")]
@@ -364,6 +372,72 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     # A float softmax keeps its check (the host's NaN case is the vendor's to honour).
     ops = Counter(op_name(b.value) for block in byoc.from_onnx(model)["main"].body.blocks for b in block.bindings)
     assert ops["relax.isnan"] == 1, ops
+
+
+def _exported_feed_forward() -> onnx.ModelProto:
+    """A transformer's feed-forward block as torch.onnx and onnxruntime's optimizer write it: each
+    dense layer of the 3-D activations a reshape to rows, a product and a bias, a reshape back;
+    the GELU op (opset 20) between the two reshapes that undo each other."""
+    builder = OnnxGraphBuilder("exported_feed_forward", seed=6)
+    x = builder.input("x", [1, 8, 16])
+
+    def dense(value: str, fin: int, fout: int) -> str:
+        rows = builder.op("Reshape", [value, builder.shape_constant("rows", [8, fin])])
+        return builder.op("Reshape", [builder.matmul(rows, fin, fout), builder.shape_constant("tokens", [1, 8, fout])])
+
+    builder.output(dense(builder.op("Gelu", [dense(x, 16, 64)]), 64, 16))
+    return builder.build(opset=20)
+
+
+def test_an_activation_between_quantized_dense_layers_runs_on_the_int8_data(tmp_path):
+    """The reshapes around the GELU undo each other (folded at import), so it reads the first
+    product's int8 result and writes the second's int8 source: one primitive on the int8 data,
+    with no reorder to float and back, and no copy for a reshape."""
+    model = _exported_feed_forward()
+    quantized = quantize_static(model, [zoo.sample_inputs(model, seed=s) for s in range(4)], "uint8")
+    partitioned = byoc.partition_for(byoc.from_onnx(quantized), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_nodes == 1.0, report.to_table()
+    patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
+    assert patterns["dnnl.qeltwise_gelu"] == 1 and patterns["dnnl.qdense_bias"] == 2, patterns
+    region = next(f for gv, f in partitioned.functions.items() if gv.name_hint.startswith("dnnl_"))
+    ops = [op_name(b.value) for block in region.body.blocks for b in block.bindings if op_name(b.value) is not None]
+    assert Counter(ops) == {"relax.reshape": 2, "relax.quantize": 1, "relax.dequantize": 1}, ops  # the region's input and output
+    compiled = byoc.build(partitioned)
+    assert _as_accurate_as_onnxruntime(compiled, quantized, model)
+    executed = _primitives_run(compiled, quantized, tmp_path)
+    assert not [fields for fields in executed if fields[4].startswith("ref")], "oneDNN ran reference (C loop) kernels"
+    assert Counter(fields[3] for fields in executed if fields[3] != "reorder") == {"matmul": 2, "binary": 1}, executed
+    assert any("eltwise_gelu_erf" in field for fields in executed if fields[3] == "binary" for field in fields), executed
+    conversions = Counter((m[0], m[1]) for fields in executed if fields[3] == "reorder"
+                          for m in [re.findall(r"(?:src|dst)_(\w+?):", fields[6])] if m[0] != m[1])
+    assert conversions == {("f32", "u8"): 1, ("u8", "f32"): 1}, conversions  # the region's input quantized, its result dequantized
+
+
+def test_a_layer_norm_reads_and_writes_int8_data_as_onnxruntime_computes_it(tmp_path):
+    """LayerNormalization between a DequantizeLinear and a QuantizeLinear (a BERT's, as
+    onnxruntime's tool writes it) is one oneDNN layer norm from u8 to u8: the mean takes the zero
+    point away, the scale leaves only epsilon to rescale, and the result's zero point is added to
+    the shift. onnxruntime's own result, to the last step."""
+    builder = OnnxGraphBuilder("quantized_layer_norm", seed=7)
+    x = builder.input("x", [2, 4, 16])
+
+    def requantized(value: str, scale: float, zero: int) -> str:
+        quantization = [builder.constant("scale", np.array(scale, np.float32)), builder.constant("zero", np.array(zero, np.uint8))]
+        return builder.op("DequantizeLinear", [builder.op("QuantizeLinear", [value, *quantization]), *quantization])
+
+    gamma, beta = (builder.constant(n, v) for n, v in (("gamma", 1.0 + builder.small((16,), 0.3)), ("beta", builder.small((16,), 0.3))))
+    normed = builder.op("LayerNormalization", [requantized(x, 0.05, 100), gamma, beta], axis=-1)
+    builder.output(requantized(normed, 0.03, 128))
+    model = builder.build()
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl", fallback_without_macs=False)
+    assert [dict(r.patterns) for r in byoc.report(partitioned).regions] == [{"dnnl.qlayer_norm": 1}]
+    compiled = byoc.build(partitioned)
+    inputs = {"x": np.random.default_rng(0).standard_normal((2, 4, 16)).astype(np.float32) * 2}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    np.testing.assert_allclose(np.asarray(compiled.run(inputs)[0]), want, atol=0.03 + 1e-6)  # within one step
+    norms = [fields for fields in _primitives_run(compiled, model, tmp_path) if fields[3] == "layer_normalization"]
+    assert len(norms) == 1 and "src_u8" in norms[0][6] and "dst_u8" in norms[0][6], norms
 
 
 def test_a_model_in_quantized_operators_runs_as_its_qdq_form():

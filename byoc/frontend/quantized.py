@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 
 from byoc.frontend.fold_constants import dequantized_values, fold_constants_numpy
+from byoc.frontend.reshapes import fold_reshapes
 from byoc.ir.quantization import INT8_MOVES
 from byoc.ir.rewrite import bound_value, rebuild_function, rebuild_module
 from byoc.ir.types import calls_op, constant_array, dtype_name, is_tensor_constant, op_name
@@ -174,8 +175,8 @@ def same_quantization(quantize: relax.Call, dequantize: relax.Call) -> bool:
 
 def layout_on_int8_data(mod: tvm.IRModule) -> tvm.IRModule:
     """quantize(move(dequantize(x))) with one scale and zero point on both sides, where the move is
-    a reshape, transpose, slice, broadcast or new axis (`INT8_MOVES`), is that move of the int8
-    data x, exactly: onnxruntime's tool quantizes around every such op of a quantized
+    a reshape, transpose, slice, broadcast or new axis (`INT8_MOVES`) or none, is that move of the
+    int8 data x, exactly: onnxruntime's tool quantizes around every such op of a quantized
     transformer's attention (and a Llama's rotary embedding), and each pair was two passes over
     the tensor in float."""
 
@@ -187,15 +188,19 @@ def layout_on_int8_data(mod: tvm.IRModule) -> tvm.IRModule:
         while op_name(source) in INT8_MOVES:
             moves.append(source)
             source = bound_value(source.args[0], builder)
-        if not moves or op_name(source) != "relax.dequantize" or not same_quantization(value, source) or \
+        if op_name(source) != "relax.dequantize" or not same_quantization(value, source) or \
                 dtype_name(source.args[0].ty) != str(value.attrs.out_dtype):
             return None
         data = source.args[0]
+        if not moves:  # quantize(dequantize(x)) alone: what `fold_reshapes` leaves of a reshape between them
+            return data
         for move in reversed(moves[1:]):
             data = builder.emit(relax.Call(move.op, [data, *move.args[1:]], move.attrs, move.ty_args))
         return relax.Call(moves[0].op, [data, *moves[0].args[1:]], moves[0].attrs, moves[0].ty_args)
 
-    return relax.transform.DeadCodeElimination(["main"])(rebuild_module(mod, rewrite))
+    # quantize(dequantize(x)) is now an alias of x: its readers read x.
+    tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(["main"])])
+    return tidy(rebuild_module(mod, rewrite))
 
 
 def for_partitioning(mod: tvm.IRModule, takes_quantized: bool, int8_weights: bool = True) -> tvm.IRModule:
@@ -207,5 +212,5 @@ def for_partitioning(mod: tvm.IRModule, takes_quantized: bool, int8_weights: boo
         return mod
     if takes_quantized:
         weights = fold_float_weights if int8_weights else fold_weight_dequantize
-        return dequantize_per_consumer(layout_on_int8_data(weights(mod)))
+        return dequantize_per_consumer(fold_reshapes(layout_on_int8_data(weights(mod))))
     return fold_weight_dequantize(mod)

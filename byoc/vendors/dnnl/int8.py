@@ -21,7 +21,7 @@ from byoc.backend import Backend
 from byoc.frontend.quantized import same_quantization
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name, static_shape
 from byoc.vendors.dnnl import emitters
-from byoc.vendors.dnnl.predicates import binary_broadcast, expected_constants, scalar_constant
+from byoc.vendors.dnnl.predicates import binary_broadcast, expected_constants, layer_norm_last_axis, scalar_constant
 
 _ACTIVATIONS = ("relax.nn.relu", "relax.clip")
 _OPS = {"conv2d": "relax.nn.conv2d", "conv1d": "relax.nn.conv1d", "dense": "relax.matmul"}
@@ -203,10 +203,11 @@ def quantized_with_constant(match) -> str | None:
     shape, source = static_shape(constant.ty), static_shape(a.ty)
     if len(shape) > len(source) or static_shape(match["root"].ty) != source:
         return "the constant is broadcast beyond the int8 operand's shape"
-    # oneDNN 3.2 runs a product of u8 data and a float tensor, its zero point added back by a
-    # binary post-op, in its reference code (36 ms against 5 for a quantized Llama): one number only.
-    if op_name(match["root"]) == "relax.multiply" and math.prod(shape) != 1:
-        return "a product of int8 data and a tensor needs the zero point's share of each element; it is computed in float"
+    # A product with a tensor runs on the data seen as rows of the constant's size (see
+    # emitters.quantized_with_constant): the constant must repeat along the leading axes only.
+    trailing = shape[next((i for i, d in enumerate(shape) if d != 1), len(shape)):]
+    if op_name(match["root"]) == "relax.multiply" and math.prod(shape) != 1 and tuple(source[len(source) - len(trailing):]) != trailing:
+        return "the constant is broadcast along an inner axis; a product with it on int8 data takes it along the leading axes only"
     return _per_tensor(a, "operand") or _per_tensor(match["output"], "result")
 
 
@@ -230,10 +231,52 @@ def quantized_result(match) -> str | None:
     return binary_broadcast(root) or _per_tensor(match["output"], "result")
 
 
+def _quantized_with_float(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """quantize(op(dequantize(a), x)), x a float tensor computed in the region, on either side:
+    a RMSNorm's or rotary embedding's product, SiLU's, a residual sum of a float result."""
+    parts = {"a": _dequantized(False), "other": wildcard()}
+    parts["root"] = is_op(op)(parts["a"], parts["other"]) | is_op(op)(parts["other"], parts["a"])
+    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    return parts["output"], parts
+
+
+def quantized_with_float(match) -> str | None:
+    other, root = match["other"], match["root"]
+    if is_tensor_constant(other):
+        return "the other operand is a constant (see the constant's own patterns)"
+    shape, result = static_shape(other.ty), static_shape(root.ty)
+    # oneDNN 3.2's JIT kernel takes a binary post-op's operand whole or along axis 1 only (a
+    # RMSNorm's 1 / rms per row); any other broadcast runs in its reference code.
+    along_axis_1 = len(shape) == len(result) > 1 and all(d == 1 for i, d in enumerate(shape) if i != 1) and shape[1] == result[1]
+    if dtype_name(other.ty) != "float32" or (shape != result and not along_axis_1):
+        return "the other operand is not a float32 tensor of the result's shape, nor one value per row"
+    if static_shape(match["a"].ty) != result:
+        return "the int8 operand is broadcast"
+    if op_name(root) == "relax.divide" and root.args[1].same_as(match["a"]):
+        return "x / dequantize(a) divides by the int8 operand"
+    return _per_tensor(match["a"], "int8 operand") or _per_tensor(match["output"], "result")
+
+
 def quantized_softmax(match) -> str | None:
     if np.any(constant_array(match["output"].args[2]) != 0):
         return "oneDNN's softmax takes a result scale, not a zero point"
     return _per_tensor(match["output"], "result")
+
+
+def _quantized_layer_norm(quantized_output: bool) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """[quantize](layer_norm(dequantize(x))): the layer norm reads the int8 data as it is (see
+    `emitters.layer_norm`). A softmax cannot: oneDNN 3.2 applies a source scale to its result."""
+    parts = {"source": _dequantized(False)}
+    out = parts["root"] = is_op("relax.nn.layer_norm")(parts["source"], is_const(), is_const())
+    if quantized_output:
+        out = parts["output"] = is_op("relax.quantize")(out, is_const(), is_const())
+    return out, parts
+
+
+def quantized_layer_norm(match) -> str | None:
+    output = match.get("output")
+    return layer_norm_last_axis(match["root"]) or _per_tensor(match["source"], "source") or \
+        (_per_tensor(output, "result") if output is not None else None)
 
 
 def _quantized_gelu() -> tuple[DFPattern, dict[str, DFPattern]]:
@@ -258,6 +301,19 @@ _GELU_CONSTANTS = expected_constants({"sqrt2": math.sqrt(2.0), "one": 1.0, "half
 
 def quantized_gelu(match) -> str | None:
     return _GELU_CONSTANTS(match) or _per_tensor(match["source"], "source") or _per_tensor(match["output"], "result")
+
+
+def _quantized_eltwise(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """quantize(op(dequantize(x))), `op` element-wise: exporters' GELU op between two quantized
+    dense layers (once `fold_reshapes` has taken the reshapes around it)."""
+    parts = {"source": _dequantized(False)}
+    parts["root"] = unary(op, parts["source"])
+    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    return parts["output"], parts
+
+
+def quantized_eltwise(match) -> str | None:
+    return _per_tensor(match["source"], "source") or _per_tensor(match["output"], "result")
 
 
 def _quantized_pool() -> tuple[DFPattern, dict[str, DFPattern]]:
@@ -311,6 +367,9 @@ def declare(backend: Backend) -> None:
                     suffix = "_bias" * bias + "_act" * activation + ("" if output else "_float")
                     backend.pattern(f"q{name}{suffix}", *_quantized_pattern(op, bias, activation, output), check=quantized_kernel, emit=emit)
     backend.pattern("qgelu", *_quantized_gelu(), check=quantized_gelu, emit=emitters.quantized_gelu)
+    for op in emitters.ELTWISE_OPS:
+        backend.pattern(f"qeltwise_{op.removeprefix('relax.').removeprefix('nn.')}", *_quantized_eltwise(op), check=quantized_eltwise,
+                        emit=emitters.quantized_eltwise)
     backend.pattern("qadd", *_quantized_add(), check=quantized_add, emit=emitters.quantized_add)
     for name in ("add", "multiply"):
         backend.pattern(f"q{name}_constant", *_quantized_with_constant(f"relax.{name}"), check=quantized_with_constant,
@@ -324,6 +383,12 @@ def declare_results(backend: Backend) -> None:
     a composite that ends in a product (the erf GELU of a model byoc quantizes itself, its result
     quantized for the next dense layer) keeps it, rather than losing it to a product alone and
     leaving its erf without a kernel."""
+    for output in (True, False):
+        backend.pattern(f"qlayer_norm{'' if output else '_float'}", *_quantized_layer_norm(output), check=quantized_layer_norm,
+                        emit=emitters.layer_norm)
     backend.pattern("softmax_quantized", *_quantized_result("relax.nn.softmax", operands=1), check=quantized_softmax, emit=emitters.softmax)
+    for op in _FLOAT_BINARY:  # one operand int8: read as it is, not through a dequantizing reorder
+        backend.pattern(f"q{op.removeprefix('relax.')}_float", *_quantized_with_float(op), check=quantized_with_float,
+                        emit=emitters.quantized_with_float)
     for op in _FLOAT_BINARY:
         backend.pattern(f"{op.removeprefix('relax.')}_quantized", *_quantized_result(op), check=quantized_result, emit=emitters.binary)

@@ -65,6 +65,12 @@ def dequantized(call: KernelCall, buffer: CBuffer) -> dict | None:
     return None
 
 
+def dequantized_source(call: KernelCall) -> dict | None:
+    """The dequantize node that reads a kernel's int8 input, if any (the int8 data behind it is
+    `call.arg(node, 0)`)."""
+    return next((n for n in call.nodes if n["op"] == "relax.dequantize" and call.arg(n, 0) in call.inputs), None)
+
+
 def result_quantize(call: KernelCall) -> dict | None:
     """The kernel's last quantize node, which quantizes its result; None for a float result."""
     return next((n for n in reversed(call.nodes) if n["op"] == "relax.quantize"), None)
