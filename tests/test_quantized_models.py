@@ -346,6 +346,8 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     - the safe softmax's NaN check reads a dequantized value, which is never NaN: dropped
       (it cut exported transformers into a region per layer);
     - slices, new axes and broadcasts between one scale move the int8 data, as reshapes do;
+    - the attention's products of two quantized activations are int8 products, the second
+      operand's uint8 moved to int8 (oneDNN takes int8 weights only);
     - a constant added, a product with a number or with a weight along the last axis, the SiLU's
       sigmoid and product and the RMSNorm's (one operand int8, the other float) and the softmax
       write their result as int8 themselves, with no quantizing reorder after them (nor a
@@ -358,7 +360,7 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     assert len(report.regions) == 1 and report.offload_ratio_nodes == 1.0, report.to_table()
     patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
     expected = {"dnnl.qadd_constant", "dnnl.qmultiply_constant", "dnnl.qeltwise_sigmoid", "dnnl.qmultiply_float", "dnnl.softmax_quantized"}
-    assert expected <= set(patterns), patterns
+    assert expected <= set(patterns) and patterns["dnnl.qmatmul"] == 2, patterns  # scores, and the values' weighted sum
     region = next(f for gv, f in partitioned.functions.items() if gv.name_hint.startswith("dnnl_"))
     moves = [(op_name(b.value), dtype_name(b.value.args[0].ty)) for block in region.body.blocks for b in block.bindings
              if op_name(b.value) in ("relax.strided_slice", "relax.expand_dims", "relax.broadcast_to")]
@@ -369,6 +371,8 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     assert not [fields for fields in executed if fields[4].startswith("ref")], "oneDNN ran reference (C loop) kernels"
     results = {fields[3]: fields[6] for fields in executed if fields[3] in ("softmax", "binary")}
     assert "dst_u8" in results["softmax"] and "dst_u8" in results["binary"], results
+    products = [fields[6] for fields in executed if fields[3] == "matmul"]
+    assert len(products) == 6 and all("src_u8" in p and "wei_s8" in p for p in products), products
     # A float softmax keeps its check (the host's NaN case is the vendor's to honour).
     ops = Counter(op_name(b.value) for block in byoc.from_onnx(model)["main"].body.blocks for b in block.bindings)
     assert ops["relax.isnan"] == 1, ops

@@ -4,6 +4,7 @@ at initialisation; a call only sets data handles and executes."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -534,6 +535,9 @@ def matmul(call: KernelCall) -> KernelCode:
         bias_shape = (1, channels) if rows else (1,) * (len(out_shape) - len(bias.shape)) + bias.shape
         bias_md, bias_memory = kernel.md(bias_shape, "plain"), kernel.view(bias, bias_shape)
     attr = kernel.post_ops(post, residuals, len(out_shape))
+    if quantized is not None and w.kind != "constant" and w.dtype == "uint8":  # read as int8 w - 128 (see _as_int8)
+        weight_scales = quantized.weight_scales
+        quantized = dataclasses.replace(quantized, weight_scales=dataclasses.replace(weight_scales, zero_point=weight_scales.zero_point - 128))
     if quantized is not None:  # per output column: the weights' last dimension
         kernel.quantization(attr, quantized, 1 << (len(weight_shape) - 1))
     weights_md = kernel.md(weight_shape, dtype=w.dtype)
@@ -545,6 +549,9 @@ def matmul(call: KernelCall) -> KernelCode:
         kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
     if w.kind == "constant":
         kernel.weights("DNNL_ARG_WEIGHTS", kernel.view(w, weight_shape), "dnnl_query_weights_md")
+    elif quantized is not None and w.dtype == "uint8":
+        weights_md = kernel.like_md(w, "int8")
+        kernel.direct("DNNL_ARG_WEIGHTS", _as_int8(kernel, w, weights_md))
     else:
         kernel.source("DNNL_ARG_WEIGHTS", w, "dnnl_query_weights_md")
     if bias_memory is not None:
@@ -555,6 +562,36 @@ def matmul(call: KernelCall) -> KernelCode:
         kernel.result(out)
     create = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {src_md}, {weights_md}, {bias_md}, {dst_md}, {attr})"
     return kernel.code(create, (attr,))
+
+
+def _as_int8(kernel: _Kernel, w: CBuffer, md: str) -> str:
+    """Per call, uint8 data `w` as int8 `w - 128` (exact), in a memory of `md` that is returned:
+    oneDNN 3.2's int8 matrix products take int8 weights only, and the second operand of a product
+    of two quantized activations (attention's keys and values) is uint8."""
+    name = kernel._name("int8")
+    kernel.state += [f"static dnnl_memory_t {name} = NULL, {name}_shift = NULL;", f"static dnnl_primitive_t {name}_reorder = NULL;",
+                     f"static int32_t {name}_zero = 128;"]
+    kernel.setup += [
+        kernel.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "int8 operand"),
+        kernel.check(f"dnnl_memory_create(&{name}_shift, {kernel.md((1,), 'plain', 'int32')}, byoc_engine, &{name}_zero)", "operand shift"),
+        "{",
+        "  dnnl_primitive_attr_t shift;",
+        "  dnnl_primitive_desc_t reorder = NULL;",
+        "  " + kernel.check("dnnl_primitive_attr_create(&shift)", "attribute"),
+        "  " + kernel.check("dnnl_primitive_attr_set_zero_points_mask(shift, DNNL_ARG_SRC, 0)", "zero points"),
+        "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&reorder, {kernel.md_of(w)}, byoc_engine, {md}, byoc_engine, shift)", "int8 operand"),
+        "  " + kernel.check(f"byoc_primitive(&{name}_reorder, reorder)", "int8 operand"),
+        "  dnnl_primitive_attr_destroy(shift);",
+        "}",
+    ]
+    kernel.before += [
+        "{",
+        f"  dnnl_exec_arg_t args[3] = {{{{DNNL_ARG_FROM, {w.name}_mem}}, {{DNNL_ARG_TO, {name}}}, "
+        f"{{DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, {name}_shift}}}};",
+        "  " + kernel.check(f"byoc_execute({name}_reorder, 3, args)", "int8 operand"),
+        "}",
+    ]
+    return name
 
 
 def _quantized_at_run_time(kernel: _Kernel, source: str, source_md: str, count: int | str, q_md: str) -> str:

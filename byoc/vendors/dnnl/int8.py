@@ -108,6 +108,27 @@ def quantized_kernel(match) -> str | None:
             or (_per_tensor(output, "result") if output is not None else None))
 
 
+def _quantized_product(quantized_output: bool) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """[quantize](matmul(dequantize(a), dequantize(b))) of two quantized activations: attention's
+    scores and its weighted sum of the values."""
+    parts = {"source": _dequantized(False), "weights": _dequantized(False)}
+    out = parts["root"] = is_op("relax.matmul")(parts["source"], parts["weights"])
+    if quantized_output:
+        out = parts["output"] = is_op("relax.quantize")(out, is_const(), is_const())
+    return out, parts
+
+
+def quantized_product(match) -> str | None:
+    a, b = (static_shape(match[k].ty) for k in ("source", "weights"))
+    if len(a) != len(b) or len(a) < 2 or a[:-2] != b[:-2]:
+        return "the operands' batch dimensions differ; an int8 product takes them equal"
+    if any(is_tensor_constant(match[k].args[0]) for k in ("source", "weights")):
+        return "an operand is constant (see the quantized dense layer)"
+    output = match.get("output")
+    return _per_tensor(match["source"], "first operand") or _per_tensor(match["weights"], "second operand") or \
+        (_per_tensor(output, "result") if output is not None else None)
+
+
 _BATCH_NORM = ("relax.subtract", "relax.divide", "relax.multiply", "relax.add")  # as TVM decomposes it, by constants
 
 
@@ -366,6 +387,8 @@ def declare(backend: Backend) -> None:
                 for output in (True, False):
                     suffix = "_bias" * bias + "_act" * activation + ("" if output else "_float")
                     backend.pattern(f"q{name}{suffix}", *_quantized_pattern(op, bias, activation, output), check=quantized_kernel, emit=emit)
+    for output in (True, False):
+        backend.pattern(f"qmatmul{'' if output else '_float'}", *_quantized_product(output), check=quantized_product, emit=emitters.matmul)
     backend.pattern("qgelu", *_quantized_gelu(), check=quantized_gelu, emit=emitters.quantized_gelu)
     for op in emitters.ELTWISE_OPS:
         backend.pattern(f"qeltwise_{op.removeprefix('relax.').removeprefix('nn.')}", *_quantized_eltwise(op), check=quantized_eltwise,
