@@ -564,6 +564,16 @@ def matmul(call: KernelCall) -> KernelCode:
     return kernel.code(create, (attr,))
 
 
+def _reorder_with_attributes(kernel: _Kernel, primitive: str, source_md: str, target_md: str, given: list[tuple[str, str]], what: str) -> list[str]:
+    """Initialisation of reorder `primitive` from `source_md` to `target_md` whose scales or zero
+    points (`given`: ("scales", "DNNL_ARG_DST"), ...; one value each) are given per call."""
+    lines = ["dnnl_primitive_attr_t attr;", "dnnl_primitive_desc_t reorder = NULL;", kernel.check("dnnl_primitive_attr_create(&attr)", "attribute")]
+    lines += [kernel.check(f"dnnl_primitive_attr_set_{kind}_mask(attr, {arg}, 0)", kind.replace("_", " ")) for kind, arg in given]
+    lines += [kernel.check(f"dnnl_reorder_primitive_desc_create(&reorder, {source_md}, byoc_engine, {target_md}, byoc_engine, attr)", what),
+              kernel.check(f"byoc_primitive(&{primitive}, reorder)", what), "dnnl_primitive_attr_destroy(attr);"]
+    return ["{", *("  " + line for line in lines), "}"]
+
+
 def _as_int8(kernel: _Kernel, w: CBuffer, md: str) -> str:
     """Per call, uint8 data `w` as int8 `w - 128` (exact), in a memory of `md` that is returned:
     oneDNN 3.2's int8 matrix products take int8 weights only, and the second operand of a product
@@ -574,15 +584,7 @@ def _as_int8(kernel: _Kernel, w: CBuffer, md: str) -> str:
     kernel.setup += [
         kernel.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "int8 operand"),
         kernel.check(f"dnnl_memory_create(&{name}_shift, {kernel.md((1,), 'plain', 'int32')}, byoc_engine, &{name}_zero)", "operand shift"),
-        "{",
-        "  dnnl_primitive_attr_t shift;",
-        "  dnnl_primitive_desc_t reorder = NULL;",
-        "  " + kernel.check("dnnl_primitive_attr_create(&shift)", "attribute"),
-        "  " + kernel.check("dnnl_primitive_attr_set_zero_points_mask(shift, DNNL_ARG_SRC, 0)", "zero points"),
-        "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&reorder, {kernel.md_of(w)}, byoc_engine, {md}, byoc_engine, shift)", "int8 operand"),
-        "  " + kernel.check(f"byoc_primitive(&{name}_reorder, reorder)", "int8 operand"),
-        "  dnnl_primitive_attr_destroy(shift);",
-        "}",
+        *_reorder_with_attributes(kernel, f"{name}_reorder", kernel.md_of(w), md, [("zero_points", "DNNL_ARG_SRC")], "int8 operand"),
     ]
     kernel.before += [
         "{",
@@ -609,17 +611,8 @@ def _quantized_at_run_time(kernel: _Kernel, source: str, source_md: str, count: 
         kernel.check(f"dnnl_memory_create(&{k}_scale_mem, {scale_md}, byoc_engine, &{k}_scale)", "run-time scale"),
         kernel.check(f"dnnl_memory_create(&{k}_zero_mem, {zero_md}, byoc_engine, &{k}_zero)", "run-time zero point"),
         kernel.check(f"dnnl_memory_create(&{k}_q, {q_md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "quantized input"),
-        "{",
-        "  dnnl_primitive_attr_t quantization;",
-        "  dnnl_primitive_desc_t quantize = NULL;",
-        "  " + kernel.check("dnnl_primitive_attr_create(&quantization)", "attribute"),
-        "  " + kernel.check("dnnl_primitive_attr_set_scales_mask(quantization, DNNL_ARG_DST, 0)", "scales"),
-        "  " + kernel.check("dnnl_primitive_attr_set_zero_points_mask(quantization, DNNL_ARG_DST, 0)", "zero points"),
-        "  " + kernel.check(f"dnnl_reorder_primitive_desc_create(&quantize, {source_md}, byoc_engine, {q_md}, byoc_engine, quantization)",
-                            "input quantization"),
-        "  " + kernel.check(f"byoc_primitive(&{k}_quantize, quantize)", "input quantization"),
-        "  dnnl_primitive_attr_destroy(quantization);",
-        "}",
+        *_reorder_with_attributes(kernel, f"{k}_quantize", source_md, q_md, [("scales", "DNNL_ARG_DST"), ("zero_points", "DNNL_ARG_DST")],
+                                  "input quantization"),
     ]
     # DynamicQuantizeLinear: scale = (max(x, 0) - min(x, 0)) / 255, zero point = the level of 0,
     # rounded half to even; an all-zero input quantizes to its zero point 0 at any scale.

@@ -209,10 +209,11 @@ def quantized_add(match) -> str | None:
     return _per_tensor(match["a"], "first operand") or _per_tensor(match["b"], "second operand") or _per_tensor(match["output"], "result")
 
 
-def _quantized_with_constant(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
-    """quantize(op(dequantize(a), c)), c a float constant on either side."""
-    parts = {"a": _dequantized(False), "constant": is_const()}
-    parts["root"] = is_op(op)(parts["a"], parts["constant"]) | is_op(op)(parts["constant"], parts["a"])
+def _quantized_with(op: str, other: str) -> tuple[DFPattern, dict[str, DFPattern]]:
+    """quantize(op(dequantize(a), x)), x on either side: a float constant (`other` "constant"),
+    or ("other") a float tensor computed in the region: a RMSNorm's or SiLU's product."""
+    parts = {"a": _dequantized(False), other: is_const() if other == "constant" else wildcard()}
+    parts["root"] = is_op(op)(parts["a"], parts[other]) | is_op(op)(parts[other], parts["a"])
     parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
     return parts["output"], parts
 
@@ -250,15 +251,6 @@ def quantized_result(match) -> str | None:
     if op_name(root) in ("relax.divide", "relax.subtract") and scalar_constant(root.args[0]) is not None:
         return "c / x and c - x are element-wise ops, which write float32"
     return binary_broadcast(root) or _per_tensor(match["output"], "result")
-
-
-def _quantized_with_float(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
-    """quantize(op(dequantize(a), x)), x a float tensor computed in the region, on either side:
-    a RMSNorm's or rotary embedding's product, SiLU's, a residual sum of a float result."""
-    parts = {"a": _dequantized(False), "other": wildcard()}
-    parts["root"] = is_op(op)(parts["a"], parts["other"]) | is_op(op)(parts["other"], parts["a"])
-    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
-    return parts["output"], parts
 
 
 def quantized_with_float(match) -> str | None:
@@ -395,7 +387,7 @@ def declare(backend: Backend) -> None:
                         emit=emitters.quantized_eltwise)
     backend.pattern("qadd", *_quantized_add(), check=quantized_add, emit=emitters.quantized_add)
     for name in ("add", "multiply"):
-        backend.pattern(f"q{name}_constant", *_quantized_with_constant(f"relax.{name}"), check=quantized_with_constant,
+        backend.pattern(f"q{name}_constant", *_quantized_with(f"relax.{name}", "constant"), check=quantized_with_constant,
                         emit=emitters.quantized_with_constant)
     backend.pattern("qmax_pool2d", *_quantized_pool(), check=quantized_max_pool, emit=emitters.pooling)
     backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.requantize)
@@ -411,7 +403,7 @@ def declare_results(backend: Backend) -> None:
                         emit=emitters.layer_norm)
     backend.pattern("softmax_quantized", *_quantized_result("relax.nn.softmax", operands=1), check=quantized_softmax, emit=emitters.softmax)
     for op in _FLOAT_BINARY:  # one operand int8: read as it is, not through a dequantizing reorder
-        backend.pattern(f"q{op.removeprefix('relax.')}_float", *_quantized_with_float(op), check=quantized_with_float,
+        backend.pattern(f"q{op.removeprefix('relax.')}_float", *_quantized_with(op, "other"), check=quantized_with_float,
                         emit=emitters.quantized_with_float)
     for op in _FLOAT_BINARY:
         backend.pattern(f"{op.removeprefix('relax.')}_quantized", *_quantized_result(op), check=quantized_result, emit=emitters.binary)
