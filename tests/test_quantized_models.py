@@ -318,13 +318,15 @@ def test_a_quantized_transformer_is_one_int8_region():
 def _exported_attention() -> onnx.ModelProto:
     """Forms torch.onnx writes in a transformer, small: attention scaled by a number, the safe
     softmax (Where(IsNaN(p), 0, p)), a SiLU's product, a slice, new axis and broadcast (a Llama's
-    grouped-query attention), position embeddings added as a constant, and a RMSNorm (a product
-    with one value per row, then with a weight along the last axis)."""
+    grouped-query attention), position embeddings added as a constant, a padding mask added to
+    the scores, and a RMSNorm (a product with one value per row, then with a weight along the last
+    axis)."""
     builder = OnnxGraphBuilder("exported_attention", seed=5)
     x = builder.input("x", [1, 8, 16])
     keys = builder.op("Transpose", [builder.matmul(x, 16, 16, bias=False)], perm=[0, 2, 1])
+    mask = builder.input("mask", [1, 1, 8])  # a padding mask over the keys, the same for every query
     scores = builder.op("Mul", [builder.op("MatMul", [builder.matmul(x, 16, 16), keys]), builder.constant("scale", np.array(0.25, np.float32))])
-    p = builder.op("Softmax", [scores], axis=-1)
+    p = builder.op("Softmax", [builder.op("Add", [scores, mask])], axis=-1)
     safe = builder.op("Where", [builder.op("IsNaN", [p]), builder.constant("zero", np.zeros((), np.float32)), p])
     context = builder.op("MatMul", [safe, builder.matmul(x, 16, 16, bias=False)])
     gated = builder.op("Mul", [context, builder.op("Sigmoid", [context])])
@@ -349,9 +351,10 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     - the attention's products of two quantized activations are int8 products, the second
       operand's uint8 moved to int8 (oneDNN takes int8 weights only);
     - a constant added, a product with a number or with a weight along the last axis, the SiLU's
-      sigmoid and product and the RMSNorm's (one operand int8, the other float) and the softmax
-      write their result as int8 themselves, with no quantizing reorder after them (nor a
-      dequantizing one before their int8 operand)."""
+      sigmoid and product, the RMSNorm's and the mask's sum (one operand int8, the other float,
+      whole, per row or repeated along the leading axes) and the softmax write their result as
+      int8 themselves, with no quantizing reorder after them (nor a dequantizing one before their
+      int8 operand); int8 data read with one scale and quantized with another is one reorder."""
     model = _exported_attention()
     quantized = quantize_static(model, [zoo.sample_inputs(model, seed=s) for s in range(4)], "uint8")
     assert any(n.op_type == "IsNaN" and n.input[0].endswith("DequantizeLinear_Output") for n in quantized.graph.node)
@@ -359,7 +362,8 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     report = byoc.report(partitioned)
     assert len(report.regions) == 1 and report.offload_ratio_nodes == 1.0, report.to_table()
     patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
-    expected = {"dnnl.qadd_constant", "dnnl.qmultiply_constant", "dnnl.qeltwise_sigmoid", "dnnl.qmultiply_float", "dnnl.softmax_quantized"}
+    expected = {"dnnl.qadd_constant", "dnnl.qmultiply_constant", "dnnl.qeltwise_sigmoid", "dnnl.qmultiply_float", "dnnl.qadd_float",
+                "dnnl.softmax_quantized", "dnnl.requantize"}
     assert expected <= set(patterns) and patterns["dnnl.qmatmul"] == 2, patterns  # scores, and the values' weighted sum
     region = next(f for gv, f in partitioned.functions.items() if gv.name_hint.startswith("dnnl_"))
     moves = [(op_name(b.value), dtype_name(b.value.args[0].ty)) for block in region.body.blocks for b in block.bindings

@@ -1087,14 +1087,16 @@ def permute_dims(call: KernelCall) -> KernelCode:
 
 def requantize(call: KernelCall) -> KernelCode:
     """A quantize or dequantize on its own (a region's input quantized, a float op between
-    int8 kernels): a reorder between float32 and int8 with the node's scale and zero point."""
+    int8 kernels): a reorder between float32 and int8 with the node's scale and zero point. Both
+    (`requantize`: int8 data read with one scale and written with another, as between a softmax
+    and the product that reads it) are one reorder from int8 to int8 with both."""
     kernel = _Kernel(call)
-    node = call.nodes[0]
-    x, out = call.arg(node, 0), call.outputs[0]
-    scales = scales_of(call, node)
+    x, out = call.arg(call.nodes[0], 0), call.outputs[0]
     attr = kernel.post_ops([], [], len(out.shape))
-    arg = "DNNL_ARG_DST" if node["op"] == "relax.quantize" else "DNNL_ARG_SRC"
-    kernel.scales(attr, arg, scales, 1 << (scales.axis % len(x.shape)) if scales.per_channel else 0)
+    for node in call.nodes:
+        scales = scales_of(call, node)
+        arg = "DNNL_ARG_DST" if node["op"] == "relax.quantize" else "DNNL_ARG_SRC"
+        kernel.scales(attr, arg, scales, 1 << (scales.axis % len(x.shape)) if scales.per_channel else 0)
     dst_md = kernel.like_md(x, out.dtype)
     kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
     kernel.result(out)
@@ -1163,29 +1165,30 @@ def quantized_with_constant(call: KernelCall) -> KernelCode:
     if root["op"] == "relax.add":
         return _requantizing_binary(call, (a, scales), constant if number is None else number, [], result)
     if number is None:
-        return _requantizing_rows(call, (a, scales), constant, result)
+        return _requantizing_rows(call, (a, scales), constant, [{"op": "binary", "algorithm": "dnnl_binary_mul"}], result)
     return _requantizing_binary(call, (a, Scales(scales.scale * np.float32(number), scales.zero_point, scales.axis)), 0.0, [], result)
 
 
-def _requantizing_rows(call: KernelCall, source: tuple[CBuffer, Scales], constant: CBuffer, result: Scales) -> KernelCode:
-    """quantize(dequantize(a) * c), c a constant broadcast along a's leading axes (a RMSNorm's
-    weight, a rotary embedding's cos and sin over the heads), on a's data seen as rows of c's
-    size: dequantized by its scale and an added offset, then c as a binary post-op, one row for
-    every row. oneDNN 3.2's JIT kernel takes a post-op operand along axis 1 of a matrix; the same
-    product along the last axis of a 3-D or 4-D tensor, or c as the primary operand with the zero
-    point's share a post-op, runs in its reference code (36 ms against 5 for a quantized Llama)."""
+def _requantizing_rows(call: KernelCall, source: tuple[CBuffer, Scales], operand: CBuffer, steps: list[dict], result: Scales) -> KernelCode:
+    """quantize(dequantize(a) op c), c broadcast along a's leading axes (a RMSNorm's weight, a
+    rotary embedding's cos and sin, an attention mask over the heads), on a's data seen as rows of
+    c's size: dequantized by its scale and an added offset, then `steps`, c (a constant or a
+    tensor of the region) their binary post-op, one row for every row. oneDNN 3.2's JIT kernel
+    takes a post-op operand along axis 1 of a matrix; the same along the last axes of a 3-D or 4-D
+    tensor, or c as the primary operand with the zero point's share a post-op, runs in its
+    reference code (36 ms against 5 for a quantized Llama)."""
     a, scales = source
     out = call.outputs[0]
     kernel = _Kernel(call)
-    shape = (a.size // constant.size, constant.size)
+    shape = (a.size // operand.size, operand.size)
     rows_md, result_md, row_md, one_md = (kernel.md(s, "plain", t) for s, t in
                                           ((shape, a.dtype), (shape, out.dtype), ((1, shape[1]), "float32"), ((1, 1), "float32")))
     kernel.direct("DNNL_ARG_SRC_0", kernel.rows_view(a, rows_md))
     kernel.direct("DNNL_ARG_SRC_1", kernel.array("zero", np.zeros(1, np.float32), "float32", one_md))
     kernel.direct("DNNL_ARG_DST", kernel.result_view(out, result_md))
+    row = kernel.view(operand, (1, shape[1])) if operand.kind == "constant" else kernel.rows_view(operand, row_md)
     offset = -float(scales.scale[0]) * float(scales.zero_point[0])
-    steps = [_post_op("dnnl_eltwise_linear", 1.0, offset),
-             {"op": "binary", "algorithm": "dnnl_binary_mul", "operand": (kernel.view(constant, (1, shape[1])), row_md)},
+    steps = [_post_op("dnnl_eltwise_linear", 1.0, offset), *({**step, "operand": (row, row_md)} if step["op"] == "binary" else step for step in steps),
              _post_op("dnnl_eltwise_linear", 1.0 / float(result.scale[0]), float(result.zero_point[0]))]
     attr = kernel.post_ops(steps, [], 2)
     kernel.scales(attr, "DNNL_ARG_SRC_0", scales, 0, zero_point=False)
@@ -1194,9 +1197,10 @@ def _requantizing_rows(call: KernelCall, source: tuple[CBuffer, Scales], constan
 
 
 def quantized_with_float(call: KernelCall) -> KernelCode:
-    """quantize(dequantize(a) op x), x a float tensor of the result's shape (or x op
-    dequantize(a) for add, subtract and multiply), as one binary primitive on the int8 data `a`:
-    dequantized by its scale and an added offset, x applied by a binary post-op, quantized."""
+    """quantize(dequantize(a) op x), x a float tensor of the result's shape, one value per row, or
+    broadcast along the leading axes (or x op dequantize(a) for add, subtract and multiply), as one
+    binary primitive on the int8 data `a`: dequantized by its scale and an added offset, x
+    applied by a binary post-op, quantized."""
     root = next(n for n in call.nodes if n["op"] in _BINARY)
     index = next(i for i in (0, 1) if dequantized(call, call.arg(root, i)) is not None)
     source, other = dequantized(call, call.arg(root, index)), call.arg(root, 1 - index)
@@ -1205,7 +1209,10 @@ def quantized_with_float(call: KernelCall) -> KernelCode:
         steps = [_post_op("dnnl_eltwise_linear", -1.0), {**operand, "algorithm": "dnnl_binary_add"}]
     else:
         steps = [{**operand, "algorithm": _BINARY[root["op"]]}]
-    return _requantizing_binary(call, (call.arg(source, 0), scales_of(call, source)), 0.0, steps, scales_of(call, call.nodes[-1]))
+    a, scales, result = call.arg(source, 0), scales_of(call, source), scales_of(call, call.nodes[-1])
+    if other.shape != a.shape and other.shape[1:2] != a.shape[1:2]:  # broadcast along the leading axes
+        return _requantizing_rows(call, (a, scales), other, steps, result)
+    return _requantizing_binary(call, (a, scales), 0.0, steps, result)
 
 
 def quantized_gelu(call: KernelCall) -> KernelCode:

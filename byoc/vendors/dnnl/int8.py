@@ -218,6 +218,12 @@ def _quantized_with(op: str, other: str) -> tuple[DFPattern, dict[str, DFPattern
     return parts["output"], parts
 
 
+def _along_leading_axes(shape: tuple[int, ...], full: tuple[int, ...]) -> bool:
+    """Whether a tensor of `shape` broadcast to `full` repeats along leading axes only."""
+    trailing = shape[next((i for i, d in enumerate(shape) if d != 1), len(shape)):]
+    return len(shape) <= len(full) and tuple(full[len(full) - len(trailing):]) == tuple(trailing)
+
+
 def quantized_with_constant(match) -> str | None:
     constant, a = match["constant"], match["a"]
     if dtype_name(constant.ty) != "float32":
@@ -227,8 +233,7 @@ def quantized_with_constant(match) -> str | None:
         return "the constant is broadcast beyond the int8 operand's shape"
     # A product with a tensor runs on the data seen as rows of the constant's size (see
     # emitters.quantized_with_constant): the constant must repeat along the leading axes only.
-    trailing = shape[next((i for i, d in enumerate(shape) if d != 1), len(shape)):]
-    if op_name(match["root"]) == "relax.multiply" and math.prod(shape) != 1 and tuple(source[len(source) - len(trailing):]) != trailing:
+    if op_name(match["root"]) == "relax.multiply" and math.prod(shape) != 1 and not _along_leading_axes(shape, source):
         return "the constant is broadcast along an inner axis; a product with it on int8 data takes it along the leading axes only"
     return _per_tensor(a, "operand") or _per_tensor(match["output"], "result")
 
@@ -259,10 +264,12 @@ def quantized_with_float(match) -> str | None:
         return "the other operand is a constant (see the constant's own patterns)"
     shape, result = static_shape(other.ty), static_shape(root.ty)
     # oneDNN 3.2's JIT kernel takes a binary post-op's operand whole or along axis 1 only (a
-    # RMSNorm's 1 / rms per row); any other broadcast runs in its reference code.
+    # RMSNorm's 1 / rms per row), or, the data seen as rows (see emitters._requantizing_rows),
+    # broadcast along the leading axes (an attention mask over the heads); any other broadcast
+    # runs in its reference code.
     along_axis_1 = len(shape) == len(result) > 1 and all(d == 1 for i, d in enumerate(shape) if i != 1) and shape[1] == result[1]
-    if dtype_name(other.ty) != "float32" or (shape != result and not along_axis_1):
-        return "the other operand is not a float32 tensor of the result's shape, nor one value per row"
+    if dtype_name(other.ty) != "float32" or (shape != result and not along_axis_1 and not _along_leading_axes(shape, result)):
+        return "the other operand is not a float32 tensor of the result's shape, one value per row, nor repeated along the leading axes"
     if static_shape(match["a"].ty) != result:
         return "the int8 operand is broadcast"
     if op_name(root) == "relax.divide" and root.args[1].same_as(match["a"]):
@@ -356,6 +363,18 @@ def quantize_op(call: relax.Call) -> str | None:
     return None
 
 
+def _requantized() -> tuple[DFPattern, dict[str, DFPattern]]:
+    """quantize(dequantize(x)) with another scale: int8 data requantized (a softmax's result for
+    the product that reads it)."""
+    parts = {"source": _dequantized(False)}
+    parts["output"] = is_op("relax.quantize")(parts["source"], is_const(), is_const())
+    return parts["output"], parts
+
+
+def requantized(match) -> str | None:
+    return _per_tensor(match["source"], "source") or _per_tensor(match["output"], "result")
+
+
 def declare(backend: Backend) -> None:
     """The int8 composites and the quantize/dequantize reorders, declared before the float
     patterns so that a quantized chain is matched whole."""
@@ -390,6 +409,7 @@ def declare(backend: Backend) -> None:
         backend.pattern(f"q{name}_constant", *_quantized_with(f"relax.{name}", "constant"), check=quantized_with_constant,
                         emit=emitters.quantized_with_constant)
     backend.pattern("qmax_pool2d", *_quantized_pool(), check=quantized_max_pool, emit=emitters.pooling)
+    backend.pattern("requantize", *_requantized(), check=requantized, emit=emitters.requantize)
     backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.requantize)
 
 
