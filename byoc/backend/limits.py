@@ -64,6 +64,11 @@ class Limits:
     # whose weights need their own quantization (the DPU's power-of-two scales per tensor) takes
     # them in float32 and quantizes them again at code generation (byoc.processing.adopt).
     int8_weights: bool = True
+    # Whether the model's other int8 constants (a bias added on its own, a layer norm's scale)
+    # stay behind their dequantize, as the file had them: onnxruntime fuses a quantize/dequantize
+    # unit only whole (an Add of a dequantized activation and a float32 constant stays a float
+    # Add). A backend with int8 kernels of its own takes them as float32 constants.
+    quantized_constants: bool = False
 
     def violation(self, call: relax.Call, inside: Callable[[relax.Expr], bool] | None = None, output: bool = True) -> str | None:
         """Why `call` breaks these limits, or None. In a composite, values that never leave it

@@ -100,11 +100,12 @@ def fold_weight_dequantize(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.CanonicalizeBindings()(fold_constants_numpy(rebuild_module(mod, fold)))
 
 
-def fold_float_weights(mod: tvm.IRModule) -> tvm.IRModule:
+def fold_float_weights(mod: tvm.IRModule, keep: bool = False) -> tvm.IRModule:
     """Weight dequantizes read by anything but a convolution or matrix product as its weights (a
     layer norm's scale, a bias added on its own: onnxruntime's tool quantizes those too) replaced,
-    for that reader, by their float32 values: no int8 kernel takes them. An embedding lookup
-    gathers its rows as int8 instead (`_int8_rows`)."""
+    for that reader, by their float32 values: no int8 kernel takes them; with `keep`, left as the
+    file had them (`Limits.quantized_constants`). An embedding lookup gathers its rows as int8
+    instead (`_int8_rows`)."""
 
     def fold(binding: relax.Binding, value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
         if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
@@ -114,7 +115,7 @@ def fold_float_weights(mod: tvm.IRModule) -> tvm.IRModule:
         args = list(value.args)
         for index, arg in enumerate(args):
             source = bound_value(arg, builder)
-            if is_weight_dequantize(source) and not (value.op.name in _WEIGHT_READERS and index == 1):
+            if not keep and is_weight_dequantize(source) and not (value.op.name in _WEIGHT_READERS and index == 1):
                 args[index] = relax.const(dequantized_values(source))
         if all(a.same_as(b) for a, b in zip(args, value.args)):
             return None
@@ -203,14 +204,15 @@ def layout_on_int8_data(mod: tvm.IRModule) -> tvm.IRModule:
     return tidy(rebuild_module(mod, rewrite))
 
 
-def for_partitioning(mod: tvm.IRModule, takes_quantized: bool, int8_weights: bool = True) -> tvm.IRModule:
+def for_partitioning(mod: tvm.IRModule, takes_quantized: bool, int8_weights: bool = True, quantized_constants: bool = False) -> tvm.IRModule:
     """A quantized model as the backends being partitioned for take it: with the rewrites above
     where one of them takes quantized ops (`Limits.quantized`), its weights int8 unless none of
-    those takes int8 weights (`Limits.int8_weights`); with float weights otherwise; a model
+    those takes int8 weights (`Limits.int8_weights`), its other int8 constants too where all of
+    them take those (`Limits.quantized_constants`); with float weights otherwise; a model
     without quantize or dequantize ops as it is."""
     if not has_quantize_ops(mod):
         return mod
     if takes_quantized:
-        weights = fold_float_weights if int8_weights else fold_weight_dequantize
+        weights = (lambda m: fold_float_weights(m, keep=quantized_constants)) if int8_weights else fold_weight_dequantize
         return dequantize_per_consumer(fold_reshapes(layout_on_int8_data(weights(mod))))
     return fold_weight_dequantize(mod)
