@@ -1210,7 +1210,8 @@ def quantized_with_float(call: KernelCall) -> KernelCode:
     else:
         steps = [{**operand, "algorithm": _BINARY[root["op"]]}]
     a, scales, result = call.arg(source, 0), scales_of(call, source), scales_of(call, call.nodes[-1])
-    if other.shape != a.shape and other.shape[1:2] != a.shape[1:2]:  # broadcast along the leading axes
+    per_row = len(other.shape) == len(a.shape) > 1 and other.shape[1] == a.shape[1] and other.size == a.shape[1]
+    if other.shape != a.shape and not per_row:  # repeated along the leading axes (see int8.quantized_with_float)
         return _requantizing_rows(call, (a, scales), other, steps, result)
     return _requantizing_binary(call, (a, scales), 0.0, steps, result)
 
