@@ -10,10 +10,10 @@ activations, and less accurately on AVX2.
 An int8 tensor with zero point z holds the same values as the uint8 tensor `q + 128` with zero
 point `z + 128`: `quantize` clips to [-128, 127] where the uint8 form clips to [0, 255], and
 `dequantize` subtracts the zero point. So each quantize inside the region whose int8 result is
-only dequantized there (directly, or after moves: reshapes, transposes, slices, broadcasts, which commute with the
-shift) is rewritten to produce uint8, and its readers take the moved zero point. The
-result is bit for bit the same; int8 data that leaves the region, or that another op reads, is
-left as it is.
+only dequantized there (directly, or after moves: reshapes, transposes, slices, broadcasts,
+which commute with the shift) is rewritten to produce uint8, and its readers take the moved
+zero point. The result is bit for bit the same; int8 data that leaves the region, or that
+another op reads, is left as it is.
 """
 
 from __future__ import annotations

@@ -14,10 +14,12 @@ Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 w
 scale per output channel and zero point 0) compute in int8 with the model's own scales (s8
 activations as u8, their zero point moved 128 up: exact, and x86's fast form): quantized
 convolutions and dense layers with bias and ReLU/clip, a residual add fused into its convolution,
-residual adds, constant biases and scales, the erf GELU and max pooling on the int8 data, moves
-of int8 data (reshapes, transposes, slices, broadcasts), float products and softmax writing their
-quantized result as int8, and quantize/dequantize as reorders; a dense layer or convolution of a `quantize_dynamic`
-model, its input quantized per call, as one kernel (`int8.py`).
+residual adds, constant biases and scales, GELU and the other element-wise ops, layer norms,
+products and sums with one int8 operand, attention's products of two activations and max
+pooling on the int8 data, moves of int8 data (reshapes, transposes, slices, broadcasts), float
+products and softmax writing their quantized result as int8, and quantize/dequantize (and
+requantization) as reorders; a dense layer or convolution of a `quantize_dynamic` model, its
+input quantized per call, as one kernel (`int8.py`).
 """
 
 from __future__ import annotations

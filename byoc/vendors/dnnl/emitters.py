@@ -340,6 +340,18 @@ def _post_op(algorithm: str, alpha: float = 0.0, beta: float = 0.0) -> dict:
     return {"op": "eltwise", "algorithm": algorithm, "alpha": _float(alpha), "beta": _float(beta)}
 
 
+def _zero_point_offset(scales: Scales) -> float:
+    """What a zero point adds to dequantized values: -scale * zero_point (one of each)."""
+    return -float(scales.scale[0]) * float(scales.zero_point[0])
+
+
+def _quantizing(result: Scales, offset: float = 0.0) -> dict:
+    """The linear post-op that adds `offset` and quantizes with `result`'s scale and zero point
+    (the conversion to int8 after it rounds and saturates, as QuantizeLinear does)."""
+    inverse = 1.0 / float(result.scale[0])
+    return _post_op("dnnl_eltwise_linear", inverse, float(result.zero_point[0]) + offset * inverse)
+
+
 def _quantized_residual(call: KernelCall, node: dict) -> tuple[CBuffer, Scales] | None:
     """The int8 operand from outside the kernel, and its quantization, of a quantized residual
     add (dequantize(quantize(conv)) + dequantize(b)) inside a kernel; None for any other node."""
@@ -366,11 +378,11 @@ def _fused_tail(call: KernelCall, root: dict) -> tuple[CBuffer | None, list[dict
             # + (b - zb) * sb on the float result, b int8: a binary post-op adds b as it is,
             # so the result is scaled by 1 / sb around it.
             b, scales = residual
-            scale, zero = float(scales.scale[0]), float(scales.zero_point[0])
+            scale = float(scales.scale[0])
             post.append(_post_op("dnnl_eltwise_linear", 1.0 / scale))
             operands.append((b, len(post)))
             post.append(node)
-            post.append(_post_op("dnnl_eltwise_linear", scale, -scale * zero))
+            post.append(_post_op("dnnl_eltwise_linear", scale, _zero_point_offset(scales)))
             continue
         form = call.pattern.removeprefix("dense_bias_") if call.pattern else None
         if form in GELU_FORMS and bias is not None:
@@ -796,7 +808,7 @@ def binary(call: KernelCall) -> KernelCode:
     attr, dst_md, quantize = "NULL", kernel.md_of(a), result_quantize(call)
     if quantize is not None:
         result = scales_of(call, quantize)
-        attr = kernel.post_ops([_post_op("dnnl_eltwise_linear", 1.0 / float(result.scale[0]), float(result.zero_point[0]))], [], len(out.shape))
+        attr = kernel.post_ops([_quantizing(result)], [], len(out.shape))
         dst_md = kernel.like_md(a, out.dtype)
     create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {kernel.md_of(a)}, {src1_md}, {dst_md}, {attr})"
     retry: tuple[str, ...] = ()
@@ -1115,11 +1127,11 @@ def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[C
     kernel = _Kernel(call)
     source, source_scales = a
     out = call.outputs[0]
-    offset = -float(source_scales.scale[0]) * float(source_scales.zero_point[0])
+    offset = _zero_point_offset(source_scales)
     kernel.source("DNNL_ARG_SRC_0", source, "dnnl_query_src_md")
     if isinstance(b, tuple):
         other, other_scales = b
-        offset -= float(other_scales.scale[0]) * float(other_scales.zero_point[0])
+        offset += _zero_point_offset(other_scales)
         src1_md = kernel.like_md(source, other.dtype)
         kernel.source("DNNL_ARG_SRC_1", other, "dnnl_query_src_md", index=1)
     elif isinstance(b, CBuffer):  # a float constant, its shape broadcast along the leading axes
@@ -1130,10 +1142,9 @@ def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[C
         offset += b
         src1_md = kernel.md((1,) * len(source.shape), "plain")
         kernel.direct("DNNL_ARG_SRC_1", kernel.array("zero", np.zeros(1, np.float32), "float32", src1_md))
-    inverse = 1.0 / float(result.scale[0])
     steps = [_post_op("dnnl_eltwise_linear", 1.0, offset)] if activations else []
     steps += activations
-    steps.append(_post_op("dnnl_eltwise_linear", inverse, float(result.zero_point[0]) + (0.0 if activations else offset * inverse)))
+    steps.append(_quantizing(result, 0.0 if activations else offset))
     attr = kernel.post_ops(steps, [], len(out.shape))
     kernel.scales(attr, "DNNL_ARG_SRC_0", source_scales, 0, zero_point=False)
     if isinstance(b, tuple):
@@ -1169,6 +1180,13 @@ def quantized_with_constant(call: KernelCall) -> KernelCode:
     return _requantizing_binary(call, (a, Scales(scales.scale * np.float32(number), scales.zero_point, scales.axis)), 0.0, [], result)
 
 
+def one_value_per_row(shape: tuple[int, ...], full: tuple[int, ...]) -> bool:
+    """Whether an operand of `shape` holds one value per index of axis 1 of a tensor of shape
+    `full` (a RMSNorm's 1 / rms per row): the broadcast oneDNN 3.2's JIT kernel takes for a
+    binary post-op's operand, with the operand whole."""
+    return len(shape) == len(full) > 1 and shape[1] == full[1] and math.prod(shape) == full[1]
+
+
 def _requantizing_rows(call: KernelCall, source: tuple[CBuffer, Scales], operand: CBuffer, steps: list[dict], result: Scales) -> KernelCode:
     """quantize(dequantize(a) op c), c broadcast along a's leading axes (a RMSNorm's weight, a
     rotary embedding's cos and sin, an attention mask over the heads), on a's data seen as rows of
@@ -1187,9 +1205,8 @@ def _requantizing_rows(call: KernelCall, source: tuple[CBuffer, Scales], operand
     kernel.direct("DNNL_ARG_SRC_1", kernel.array("zero", np.zeros(1, np.float32), "float32", one_md))
     kernel.direct("DNNL_ARG_DST", kernel.result_view(out, result_md))
     row = kernel.view(operand, (1, shape[1])) if operand.kind == "constant" else kernel.rows_view(operand, row_md)
-    offset = -float(scales.scale[0]) * float(scales.zero_point[0])
-    steps = [_post_op("dnnl_eltwise_linear", 1.0, offset), *({**step, "operand": (row, row_md)} if step["op"] == "binary" else step for step in steps),
-             _post_op("dnnl_eltwise_linear", 1.0 / float(result.scale[0]), float(result.zero_point[0]))]
+    steps = [_post_op("dnnl_eltwise_linear", 1.0, _zero_point_offset(scales)),
+             *({**step, "operand": (row, row_md)} if step["op"] == "binary" else step for step in steps), _quantizing(result)]
     attr = kernel.post_ops(steps, [], 2)
     kernel.scales(attr, "DNNL_ARG_SRC_0", scales, 0, zero_point=False)
     create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_add, {rows_md}, {one_md}, {result_md}, {attr})"
@@ -1210,8 +1227,7 @@ def quantized_with_float(call: KernelCall) -> KernelCode:
     else:
         steps = [{**operand, "algorithm": _BINARY[root["op"]]}]
     a, scales, result = call.arg(source, 0), scales_of(call, source), scales_of(call, call.nodes[-1])
-    per_row = len(other.shape) == len(a.shape) > 1 and other.shape[1] == a.shape[1] and other.size == a.shape[1]
-    if other.shape != a.shape and not per_row:  # repeated along the leading axes (see int8.quantized_with_float)
+    if other.shape != a.shape and not one_value_per_row(other.shape, a.shape):  # repeated along the leading axes (see int8)
         return _requantizing_rows(call, (a, scales), other, steps, result)
     return _requantizing_binary(call, (a, scales), 0.0, steps, result)
 

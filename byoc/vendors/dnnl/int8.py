@@ -31,6 +31,10 @@ def _dequantized(constant: bool) -> DFPattern:
     return is_op("relax.dequantize")(is_const() if constant else wildcard(), is_const(), is_const())
 
 
+def _quantized(value: DFPattern) -> DFPattern:
+    return is_op("relax.quantize")(value, is_const(), is_const())
+
+
 def _quantized_pattern(op: str, bias: bool, activation: bool, quantized_output: bool) -> tuple[DFPattern, dict[str, DFPattern]]:
     """dequantize(x), dequantize(constant w) -> `op` [-> add a constant bias] [-> ReLU or clip] [-> quantize]."""
     source, weights = _dequantized(False), _dequantized(True)
@@ -42,7 +46,7 @@ def _quantized_pattern(op: str, bias: bool, activation: bool, quantized_output: 
     if activation:
         out = unary(_ACTIVATIONS[0], out) | unary(_ACTIVATIONS[1], out)
     if quantized_output:
-        out = parts["output"] = is_op("relax.quantize")(out, is_const(), is_const())
+        out = parts["output"] = _quantized(out)
     return out, parts
 
 
@@ -55,7 +59,7 @@ def _quantized_residual(op: str, residual_first: bool, relu: bool) -> tuple[DFPa
     parts["inner"] = is_op("relax.dequantize")(convolution, is_const(), is_const())
     parts["residual"] = _dequantized(False)
     added = is_op("relax.add")(*((parts["residual"], parts["inner"]) if residual_first else (parts["inner"], parts["residual"])))
-    out = parts["output"] = is_op("relax.quantize")(unary("relax.nn.relu", added) if relu else added, is_const(), is_const())
+    out = parts["output"] = _quantized(unary("relax.nn.relu", added) if relu else added)
     return out, parts
 
 
@@ -70,6 +74,16 @@ def quantized_residual(match) -> str | None:
     if match["root"].attrs.groups > 1:
         return "a grouped convolution does not take a fused residual add"  # oneDNN 3.2: reference code, see fused_conv
     return _per_tensor(match["residual"], "residual") or quantized_kernel(match)
+
+
+def _result(match) -> str | None:
+    """Why a kernel's result quantize (where it has one) is not one oneDNN takes."""
+    output = match.get("output")
+    return _per_tensor(output, "result") if output is not None else None
+
+
+def _source_and_result(match) -> str | None:
+    return _per_tensor(match["source"], "source") or _result(match)
 
 
 def _per_tensor(call: relax.Call, what: str) -> str | None:
@@ -103,9 +117,7 @@ def quantized_kernel(match) -> str | None:
         if (attrs.data_layout, attrs.kernel_layout) not in (("NCHW", "OIHW"), ("NCW", "OIW")):
             return f"layouts {attrs.data_layout}/{attrs.kernel_layout}; oneDNN kernels here take channels first"
         channel_axis = 0
-    output = match.get("output")
-    return (_per_tensor(match["source"], "source") or _weights(match["weights"], channel_axis)
-            or (_per_tensor(output, "result") if output is not None else None))
+    return _per_tensor(match["source"], "source") or _weights(match["weights"], channel_axis) or _result(match)
 
 
 def _quantized_product(quantized_output: bool) -> tuple[DFPattern, dict[str, DFPattern]]:
@@ -114,7 +126,7 @@ def _quantized_product(quantized_output: bool) -> tuple[DFPattern, dict[str, DFP
     parts = {"source": _dequantized(False), "weights": _dequantized(False)}
     out = parts["root"] = is_op("relax.matmul")(parts["source"], parts["weights"])
     if quantized_output:
-        out = parts["output"] = is_op("relax.quantize")(out, is_const(), is_const())
+        out = parts["output"] = _quantized(out)
     return out, parts
 
 
@@ -124,9 +136,7 @@ def quantized_product(match) -> str | None:
         return "the operands' batch dimensions differ; an int8 product takes them equal"
     if any(is_tensor_constant(match[k].args[0]) for k in ("source", "weights")):
         return "an operand is constant (see the quantized dense layer)"
-    output = match.get("output")
-    return _per_tensor(match["source"], "first operand") or _per_tensor(match["weights"], "second operand") or \
-        (_per_tensor(output, "result") if output is not None else None)
+    return _per_tensor(match["source"], "first operand") or _per_tensor(match["weights"], "second operand") or _result(match)
 
 
 _BATCH_NORM = ("relax.subtract", "relax.divide", "relax.multiply", "relax.add")  # as TVM decomposes it, by constants
@@ -199,14 +209,14 @@ def _quantized_add() -> tuple[DFPattern, dict[str, DFPattern]]:
     """quantize(add(dequantize(a), dequantize(b))), a ReLU before the quantize or not: a residual add."""
     parts = {"a": _dequantized(False), "b": _dequantized(False)}
     added = parts["root"] = is_op("relax.add")(parts["a"], parts["b"])
-    parts["output"] = is_op("relax.quantize")(added | unary("relax.nn.relu", added), is_const(), is_const())
+    parts["output"] = _quantized(added | unary("relax.nn.relu", added))
     return parts["output"], parts
 
 
 def quantized_add(match) -> str | None:
     if static_shape(match["a"].ty) != static_shape(match["b"].ty):
         return "the operands are broadcast; an int8 add takes two tensors of one shape"
-    return _per_tensor(match["a"], "first operand") or _per_tensor(match["b"], "second operand") or _per_tensor(match["output"], "result")
+    return _per_tensor(match["a"], "first operand") or _per_tensor(match["b"], "second operand") or _result(match)
 
 
 def _quantized_with(op: str, other: str) -> tuple[DFPattern, dict[str, DFPattern]]:
@@ -214,7 +224,7 @@ def _quantized_with(op: str, other: str) -> tuple[DFPattern, dict[str, DFPattern
     or ("other") a float tensor computed in the region: a RMSNorm's or SiLU's product."""
     parts = {"a": _dequantized(False), other: is_const() if other == "constant" else wildcard()}
     parts["root"] = is_op(op)(parts["a"], parts[other]) | is_op(op)(parts[other], parts["a"])
-    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    parts["output"] = _quantized(parts["root"])
     return parts["output"], parts
 
 
@@ -235,7 +245,7 @@ def quantized_with_constant(match) -> str | None:
     # emitters.quantized_with_constant): the constant must repeat along the leading axes only.
     if op_name(match["root"]) == "relax.multiply" and math.prod(shape) != 1 and not _along_leading_axes(shape, source):
         return "the constant is broadcast along an inner axis; a product with it on int8 data takes it along the leading axes only"
-    return _per_tensor(a, "operand") or _per_tensor(match["output"], "result")
+    return _per_tensor(a, "operand") or _result(match)
 
 
 _FLOAT_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
@@ -245,7 +255,7 @@ def _quantized_result(op: str, operands: int = 2) -> tuple[DFPattern, dict[str, 
     """quantize(op(x, ...)) of float operands: a float op between int8 kernels (a SiLU's product,
     a rotary embedding's, attention's softmax), its result written as int8 by the op itself."""
     parts = {"root": is_op(op)(*(wildcard() for _ in range(operands)))}
-    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    parts["output"] = _quantized(parts["root"])
     return parts["output"], parts
 
 
@@ -255,7 +265,7 @@ def quantized_result(match) -> str | None:
         return "the operands are not float32"
     if op_name(root) in ("relax.divide", "relax.subtract") and scalar_constant(root.args[0]) is not None:
         return "c / x and c - x are element-wise ops, which write float32"
-    return binary_broadcast(root) or _per_tensor(match["output"], "result")
+    return binary_broadcast(root) or _result(match)
 
 
 def quantized_with_float(match) -> str | None:
@@ -267,20 +277,20 @@ def quantized_with_float(match) -> str | None:
     # RMSNorm's 1 / rms per row), or, the data seen as rows (see emitters._requantizing_rows),
     # broadcast along the leading axes (an attention mask over the heads); any other broadcast
     # runs in its reference code.
-    along_axis_1 = len(shape) == len(result) > 1 and all(d == 1 for i, d in enumerate(shape) if i != 1) and shape[1] == result[1]
-    if dtype_name(other.ty) != "float32" or (shape != result and not along_axis_1 and not _along_leading_axes(shape, result)):
+    if dtype_name(other.ty) != "float32" or \
+            (shape != result and not emitters.one_value_per_row(shape, result) and not _along_leading_axes(shape, result)):
         return "the other operand is not a float32 tensor of the result's shape, one value per row, nor repeated along the leading axes"
     if static_shape(match["a"].ty) != result:
         return "the int8 operand is broadcast"
     if op_name(root) == "relax.divide" and root.args[1].same_as(match["a"]):
         return "x / dequantize(a) divides by the int8 operand"
-    return _per_tensor(match["a"], "int8 operand") or _per_tensor(match["output"], "result")
+    return _per_tensor(match["a"], "int8 operand") or _result(match)
 
 
 def quantized_softmax(match) -> str | None:
     if np.any(constant_array(match["output"].args[2]) != 0):
         return "oneDNN's softmax takes a result scale, not a zero point"
-    return _per_tensor(match["output"], "result")
+    return _result(match)
 
 
 def _quantized_layer_norm(quantized_output: bool) -> tuple[DFPattern, dict[str, DFPattern]]:
@@ -289,14 +299,12 @@ def _quantized_layer_norm(quantized_output: bool) -> tuple[DFPattern, dict[str, 
     parts = {"source": _dequantized(False)}
     out = parts["root"] = is_op("relax.nn.layer_norm")(parts["source"], is_const(), is_const())
     if quantized_output:
-        out = parts["output"] = is_op("relax.quantize")(out, is_const(), is_const())
+        out = parts["output"] = _quantized(out)
     return out, parts
 
 
 def quantized_layer_norm(match) -> str | None:
-    output = match.get("output")
-    return layer_norm_last_axis(match["root"]) or _per_tensor(match["source"], "source") or \
-        (_per_tensor(output, "result") if output is not None else None)
+    return layer_norm_last_axis(match["root"]) or _source_and_result(match)
 
 
 def _quantized_gelu() -> tuple[DFPattern, dict[str, DFPattern]]:
@@ -305,14 +313,14 @@ def _quantized_gelu() -> tuple[DFPattern, dict[str, DFPattern]]:
     x = wildcard()
 
     def requantized(value: DFPattern) -> DFPattern:
-        return is_op("relax.dequantize")(is_op("relax.quantize")(value, is_const(), is_const()), is_const(), is_const())
+        return is_op("relax.dequantize")(_quantized(value), is_const(), is_const())
 
     parts = {"source": is_op("relax.dequantize")(x, is_const(), is_const()), "half": is_const(), "sqrt2": is_const(), "one": is_const()}
     half_x = requantized(is_op("relax.multiply")(parts["source"], parts["half"]))
     divided = is_op("relax.divide")(is_op("relax.dequantize")(x, is_const(), is_const()), parts["sqrt2"])
     one_plus = requantized(is_op("relax.add")(requantized(is_op("relax.erf")(divided)), parts["one"]))
     parts["root"] = is_op("relax.multiply")(half_x, one_plus)
-    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    parts["output"] = _quantized(parts["root"])
     return parts["output"], parts
 
 
@@ -320,7 +328,7 @@ _GELU_CONSTANTS = expected_constants({"sqrt2": math.sqrt(2.0), "one": 1.0, "half
 
 
 def quantized_gelu(match) -> str | None:
-    return _GELU_CONSTANTS(match) or _per_tensor(match["source"], "source") or _per_tensor(match["output"], "result")
+    return _GELU_CONSTANTS(match) or _source_and_result(match)
 
 
 def _quantized_eltwise(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
@@ -328,18 +336,14 @@ def _quantized_eltwise(op: str) -> tuple[DFPattern, dict[str, DFPattern]]:
     dense layers (once `fold_reshapes` has taken the reshapes around it)."""
     parts = {"source": _dequantized(False)}
     parts["root"] = unary(op, parts["source"])
-    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    parts["output"] = _quantized(parts["root"])
     return parts["output"], parts
-
-
-def quantized_eltwise(match) -> str | None:
-    return _per_tensor(match["source"], "source") or _per_tensor(match["output"], "result")
 
 
 def _quantized_pool() -> tuple[DFPattern, dict[str, DFPattern]]:
     parts = {"source": _dequantized(False)}
     parts["root"] = is_op("relax.nn.max_pool2d")(parts["source"])
-    parts["output"] = is_op("relax.quantize")(parts["root"], is_const(), is_const())
+    parts["output"] = _quantized(parts["root"])
     return parts["output"], parts
 
 
@@ -367,12 +371,8 @@ def _requantized() -> tuple[DFPattern, dict[str, DFPattern]]:
     """quantize(dequantize(x)) with another scale: int8 data requantized (a softmax's result for
     the product that reads it)."""
     parts = {"source": _dequantized(False)}
-    parts["output"] = is_op("relax.quantize")(parts["source"], is_const(), is_const())
+    parts["output"] = _quantized(parts["source"])
     return parts["output"], parts
-
-
-def requantized(match) -> str | None:
-    return _per_tensor(match["source"], "source") or _per_tensor(match["output"], "result")
 
 
 def declare(backend: Backend) -> None:
@@ -402,14 +402,14 @@ def declare(backend: Backend) -> None:
         backend.pattern(f"qmatmul{'' if output else '_float'}", *_quantized_product(output), check=quantized_product, emit=emitters.matmul)
     backend.pattern("qgelu", *_quantized_gelu(), check=quantized_gelu, emit=emitters.quantized_gelu)
     for op in emitters.ELTWISE_OPS:
-        backend.pattern(f"qeltwise_{op.removeprefix('relax.').removeprefix('nn.')}", *_quantized_eltwise(op), check=quantized_eltwise,
+        backend.pattern(f"qeltwise_{op.removeprefix('relax.').removeprefix('nn.')}", *_quantized_eltwise(op), check=_source_and_result,
                         emit=emitters.quantized_eltwise)
     backend.pattern("qadd", *_quantized_add(), check=quantized_add, emit=emitters.quantized_add)
     for name in ("add", "multiply"):
         backend.pattern(f"q{name}_constant", *_quantized_with(f"relax.{name}", "constant"), check=quantized_with_constant,
                         emit=emitters.quantized_with_constant)
     backend.pattern("qmax_pool2d", *_quantized_pool(), check=quantized_max_pool, emit=emitters.pooling)
-    backend.pattern("requantize", *_requantized(), check=requantized, emit=emitters.requantize)
+    backend.pattern("requantize", *_requantized(), check=_source_and_result, emit=emitters.requantize)
     backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.requantize)
 
 
