@@ -88,18 +88,25 @@ def test_gelu_with_other_constants_is_not_taken_for_gelu():
     assert "dnnl.dense_bias_gelu_tanh" not in report.regions[0].patterns
 
 
-def test_rms_norm_with_pow_and_reciprocal():
-    """T5's RMSNorm: x * (1 / sqrt(mean(x ** 2) + eps)) * w, between two dense layers."""
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Pow", ["h", "two"], ["sq"]),
+@pytest.mark.parametrize("form", ["T5", "operands swapped", "no weight", "cube"])
+def test_rms_norm_with_pow_and_reciprocal(form):
+    """RMSNorm, x * (1 / sqrt(mean(x ** 2) + eps)) * w (T5, Llama), between two dense layers: one
+    kernel of three primitives, in either operand order and without the weight; a cube's mean is
+    no RMSNorm, and runs op by op."""
+    normalized = ["inv", "h"] if form == "operands swapped" else ["h", "inv"]
+    weighted = [] if form == "no weight" else [helper.make_node("Mul", ["gamma", "n"] if form == "operands swapped" else ["n", "gamma"], ["g"])]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Pow", ["h", "three" if form == "cube" else "two"], ["sq"]),
              helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1), helper.make_node("Add", ["ms", "eps"], ["v"]),
              helper.make_node("Sqrt", ["v"], ["r"]), helper.make_node("Div", ["one", "r"], ["inv"]),
-             helper.make_node("Mul", ["h", "inv"], ["n"]), helper.make_node("Mul", ["n", "gamma"], ["g"]),
+             helper.make_node("Mul", normalized, ["n" if weighted else "g"]), *weighted,
              helper.make_node("Sub", ["one", "g"], ["flip"]),  # 1 - x: an element-wise op too
              helper.make_node("MatMul", ["flip", "w2"], ["y"])]
-    inputs = {"x": RNG.standard_normal((1, 8, 32)).astype(np.float32)}
-    initializers = _weights(w1=(32, 32), w2=(32, 16), gamma=(32,)) + _scalars(two=2.0, eps=1e-6, one=1.0)
+    inputs = {"x": RNG.standard_normal((2, 8, 32)).astype(np.float32)}
+    initializers = _weights(w1=(32, 32), w2=(32, 16), gamma=(32,)) + _scalars(two=2.0, three=3.0, eps=1e-6, one=1.0)
     initializers.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes"))
-    _one_region(_model(nodes, inputs, ("y", [1, 8, 16]), initializers), inputs)
+    patterns = _one_region(_model(nodes, inputs, ("y", [2, 8, 16]), initializers), inputs).regions[0].patterns
+    expected = {"cube": None, "no weight": "dnnl.rms_normalized"}.get(form, "dnnl.rms_norm")
+    assert [p for p in patterns if p.startswith("dnnl.rms_norm")] == ([expected] if expected else []), patterns
 
 
 def test_attention_softmax_nan_guard_zeroes_a_row_masked_whole():

@@ -33,12 +33,13 @@ def _const(array: np.ndarray) -> relax.Expr:
     return relax.const(array, str(array.dtype))
 
 
-def _one_dnnl_region(mod, inputs: dict, want: np.ndarray) -> None:
+def _one_dnnl_region(mod, inputs: dict, want: np.ndarray) -> byoc.report:
     partitioned = byoc.partition_for(mod, "dnnl")
     report = byoc.report(partitioned)
     assert [r.backend for r in report.regions] == ["dnnl"] and not report.host_ops, str(report)
     got = byoc.build(partitioned, strict=True).run(**inputs)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    return report
 
 
 def test_a_weight_broadcast_per_batch_is_one_dense_weight():
@@ -91,7 +92,8 @@ def test_rmsnorm_with_rsqrt():
     x = RNG.standard_normal((4, 16)).astype(np.float32)
     h = x @ weight
     want = (h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + 1e-6)) @ weight
-    _one_dnnl_region(_module({"x": (4, 16)}, body), {"x": x}, want)
+    report = _one_dnnl_region(_module({"x": (4, 16)}, body), {"x": x}, want)
+    assert report.regions[0].patterns.get("dnnl.rms_normalized") == 1, report.regions[0].patterns
 
 
 def test_position_ids_from_an_arange_of_constants_are_a_constant():

@@ -5,7 +5,7 @@ included) with bias, residual add and ReLU/clip fused as post-ops; matrix produc
 activation weights, batched) with bias and ReLU, GELU or a residual add fused, or scaled by a
 constant (attention scores); max and average pooling; mean reductions over any axes, all by
 default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
-layer normalisation (and instance normalisation as TVM decomposes it), GELU (erf form),
+layer normalisation (and instance normalisation as TVM decomposes it, and RMSNorm), GELU (erf form),
 concatenation, strided slices, broadcasts, constant padding, selections by a constant mask,
 reshape and transpose. Regions without MACs stay on the host: a reorder-only region costs more
 than it saves.
@@ -52,6 +52,7 @@ from byoc.vendors.dnnl.predicates import (
     normalized_last_axis,
     pool_nchw,
     power_scalar,
+    rms_normalized,
     scaled_matmul,
     take_constant_index,
     window_slice,
@@ -167,6 +168,21 @@ def _normalized():
     return is_op("relax.divide")(is_op("relax.subtract")(x, mean), spread), {"root": mean, "variance": variance, "epsilon": epsilon}
 
 
+def _rms_normalized(weighted: bool):
+    """x / sqrt(mean(x^2) + epsilon), then (`weighted`) times a weight per channel: RMSNorm
+    (Llama and its kin, T5), as exporters write it (1 / sqrt or rsqrt, either operand order)."""
+    x, exponent, epsilon, one = wildcard(), is_const(), is_const(), is_const()
+    mean = is_op("relax.mean")(is_op("relax.power")(x, exponent))
+    spread = is_op("relax.add")(mean, epsilon)
+    inverse = is_op("relax.rsqrt")(spread) | is_op("relax.divide")(one, is_op("relax.sqrt")(spread))
+    normalized = is_op("relax.multiply")(x, inverse) | is_op("relax.multiply")(inverse, x)
+    parts = {"root": mean, "x": x, "exponent": exponent, "epsilon": epsilon, "one": one}
+    if not weighted:
+        return normalized, parts
+    weight = is_const()
+    return is_op("relax.multiply")(weight, normalized) | is_op("relax.multiply")(normalized, weight), {**parts, "weight": weight}
+
+
 def _softmax_nan_to_zero():
     """softmax, then NaN (a row masked whole) replaced by 0: torch's attention as exported."""
     probabilities, zero = is_op("relax.nn.softmax")(wildcard()), is_const()
@@ -208,6 +224,8 @@ dnnl.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_we
 for _form, (_build, _values) in _GELU_FORMS.items():
     dnnl.pattern(_form, *_build(wildcard()), check=expected_constants(_values, f"the {_form} form of GELU"), emit=emitters.eltwise)
 dnnl.pattern("normalized", *_normalized(), check=normalized_last_axis, emit=emitters.layer_norm)
+dnnl.pattern("rms_norm", *_rms_normalized(weighted=True), check=rms_normalized, emit=emitters.rms_norm)
+dnnl.pattern("rms_normalized", *_rms_normalized(weighted=False), check=rms_normalized, emit=emitters.rms_norm)
 dnnl.pattern("softmax_nan_to_zero", *_softmax_nan_to_zero(), check=nan_to_zero, emit=emitters.softmax)
 dnnl.pattern("softmax_masked_rows_to_zero", *_softmax_masked_rows_to_zero(), check=masked_rows_to_zero, emit=emitters.softmax)
 int8.declare_results(dnnl)

@@ -80,9 +80,9 @@ class _Kernel:
     """Assembles one kernel: memory descriptors, the primitive descriptor, the layout
     conversions it implies, the primitive, and its execution."""
 
-    def __init__(self, call: KernelCall) -> None:
+    def __init__(self, call: KernelCall, part: str = "") -> None:
         self.call = call
-        self.k = call.name
+        self.k = f"{call.name}_{part}" if part else call.name  # `part`: one of several primitives of a kernel
         self.where = f"{call.where()} ({call.nodes[0]['op']})"
         self.state = [f"static dnnl_primitive_t {self.k}_prim = NULL;"]
         self.setup: list[str] = []  # before the primitive descriptor exists
@@ -1062,6 +1062,58 @@ def layer_norm(call: KernelCall) -> KernelCode:
         f"{kernel.like_md(x, out.dtype)}, NULL, {_float(epsilon)}, {flags}, {attr})"
     )
     return kernel.code(create, attrs=(attr,) if attr != "NULL" else ())
+
+
+def rms_norm(call: KernelCall) -> KernelCode:
+    """RMSNorm, x / sqrt(mean(x^2) + epsilon) (times a weight per channel), on x's rows as three
+    primitives: the squares; their means, a product with a column of 1 / n; and a layer norm given
+    those as its variances, 0 as its means and the weight as its scale. oneDNN 3.2's layer norm
+    has no RMS form, and the ops one by one are seven primitives: 17 us at 32 x 128 against 8,
+    where the mean as a reduction alone takes 4.4 us and as a product 2.7 (measured, 2 threads)."""
+    x, out = call.arg(call.node("relax.power"), 0), call.outputs[0]
+    channels = x.shape[-1]
+    rows = x.size // channels
+    k = call.name
+    squares, means, norm = (_Kernel(call, part) for part in ("squares", "means", "norm"))
+    # The means are written as a column and read as the layer norm's variances: one array.
+    squares.state += [f"static float {k}_ones[{channels}], {k}_zeros[{rows}], {k}_variance_data[{rows}];",
+                      f"static dnnl_memory_t {k}_squares = NULL, {k}_means = NULL, {k}_variances = NULL, {k}_zero_means = NULL;"]
+    rows_md = squares.md((rows, channels), "plain")
+    squares.setup.append(squares.check(f"dnnl_memory_create(&{k}_squares, {rows_md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "squares"))
+    x_rows = squares.rows_view(x, rows_md)
+    squares.direct("DNNL_ARG_SRC", x_rows)
+    squares.direct("DNNL_ARG_DST", f"{k}_squares")
+    codes = [squares.code(f"dnnl_eltwise_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_eltwise_square, "
+                          f"{rows_md}, {rows_md}, 0.f, 0.f, NULL)")]
+
+    column_md, means_md = means.md((channels, 1), "plain"), means.md((rows, 1), "plain")
+    means.state.append(f"static dnnl_memory_t {k}_column = NULL;")
+    means.setup += [f"for (int i = 0; i < {channels}; i++) {k}_ones[i] = 1.f / {channels}.f;",
+                    means.check(f"dnnl_memory_create(&{k}_column, {column_md}, byoc_engine, {k}_ones)", "column"),
+                    means.check(f"dnnl_memory_create(&{k}_means, {means_md}, byoc_engine, {k}_variance_data)", "means")]
+    means.direct("DNNL_ARG_SRC", f"{k}_squares")
+    means.weights("DNNL_ARG_WEIGHTS", f"{k}_column", "dnnl_query_weights_md")
+    means.direct("DNNL_ARG_DST", f"{k}_means")
+    codes.append(means.code(f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {means.md((rows, channels), 'plain')}, "
+                            f"{means.md((channels, 1))}, NULL, {means_md}, NULL)"))
+
+    stats_md, norm_md = norm.md((rows,), "plain"), norm.md((rows, channels), "plain")
+    norm.setup += [norm.check(f"dnnl_memory_create(&{k}_variances, {stats_md}, byoc_engine, {k}_variance_data)", "variances"),
+                   norm.check(f"dnnl_memory_create(&{k}_zero_means, {stats_md}, byoc_engine, {k}_zeros)", "means")]
+    norm.direct("DNNL_ARG_SRC", x_rows)
+    norm.direct("DNNL_ARG_MEAN", f"{k}_zero_means")
+    norm.direct("DNNL_ARG_VARIANCE", f"{k}_variances")
+    flags = "dnnl_use_global_stats"
+    if call.pattern == "rms_norm":
+        weighting = call.nodes[-1]
+        weight = next(b for b in (call.arg(weighting, 0), call.arg(weighting, 1)) if b.kind == "constant")
+        norm.direct("DNNL_ARG_SCALE", norm.view(weight, (channels,)))
+        flags += " | dnnl_use_scale"
+    norm.direct("DNNL_ARG_DST", norm.result_view(out, norm_md))
+    epsilon = _scalar(call, call.node("relax.add"), 1)
+    codes.append(norm.code(f"dnnl_layer_normalization_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {norm_md}, "
+                           f"{norm_md}, NULL, {_float(epsilon)}, {flags}, NULL)"))
+    return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
 
 
 def _relayout(call: KernelCall, view_setup) -> KernelCode:

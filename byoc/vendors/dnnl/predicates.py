@@ -112,6 +112,23 @@ def normalized_last_axis(match) -> str | None:
     return None if scalar_constant(match["epsilon"]) is not None else "epsilon must be one constant number"
 
 
+def rms_normalized(match) -> str | None:
+    mean = match["root"]
+    rank, channels = len(_shape(match["x"])), _shape(match["x"])[-1]
+    if mean.attrs.axis is None or [int(a) % rank for a in mean.attrs.axis] != [rank - 1] or not mean.attrs.keepdims:
+        return "normalisation over the last axis only"
+    if scalar_constant(match["exponent"]) != 2.0:
+        return "not a root mean square: the power must be 2"
+    if scalar_constant(match["epsilon"]) is None:
+        return "epsilon must be one constant number"
+    if match.get("one") is not None and scalar_constant(match["one"]) != 1.0:
+        return "not 1 / sqrt"
+    weight = match.get("weight")
+    if weight is not None and (math.prod(_shape(weight)) != channels or any(d != 1 for d in _shape(weight)[:-1])):
+        return "the weight must hold one value per channel of the last axis"
+    return None
+
+
 def expected_constants(values: dict[str, float], form: str):
     """A pattern check that the match's named constants hold `values` (one number each)."""
 
