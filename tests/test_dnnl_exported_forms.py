@@ -7,8 +7,12 @@ oneDNN region, against onnxruntime on the same graph."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -306,3 +310,35 @@ def test_a_mask_along_rows_stays_on_the_host_with_its_reason():
     (where,) = [h for h in byoc.report(partitioned).host_ops if "relax.where" in h.ops]
     assert any("must be the result's last dimensions" in reason for reason in where.reasons), where.reasons
     assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+_REORDER_COUNT = """
+import sys, numpy as np, onnx, byoc
+model = byoc.load(sys.argv[1])
+inputs = {i.name: np.ones([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32) for i in onnx.load(sys.argv[2]).graph.input}
+model.run(**inputs)
+print("MARK", flush=True)
+model.run(**inputs)
+"""
+
+
+def test_a_reshape_of_plain_data_is_a_view_and_its_source_outlives_it(tmp_path):
+    """Reshapes between oneDNN kernels are views where the data is plain: no copy runs. The
+    first product's memory must outlive its view: without that, the second product (computed
+    after the first's last direct reader, the reshape) would take its memory, and the sum would
+    read the second product twice."""
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Reshape", ["m1", "shape"], ["r1"]),
+             helper.make_node("MatMul", ["x", "w2"], ["m2"]), helper.make_node("Reshape", ["m2", "shape"], ["r2"]),
+             helper.make_node("Sigmoid", ["r2"], ["s2"]), helper.make_node("Add", ["r1", "s2"], ["y"])]
+    inputs = {"x": RNG.standard_normal((8, 32)).astype(np.float32)}
+    initializers = _weights(w1=(32, 32), w2=(32, 32)) + [numpy_helper.from_array(np.array([2, 4, 32], np.int64), "shape")]
+    model = _model(nodes, inputs, ("y", [2, 4, 32]), initializers)
+    _one_region(model, inputs)
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    compiled.export(tmp_path / "model.byoc")
+    onnx.save(model, tmp_path / "model.onnx")
+    run = subprocess.run([sys.executable, "-c", _REORDER_COUNT, str(tmp_path / "model.byoc"), str(tmp_path / "model.onnx")],
+                         capture_output=True, text=True, env={**os.environ, "ONEDNN_VERBOSE": "1"}, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    executed = [line.split(",")[3] for line in run.stdout.split("MARK")[1].splitlines() if ",exec," in line]
+    assert executed.count("matmul") == 2 and "reorder" not in executed, executed

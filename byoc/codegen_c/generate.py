@@ -179,15 +179,23 @@ class _Generator:
     def _share_slots(self, uses: dict[tuple, set[int]]) -> None:
         """Intermediates whose lifetimes (in kernels) do not overlap share a memory slot.
 
-        A buffer lives from the kernel that produces it to the last kernel that reads it. It
-        is released after that kernel, not before: a kernel never writes an output over one of
-        its own inputs.
+        A buffer lives from the kernel that produces it to the last kernel that reads it, itself
+        or through a view. It is released after that kernel, not before: a kernel never writes an
+        output over one of its own inputs.
         """
+        end = {key: max(positions) for key, positions in uses.items()}
+        # A result that may be a view of its input's data (`CLibrary.views`) extends the input's
+        # life to its own, last results first so that a view of a view reaches the data.
+        for kernel in reversed(self.kernels):
+            node = kernel.nodes[0]
+            if kernel.pattern is None and node["op"] in self.library.views:
+                source, result = ref_key(tensor_refs(node["args"][0])[0]), ("node", node["id"], 0)
+                end[source] = max(end.get(source, 0), end.get(result, 0))
         lifetimes = []
         for key, buffer in self.buffers.items():
             if buffer.kind == "intermediate":
                 start = self.kernel_of[key[1]]
-                lifetimes.append((start, max(uses.get(key, {start})), buffer))
+                lifetimes.append((start, end.get(key, start), buffer))
         lifetimes.sort(key=lambda item: (item[0], -_dense_bytes(item[2])))
         slot_end: list[int] = []  # last kernel that uses each slot
         slot_size: list[int] = []

@@ -117,6 +117,10 @@ class CLibrary(Codegen):
     # kernels' for inputs, outputs and constants, after allocation for intermediates; its run
     # code at the start of every call.
     bind_buffer: Callable[[CBuffer], KernelCode] | None = None
+    # Ops whose kernel may make its result a view of its first input's data rather than a copy (a
+    # reshape of data in plain layout): that input's memory is then kept for as long as the
+    # result is read.
+    views: Sequence[str] = ()
     # Called before a host library with regions of this library initialises them, at least once
     # per process (process-wide settings of the library: its thread limit).
     runtime_setup: Callable[[], None] | None = None

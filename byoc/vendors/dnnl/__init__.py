@@ -68,6 +68,7 @@ onednn = CLibrary(
     libraries=list(library.LIBRARIES),
     prologue=library.PROLOGUE,
     bind_buffer=library.bind_buffer,
+    views=emitters.VIEWS,
     runtime_setup=threads.limit_threads,
 )
 
@@ -243,7 +244,7 @@ dnnl.supports("relax.concat", check=concat_same_rank, emit=emitters.concat)
 dnnl.supports("relax.split", emit=emitters.split)
 dnnl.supports("relax.take", check=take_constant_index, emit=emitters.take)
 dnnl.supports("relax.nn.layer_norm", check=layer_norm_last_axis, emit=emitters.layer_norm)
-dnnl.supports("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten", emit=emitters.reshape)
+dnnl.supports(*emitters.VIEWS, emit=emitters.reshape)
 dnnl.supports("relax.strided_slice", check=window_slice, emit=emitters.strided_slice)
 dnnl.supports("relax.broadcast_to", emit=emitters.broadcast_to)
 dnnl.supports("relax.nn.pad", check=constant_pad, emit=emitters.pad)

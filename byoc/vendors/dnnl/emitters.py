@@ -37,6 +37,8 @@ ELTWISE_OPS = (*_ELTWISE, "relax.clip")
 # GELU composites (the forms exporters write, see the backend's patterns), each fused as one
 # element-wise op or post-op: pattern name -> oneDNN algorithm.
 GELU_FORMS = {"gelu": "dnnl_eltwise_gelu_erf", "gelu_erf_half_last": "dnnl_eltwise_gelu_erf", "gelu_tanh": "dnnl_eltwise_gelu_tanh"}
+# Reshapes: views of their input's data where it is plain (`reshape`).
+VIEWS = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
 _BINARY = {"relax.add": "dnnl_binary_add", "relax.subtract": "dnnl_binary_sub", "relax.multiply": "dnnl_binary_mul", "relax.divide": "dnnl_binary_div"}
 
 
@@ -1116,19 +1118,34 @@ def rms_norm(call: KernelCall) -> KernelCode:
     return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
 
 
-def _relayout(call: KernelCall, view_setup) -> KernelCode:
-    """A reorder from the input into a view of the output's data (reshape, transpose)."""
+def _relayout(call: KernelCall, view_setup, may_view: bool = False) -> KernelCode:
+    """A reorder from the input into a view of the output's data (reshape, transpose). With
+    `may_view`, the output is instead a view of the input's data where that is in the layout the
+    view describes (decided at initialisation, when layouts are known; the library declares such
+    ops views, so the input's memory outlives the output)."""
     kernel = _Kernel(call)
     x, out = call.arg(call.nodes[0], 0), call.outputs[0]
     view_md = view_setup(kernel, x, out)
     kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
     kernel.direct("DNNL_ARG_TO", kernel.result_view(out, view_md))
-    create = f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {view_md}, byoc_engine, NULL)"
-    return kernel.code(create)
+    may_view = may_view and out.kind == "intermediate"  # a region output is the caller's memory
+    if may_view:
+        kernel.state.append(f"static int {kernel.k}_is_view = 0;")
+        kernel.setup.append(f"{kernel.k}_is_view = dnnl_memory_desc_equal({kernel.md_of(x)}, {view_md});")
+    code = kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {view_md}, byoc_engine, NULL)")
+    if not may_view:
+        return code
+    point = ["{", "  void* data = NULL;", "  " + kernel.check(f"dnnl_memory_get_data_handle({x.name}_mem, &data)", f"data of {x.name}"),
+             "  " + kernel.check(f"dnnl_memory_set_data_handle({out.name}_mem, data)", "view"), "}"]
+    run = [f"if ({kernel.k}_is_view)", *point, "else {", *("  " + line for line in code.run.splitlines()), "}"]
+    return dataclasses.replace(code, run="\n".join(run))
 
 
 def reshape(call: KernelCall) -> KernelCode:
-    return _relayout(call, lambda kernel, x, out: kernel.md(x.shape, "plain", x.dtype))
+    """A view of the input's data where its producer wrote it in plain layout, else a copy.
+    Exporters write reshapes around dense layers and attention's heads: as copies they were a
+    third of tiny GPT-2's primitives."""
+    return _relayout(call, lambda kernel, x, out: kernel.md(x.shape, "plain", x.dtype), may_view=True)
 
 
 def permute_dims(call: KernelCall) -> KernelCode:
