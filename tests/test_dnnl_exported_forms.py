@@ -312,7 +312,7 @@ def test_a_mask_along_rows_stays_on_the_host_with_its_reason():
     assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))
 
 
-_REORDER_COUNT = """
+_RUN_TWICE = """
 import sys, numpy as np, onnx, byoc
 model = byoc.load(sys.argv[1])
 inputs = {i.name: np.ones([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32) for i in onnx.load(sys.argv[2]).graph.input}
@@ -320,6 +320,18 @@ model.run(**inputs)
 print("MARK", flush=True)
 model.run(**inputs)
 """
+
+
+def _primitives_run(model, tmp_path) -> list[tuple[str, str]]:
+    """(primitive, implementation) of each oneDNN primitive one run of `model`'s dnnl build
+    executes, from oneDNN's log (ONEDNN_VERBOSE), in a fresh process from the artifact."""
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    compiled.export(tmp_path / "model.byoc")
+    onnx.save(model, tmp_path / "model.onnx")
+    run = subprocess.run([sys.executable, "-c", _RUN_TWICE, str(tmp_path / "model.byoc"), str(tmp_path / "model.onnx")],
+                         capture_output=True, text=True, env={**os.environ, "ONEDNN_VERBOSE": "1"}, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return [tuple(line.split(",")[3:5]) for line in run.stdout.split("MARK")[1].splitlines() if ",exec," in line]
 
 
 def test_a_reshape_of_plain_data_is_a_view_and_its_source_outlives_it(tmp_path):
@@ -334,11 +346,27 @@ def test_a_reshape_of_plain_data_is_a_view_and_its_source_outlives_it(tmp_path):
     initializers = _weights(w1=(32, 32), w2=(32, 32)) + [numpy_helper.from_array(np.array([2, 4, 32], np.int64), "shape")]
     model = _model(nodes, inputs, ("y", [2, 4, 32]), initializers)
     _one_region(model, inputs)
-    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
-    compiled.export(tmp_path / "model.byoc")
-    onnx.save(model, tmp_path / "model.onnx")
-    run = subprocess.run([sys.executable, "-c", _REORDER_COUNT, str(tmp_path / "model.byoc"), str(tmp_path / "model.onnx")],
-                         capture_output=True, text=True, env={**os.environ, "ONEDNN_VERBOSE": "1"}, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    executed = [line.split(",")[3] for line in run.stdout.split("MARK")[1].splitlines() if ",exec," in line]
+    executed = [primitive for primitive, _ in _primitives_run(model, tmp_path)]
     assert executed.count("matmul") == 2 and "reorder" not in executed, executed
+
+
+@pytest.mark.parametrize("form", ["torch", "T5"])
+def test_attention_scores_take_their_scales_and_masks_as_post_ops(form, tmp_path):
+    """torch's attention scales q and k by the root of the scale each, then adds the mask; T5
+    adds a constant position bias, then the mask. Each is one product, the rest post-ops that
+    oneDNN's JIT kernel runs (a constant bias other than per column ran in its reference code)."""
+    if form == "torch":
+        nodes = [helper.make_node("Mul", ["q", "root"], ["qs"]), helper.make_node("Mul", ["k", "root"], ["ks"]),
+                 helper.make_node("MatMul", ["qs", "ks"], ["s"]), helper.make_node("Add", ["s", "mask"], ["y"])]
+        pattern = "dnnl.scores_scaled_add"
+    else:
+        nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Add", ["s", "position"], ["b"]),
+                 helper.make_node("Add", ["b", "mask"], ["y"])]
+        pattern = "dnnl.matmul_add_add"
+    inputs = {"q": RNG.standard_normal((1, 4, 16, 8)).astype(np.float32), "k": RNG.standard_normal((1, 4, 8, 16)).astype(np.float32),
+              "mask": np.where(RNG.random((1, 1, 16, 16)) < 0.3, -1e4, 0.0).astype(np.float32)}
+    initializers = _weights(position=(1, 4, 16, 16)) + _scalars(root=8 ** -0.25)
+    model = _model(nodes, inputs, ("y", [1, 4, 16, 16]), initializers)
+    assert _one_region(model, inputs).regions[0].patterns == {pattern: 1}
+    executed = _primitives_run(model, tmp_path)
+    assert [primitive for primitive, _ in executed] == ["matmul"] and not executed[0][1].startswith("ref"), executed

@@ -36,6 +36,7 @@ from byoc.flow import partition_for
 from byoc.processing import UnsignedActivationsPass
 from byoc.vendors.dnnl import emitters, int8, library, threads
 from byoc.vendors.dnnl.predicates import (
+    activation_product,
     binary_broadcast,
     concat_same_rank,
     constant_pad,
@@ -53,7 +54,6 @@ from byoc.vendors.dnnl.predicates import (
     pool_nchw,
     power_scalar,
     rms_normalized,
-    scaled_matmul,
     take_constant_index,
     window_slice,
 )
@@ -154,10 +154,32 @@ def _dense_bias_then(tail: str):
     return is_op("relax.add")(dense, residual), {**parts, "residual": residual}
 
 
-def _scaled_matmul(op: str):
-    """Attention scores: a product of activations scaled by a constant, the scale a post-op."""
+def _scaled_matmul(op: str, adds: int = 0):
+    """Attention scores: a product of activations scaled by a constant, then `adds` tensors
+    added (the attention mask), the scale and the sums post-ops."""
     matmul, scale = is_op("relax.matmul")(wildcard(), wildcard()), is_const()
-    return is_op(op)(matmul, scale), {"root": matmul, "scale": scale}
+    return _plus(is_op(op)(matmul, scale), adds, {"root": matmul, "scale": scale})
+
+
+def _plus(value, adds: int, parts: dict):
+    """`value` with `adds` tensors added in turn (`added0`, ...), each a binary post-op."""
+    for index in range(adds):
+        parts[f"added{index}"] = wildcard()
+        value = is_op("relax.add")(value, parts[f"added{index}"])
+    return value, parts
+
+
+def _activation_product(scaled_operands: bool, adds: int):
+    """Attention scores: a product of two activations, each operand first scaled by a constant
+    (`scaled_operands`: torch's attention scales q and k by the root of the scale each), then
+    `adds` tensors added (the attention mask; T5's position bias). The scales are one linear
+    post-op, the sums binary post-ops: three primitives a layer fewer."""
+    a, b, parts = wildcard(), wildcard(), {}
+    if scaled_operands:
+        parts = {"scale_a": is_const(), "scale_b": is_const()}
+        a, b = is_op("relax.multiply")(a, parts["scale_a"]), is_op("relax.multiply")(b, parts["scale_b"])
+    product = is_op("relax.matmul")(a, b)
+    return _plus(product, adds, {"root": product, **parts})
 
 
 def _normalized():
@@ -217,8 +239,13 @@ for _form, (_, _values) in _GELU_FORMS.items():
     _check = expected_constants(_values, f"the {_form} form of GELU")
     dnnl.pattern(f"dense_bias_{_form}", *_dense_bias_then(_form), check=lambda m, c=_check: dense_constant_weight(m) or c(m), emit=_dense)
 dnnl.pattern("dense_bias_add", *_dense_bias_then("add"), check=dense_residual, emit=_dense)
-dnnl.pattern("matmul_divide", *_scaled_matmul("relax.divide"), check=scaled_matmul, emit=_dense)
-dnnl.pattern("matmul_multiply", *_scaled_matmul("relax.multiply"), check=scaled_matmul, emit=_dense)
+dnnl.pattern("scores_scaled_add", *_activation_product(True, 1), check=activation_product, emit=_dense)
+dnnl.pattern("scores_scaled", *_activation_product(True, 0), check=activation_product, emit=_dense)
+for _op in ("divide", "multiply"):
+    dnnl.pattern(f"matmul_{_op}_add", *_scaled_matmul(f"relax.{_op}", 1), check=activation_product, emit=_dense)
+    dnnl.pattern(f"matmul_{_op}", *_scaled_matmul(f"relax.{_op}"), check=activation_product, emit=_dense)
+dnnl.pattern("matmul_add_add", *_activation_product(False, 2), check=activation_product, emit=_dense)
+dnnl.pattern("matmul_add", *_activation_product(False, 1), check=activation_product, emit=_dense)
 dnnl.pattern("dense_bias_act", *fused_pattern("relax.matmul", bias=True, activation=_ACTIVATIONS, constant_weight=True),
              check=dense_constant_weight, emit=_dense)
 dnnl.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=dense_constant_weight, emit=_dense)

@@ -173,10 +173,19 @@ def dense_residual(match) -> str | None:
     return dense_constant_weight(match)
 
 
-def scaled_matmul(match) -> str | None:
-    if constant_array(match["scale"]).size != 1:
-        return "the scale must be one number"
-    return matmul_shapes(match["root"])
+def activation_product(match) -> str | None:
+    """A product (of two activations, or a dense layer without bias) whose constant scales and
+    added tensors are post-ops."""
+    product = match["root"]
+    for name in ("scale", "scale_a", "scale_b"):
+        if match.get(name) is not None and scalar_constant(match[name]) is None:
+            return "a scale must be one number"
+    out = _shape(product)
+    for index in range(2):
+        added = match.get(f"added{index}")
+        if added is not None and (len(_shape(added)) != len(out) or any(d not in (1, o) for d, o in zip(_shape(added), out))):
+            return "an added tensor must have the product's rank, each dimension the product's or 1"
+    return matmul_shapes(product)
 
 
 def take_constant_index(call: relax.Call) -> str | None:
