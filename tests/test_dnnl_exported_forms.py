@@ -370,3 +370,26 @@ def test_attention_scores_take_their_scales_and_masks_as_post_ops(form, tmp_path
     assert _one_region(model, inputs).regions[0].patterns == {pattern: 1}
     executed = _primitives_run(model, tmp_path)
     assert [primitive for primitive, _ in executed] == ["matmul"] and not executed[0][1].startswith("ref"), executed
+
+
+def test_attention_heads_are_read_and_written_in_place(tmp_path):
+    """Queries, keys and values split into heads, the keys transposed, the context put back in
+    place: each transpose is a view (the products read their operands, and write their result,
+    in the layouts the transposes describe), so no copy runs, and the products run JIT kernels."""
+    def heads(name: str, perm: list[int]) -> list:
+        return [helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}_rows"]), helper.make_node("Reshape", [f"{name}_rows", "split"], [f"{name}_split"]),
+                helper.make_node("Transpose", [f"{name}_split"], [name], perm=perm)]
+
+    nodes = [*heads("q", [0, 2, 1, 3]), *heads("k", [0, 2, 3, 1]), *heads("v", [0, 2, 1, 3]),
+             helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["scaled"]),
+             helper.make_node("Softmax", ["scaled"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["c"]),
+             helper.make_node("Transpose", ["c"], ["c_t"], perm=[0, 2, 1, 3]), helper.make_node("Reshape", ["c_t", "merge"], ["c_rows"]),
+             helper.make_node("MatMul", ["c_rows", "wo"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 8, 32)).astype(np.float32)}
+    initializers = _weights(wq=(32, 32), wk=(32, 32), wv=(32, 32), wo=(32, 32)) + _scalars(scale=8 ** -0.5) + [
+        numpy_helper.from_array(np.array([1, 8, 4, 8], np.int64), "split"), numpy_helper.from_array(np.array([1, 8, 32], np.int64), "merge")]
+    model = _model(nodes, inputs, ("y", [1, 8, 32]), initializers)
+    _one_region(model, inputs)
+    executed = _primitives_run(model, tmp_path)
+    assert [primitive for primitive, _ in executed] == ["matmul"] * 4 + ["softmax", "matmul", "matmul"], executed
+    assert not [impl for _, impl in executed if impl.startswith("ref") or "gemm" in impl], executed

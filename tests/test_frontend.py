@@ -276,3 +276,43 @@ def test_reshapes_that_undo_each_other_around_element_wise_ops_are_dropped(read_
     inputs = {"x": np.random.default_rng(0).standard_normal((1, 8, 16), np.float32)}
     assert_fp32_close([np.asarray(o) for o in byoc.build(byoc.partition_for(mod, "reference")).run(inputs)],
                       onnxruntime_outputs(model, inputs))
+
+
+def _keys_transposed(read_twice: bool) -> onnx.ModelProto:
+    """Attention's keys as exporters write them: heads (1, 4, 8, 16) transposed from (1, 8, 4, 16),
+    reshaped to three axes, transposed, reshaped back to four; with `read_twice`, the heads are
+    an output of their own too."""
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["heads"], perm=[0, 2, 1, 3], name="heads"),
+        helper.make_node("Reshape", ["heads", "three"], ["flat"], name="flat"),
+        helper.make_node("Transpose", ["flat"], ["flat_t"], perm=[0, 2, 1], name="flat_t"),
+        helper.make_node("Reshape", ["flat_t", "four"], ["keys_t"], name="keys_t"),
+        helper.make_node("MatMul", ["q", "keys_t"], ["scores"], name="scores"),
+    ]
+    outputs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 4, 8, 8])]
+    if read_twice:
+        outputs.append(helper.make_tensor_value_info("heads", TensorProto.FLOAT, [1, 4, 8, 16]))
+    initializers = [helper.make_tensor("three", TensorProto.INT64, [3], [4, 8, 16]),
+                    helper.make_tensor("four", TensorProto.INT64, [4], [1, 4, 16, 8])]
+    graph = helper.make_graph(nodes, "keys", [helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 8, 4, 16]),
+                                              helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, 8, 16])], outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+@pytest.mark.parametrize("read_twice", [False, True])
+def test_transposes_and_unit_reshapes_in_a_chain_are_one_transpose(read_twice):
+    """transpose, reshape dropping a unit axis, transpose, reshape adding it back: one transpose
+    of the source, named after the chain's last node. A link read elsewhere ends the chain."""
+    model = _keys_transposed(read_twice)
+    mod = byoc.from_onnx(model)
+    moves = [b for block in mod["main"].body.blocks for b in block.bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name in ("relax.permute_dims", "relax.reshape")]
+    if read_twice:
+        assert [b.value.op.name for b in moves] == ["relax.permute_dims", "relax.permute_dims"], mod
+        assert [int(a) for a in moves[1].value.attrs.axes] == [0, 1, 3, 2]
+    else:
+        assert len(moves) == 1 and moves[0].var.name == "keys_t" and [int(a) for a in moves[0].value.attrs.axes] == [0, 2, 3, 1], mod
+    rng = np.random.default_rng(0)
+    inputs = {"k": rng.standard_normal((1, 8, 4, 16), np.float32), "q": rng.standard_normal((1, 4, 8, 16), np.float32)}
+    assert_fp32_close([np.asarray(o) for o in byoc.build(byoc.partition_for(mod, "reference")).run(inputs)],
+                      onnxruntime_outputs(model, inputs))

@@ -7,7 +7,7 @@ from tvm import relax
 
 from byoc.frontend.fold_constants import fold_constants_numpy, fold_constants_tvm
 from byoc.frontend.quantized import keep_weights
-from byoc.frontend.reshapes import fold_reshapes
+from byoc.frontend.reshapes import fold_moves, fold_reshapes
 from byoc.frontend.simplify import simplify
 
 
@@ -26,6 +26,7 @@ def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
             tvm.transform.module_pass(lambda mod, _ctx: simplify(mod), opt_level=0, name="SimplifyExports"),
             relax.transform.CanonicalizeBindings(),
             tvm.transform.module_pass(lambda mod, _ctx: fold_reshapes(mod), opt_level=0, name="FoldReshapes"),
+            tvm.transform.module_pass(lambda mod, _ctx: fold_moves(mod), opt_level=0, name="FoldMoves"),
             relax.transform.DeadCodeElimination(["main"]),
         ]
     )

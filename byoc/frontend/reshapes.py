@@ -12,6 +12,8 @@ as one int8 op. An element-wise op computes the same on any shape, so:
   one reshape to the outer shape, and `f(x)` where that is `x`'s own shape.
 
 Only values read once are moved, so nothing is computed twice. Exact.
+
+`fold_moves` does the same for chains of transposes and unit reshapes (attention's keys).
 """
 
 from __future__ import annotations
@@ -126,5 +128,57 @@ def fold_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
         return relax.op.reshape(data, value.args[1])
 
     # A reshape that undid the other is now an alias of the op it read: its readers read that op.
+    tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(["main"])])
+    return tidy(rebuild_module(mod, replace_binding=rewrite))
+
+
+def _unit_reshape(call: relax.Expr) -> bool:
+    """A reshape that only inserts or removes axes of size 1."""
+    if op_name(call) != "relax.reshape" or not (has_static_shape(call.ty) and has_static_shape(call.args[0].ty)):
+        return False
+    return [d for d in static_shape(call.ty) if d != 1] == [d for d in static_shape(call.args[0].ty) if d != 1]
+
+
+def _moved_axes(call: relax.Call, axes: list[int | None]) -> list[int | None]:
+    """Which axis of the chain's source each axis of `call`'s result is (None: a unit axis),
+    given that of its operand: a permute reorders them, a unit reshape keeps the others' order."""
+    if op_name(call) == "relax.permute_dims":
+        order = range(len(axes))[::-1] if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+        return [axes[a] for a in order]
+    shape, kept = static_shape(call.ty), iter(a for a, d in zip(axes, static_shape(call.args[0].ty)) if d != 1)
+    return [None if d == 1 else next(kept) for d in shape]
+
+
+def fold_moves(mod: tvm.IRModule) -> tvm.IRModule:
+    """A chain of transposes and reshapes that only add or drop axes of size 1 (attention's keys
+    as exporters write them: heads split, `reshape` to three axes, `transpose`, `reshape` back to
+    four), each link read once, is one transpose of the chain's source, or nothing. A vendor then
+    sees one move it can read as a view, and no copies. Exact."""
+    values, readers = _bindings(mod)
+    movers = {var for var, value in values.items() if _unit_reshape(value) or op_name(value) == "relax.permute_dims"
+              and has_static_shape(value.ty) and has_static_shape(value.args[0].ty)}
+    inner = {value.args[0] for value in (values[v] for v in movers) if isinstance(value.args[0], relax.Var)}
+
+    def rewrite(binding: relax.Binding, value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
+        if binding.var not in movers or (binding.var in inner and readers.get(binding.var, 0) == 1):
+            return None  # no move, or a link inside a longer chain
+        links = [binding.value]
+        while (operand := links[-1].args[0]) in movers and readers.get(operand, 0) == 1:
+            links.append(values[operand])
+        if len(links) < 2:
+            return None
+        source = links[-1].args[0]
+        axes: list[int | None] = list(range(len(static_shape(source.ty))))
+        for link in reversed(links):
+            axes = _moved_axes(link, axes)
+        if len(axes) != len(static_shape(source.ty)):
+            return None
+        free = iter(a for a in range(len(axes)) if a not in axes)  # the source's unit axes, for the result's
+        order = [next(free) if a is None else a for a in axes]
+        data = value.args[0]  # the same chain in the function being rebuilt
+        for _ in links[1:]:
+            data = bound_value(data, builder).args[0]
+        return data if order == sorted(order) else relax.op.permute_dims(data, order)
+
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(["main"])])
     return tidy(rebuild_module(mod, replace_binding=rewrite))

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
+from byoc.codegen_json.graph import ref_key, tensor_refs
 from byoc.vendors.dnnl.library import dims, rank
 from byoc.vendors.dnnl.quantization import (
     DNNL_TYPES,
@@ -37,8 +38,10 @@ ELTWISE_OPS = (*_ELTWISE, "relax.clip")
 # GELU composites (the forms exporters write, see the backend's patterns), each fused as one
 # element-wise op or post-op: pattern name -> oneDNN algorithm.
 GELU_FORMS = {"gelu": "dnnl_eltwise_gelu_erf", "gelu_erf_half_last": "dnnl_eltwise_gelu_erf", "gelu_tanh": "dnnl_eltwise_gelu_tanh"}
-# Reshapes: views of their input's data where it is plain (`reshape`).
-VIEWS = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+# Reshapes: views of their input's data where it is plain (`reshape`); transposes too, where
+# their readers take any layout (`permute_dims`).
+RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+VIEWS = (*RESHAPES, "relax.permute_dims")
 _BINARY = {"relax.add": "dnnl_binary_add", "relax.subtract": "dnnl_binary_sub", "relax.multiply": "dnnl_binary_mul", "relax.divide": "dnnl_binary_div"}
 
 
@@ -308,12 +311,19 @@ class _Kernel:
             self.scales(attr, "DNNL_ARG_DST", q.output_scales, 0)
 
     # ------------------------------------------------------------------ code
-    def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = ()) -> KernelCode:
-        """`retry` creates the descriptor again (into `retry_pd`) with other layouts, in order,
-        for as long as the one in hand is not a direct JIT kernel, keeping a faster kind."""
+    def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = (), first: str | None = None) -> KernelCode:
+        """`first` creates the descriptor in given layouts (operands as their producers left
+        them: no reorder), kept where that gives a direct JIT kernel, else `create` does.
+        `retry` creates it again (into `retry_pd`) with other layouts, in order, for as long as
+        the one in hand is not a direct JIT kernel, keeping a faster kind."""
         init = ["{", "  dnnl_primitive_desc_t pd = NULL;"]
         init += ["  " + line for line in self.setup]
-        init.append("  " + self.check(create, "primitive descriptor (unsupported shape or attributes)"))
+        check = self.check(create, "primitive descriptor (unsupported shape or attributes)")
+        if first is None:
+            init.append("  " + check)
+        else:
+            init += [f"  if ({first} != dnnl_success || byoc_impl_rank(pd) > 0) {{", "    if (pd != NULL) dnnl_primitive_desc_destroy(pd);",
+                     "    pd = NULL;", "    " + check, "  }"]
         for again in retry:
             init.append("  if (byoc_impl_rank(pd) > 0) {")
             init.append("    dnnl_primitive_desc_t retry_pd = NULL;")
@@ -575,12 +585,17 @@ def matmul(call: KernelCall) -> KernelCode:
         kernel.source("DNNL_ARG_WEIGHTS", w, "dnnl_query_weights_md")
     if bias_memory is not None:
         kernel.direct("DNNL_ARG_BIAS", bias_memory)
+    given = None
     if rows:
         kernel.direct("DNNL_ARG_DST", kernel.result_view(out, dst_md))
     else:
         kernel.result(out)
+        if quantized is None:  # activations read as their producers left them, the result as its reader wants it
+            layouts = (src_md if x.kind == "constant" else kernel.md_of(x), weights_md if w.kind == "constant" else kernel.md_of(w),
+                       _transposed_result(kernel, call, node) or dst_md)
+            given = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {', '.join(layouts[:2])}, {bias_md}, {layouts[2]}, {attr})"
     create = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {src_md}, {weights_md}, {bias_md}, {dst_md}, {attr})"
-    return kernel.code(create, (attr,))
+    return kernel.code(create, (attr,), first=given)
 
 
 def _unscaled(call: KernelCall, operand: CBuffer) -> tuple[CBuffer, float]:
@@ -1133,22 +1148,28 @@ def rms_norm(call: KernelCall) -> KernelCode:
     return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
 
 
-def _relayout(call: KernelCall, view_setup, may_view: bool = False) -> KernelCode:
+def _relayout(call: KernelCall, view_setup, view=None) -> KernelCode:
     """A reorder from the input into a view of the output's data (reshape, transpose). With
-    `may_view`, the output is instead a view of the input's data where that is in the layout the
-    view describes (decided at initialisation, when layouts are known; the library declares such
-    ops views, so the input's memory outlives the output)."""
+    `view(kernel, x, out)` giving a C condition and the descriptor of the output as a view of
+    the input's data (None: the output's own), the output is that view wherever the condition
+    holds at initialisation, when layouts are known (the library declares such ops views, so the
+    input's memory outlives the output)."""
     kernel = _Kernel(call)
     x, out = call.arg(call.nodes[0], 0), call.outputs[0]
     view_md = view_setup(kernel, x, out)
     kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
     kernel.direct("DNNL_ARG_TO", kernel.result_view(out, view_md))
-    may_view = may_view and out.kind == "intermediate"  # a region output is the caller's memory
-    if may_view:
-        kernel.state.append(f"static int {kernel.k}_is_view = 0;")
-        kernel.setup.append(f"{kernel.k}_is_view = dnnl_memory_desc_equal({kernel.md_of(x)}, {view_md});")
+    viewed = view is not None and out.kind == "intermediate"  # a region output is the caller's memory
+    if viewed:
+        condition, md = view(kernel, x, out)
+        k = kernel.k
+        kernel.state += [f"static int {k}_is_view = 0;", f"static byoc_conversion {k}_alias;"]
+        kernel.setup.append(f"{k}_is_view = {condition};")
+        if md is not None:  # the output's memory described as a view of the input's
+            kernel.setup += [f"if ({k}_is_view) {{", f"  dnnl_memory_destroy({out.name}_mem);",
+                             "  " + kernel.check(f"byoc_result_init(&{k}_alias, &{out.name}_mem, &{out.name}_bytes, {md})", "view"), "}"]
     code = kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {view_md}, byoc_engine, NULL)")
-    if not may_view:
+    if not viewed:
         return code
     point = ["{", "  void* data = NULL;", "  " + kernel.check(f"dnnl_memory_get_data_handle({x.name}_mem, &data)", f"data of {x.name}"),
              "  " + kernel.check(f"dnnl_memory_set_data_handle({out.name}_mem, data)", "view"), "}"]
@@ -1160,25 +1181,80 @@ def reshape(call: KernelCall) -> KernelCode:
     """A view of the input's data where its producer wrote it in plain layout, else a copy.
     Exporters write reshapes around dense layers and attention's heads: as copies they were a
     third of tiny GPT-2's primitives."""
-    return _relayout(call, lambda kernel, x, out: kernel.md(x.shape, "plain", x.dtype), may_view=True)
+    def plain_input(kernel: _Kernel, x: CBuffer, out: CBuffer) -> str:
+        return kernel.md(x.shape, "plain", x.dtype)
+
+    return _relayout(call, plain_input, view=lambda kernel, x, out: (f"dnnl_memory_desc_equal({kernel.md_of(x)}, {plain_input(kernel, x, out)})", None))
+
+
+def _order(node: dict, rank: int) -> list[int]:
+    """Axis j of a transpose's result is axis order[j] of its input."""
+    axes = node["attrs"]["axes"]
+    return list(range(rank))[::-1] if axes is None else [int(a) for a in axes]
+
+
+def _permuted_md(kernel: _Kernel, md: str, order: list[int]) -> str:
+    """A local descriptor: `md` with its axes moved, axis i to position order[i]."""
+    name = kernel._name("perm")
+    kernel.local_mds.append(name)
+    kernel.setup += [f"int {name}_axes[{len(order)}] = {{{', '.join(str(a) for a in order)}}};", f"dnnl_memory_desc_t {name};",
+                     kernel.check(f"dnnl_memory_desc_permute_axes(&{name}, {md}, {name}_axes)", "transpose view")]
+    return name
+
+
+def _transposed_layout(kernel: _Kernel, shape: tuple[int, ...], order: list[int], dtype: str) -> str:
+    """The descriptor, with a transpose's input dims, of where each input element lands in its
+    result of `shape` (plain): the result's plain layout with axis j moved to order[j]."""
+    return _permuted_md(kernel, kernel.md(shape, "plain", dtype), order)
 
 
 def permute_dims(call: KernelCall) -> KernelCode:
-    axes = call.nodes[0]["attrs"]["axes"]
+    """A transpose: a view of the input's data where the input was written in the layout the
+    transpose undoes (a product writing attention's heads back in place), or where every reader
+    is a product, whose JIT kernel reads an operand in any layout (attention's queries, keys and
+    values); else a reorder."""
+    node = call.nodes[0]
+    order = _order(node, len(call.arg(node, 0).shape))
+    inverse = [order.index(a) for a in range(len(order))]
+    products_only = "1" if _read_by_products(call.graph, node["id"]) else "0"
 
-    def view(kernel, x, out):
-        order = list(range(len(x.shape)))[::-1] if axes is None else axes
-        plain = kernel.md(out.shape, "plain", out.dtype)
-        name = kernel._name("perm")
-        kernel.local_mds.append(name)
-        kernel.setup.append(f"int {name}_axes[{len(order)}] = {{{', '.join(str(a) for a in order)}}};")
-        kernel.setup.append(f"dnnl_memory_desc_t {name};")
-        # Axis j of the output is axis order[j] of the input: permuting the output's plain
-        # layout that way describes where each input element lands.
-        kernel.setup.append(kernel.check(f"dnnl_memory_desc_permute_axes(&{name}, {plain}, {name}_axes)", "transpose view"))
-        return name
+    def view(kernel: _Kernel, x: CBuffer, out: CBuffer) -> tuple[str, str]:
+        seen = _permuted_md(kernel, kernel.md_of(x), inverse)
+        return f"{products_only} || dnnl_memory_desc_equal({seen}, {kernel.md(out.shape, 'plain', out.dtype)})", seen
 
-    return _relayout(call, view)
+    return _relayout(call, lambda kernel, x, out: _transposed_layout(kernel, out.shape, order, out.dtype), view=view)
+
+
+def _readers(graph: dict, node_id: int) -> list[dict]:
+    """The nodes of a region that read output 0 of node `node_id`."""
+    key = ("node", node_id, 0)
+    return [n for n in graph.get("nodes", ()) if any(ref_key(r) == key for arg in n["args"] for r in tensor_refs(arg))]
+
+
+def _read_by_products(graph: dict, node_id: int) -> bool:
+    """Whether every reader of output 0 of node `node_id` is a matrix product, or an operand's
+    scaling fused into one (`_unscaled`): these take an operand in the layout it comes in."""
+    def product(node: dict) -> bool:
+        if node["op"] == "relax.matmul":
+            return True
+        composite = node.get("composite")
+        return node["op"] == "relax.multiply" and composite is not None and any(
+            n["op"] == "relax.matmul" and (n.get("composite") or {}).get("id") == composite["id"] for n in graph["nodes"])
+
+    readers = _readers(graph, node_id)
+    return bool(readers) and all(product(n) for n in readers)
+
+
+def _transposed_result(kernel: _Kernel, call: KernelCall, root: dict) -> str | None:
+    """For a product whose only reader is a transpose (attention's heads back in place): the
+    descriptor that writes the product where the transpose would put it, so that the transpose
+    is a view. None otherwise."""
+    out = call.outputs[0]
+    readers = _readers(call.graph, call.nodes[-1]["id"])
+    if out.kind != "intermediate" or len(readers) != 1 or readers[0]["op"] != "relax.permute_dims" or readers[0].get("composite"):
+        return None
+    transposed = readers[0]["outputs"][0]["shape"]
+    return _transposed_layout(kernel, tuple(transposed), _order(readers[0], len(out.shape)), out.dtype)
 
 
 def requantize(call: KernelCall) -> KernelCode:
