@@ -2,12 +2,13 @@
 
 Data sheet: float32, NCHW activations and OIHW weights. Convolutions (grouped and depthwise
 included) with bias, residual add and ReLU/clip fused as post-ops; matrix products (constant or
-activation weights, batched) with bias and ReLU, GELU or a residual add fused, or scaled by a
-constant (attention scores); max and average pooling; mean reductions over any axes, all by
-default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
-layer normalisation (and instance normalisation as TVM decomposes it, and RMSNorm), GELU (erf form),
-concatenation, strided slices, broadcasts, constant padding, selections by a constant mask,
-reshape and transpose. Regions without MACs stay on the host: a reorder-only region costs more
+activation weights, batched) with bias and ReLU, GELU or a residual add fused, or with
+constant scales and added masks (attention scores); max and average pooling; mean reductions
+over any axes, all by default (global pooling among them); element-wise ops and broadcasting
+binary ops; softmax, layer normalisation (and instance normalisation as TVM decomposes it, and
+RMSNorm), GELU (erf form), concatenation, strided slices, broadcasts, constant padding,
+selections by a constant mask, reshape and transpose (views where their readers allow).
+Regions without MACs stay on the host: a reorder-only region costs more
 than it saves.
 
 Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
