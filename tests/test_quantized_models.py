@@ -237,7 +237,7 @@ def _optimized_ops(model: onnx.ModelProto, path) -> Counter:
 
 def test_the_onnxruntime_vendor_gets_the_quantized_constants_as_the_model_had_them(tmp_path):
     """A bias added on its own and a layer norm's scale stay int8 behind their DequantizeLinear
-    (`Limits.quantized_constants`), not float32 constants as dnnl takes them: onnxruntime fuses a
+    (`Limits.quantized_as_written`), not float32 constants as dnnl takes them: onnxruntime fuses a
     quantize/dequantize unit only whole, and a quantized BERT's bias adds ran as float Adds
     between reorders (the full-size encoder 1.15x onnxruntime's time, 3.9% from its result)."""
     from byoc.codegen_json.serialize import region_to_json
@@ -409,6 +409,24 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     # A float softmax keeps its check (the host's NaN case is the vendor's to honour).
     ops = Counter(op_name(b.value) for block in byoc.from_onnx(model)["main"].body.blocks for b in block.bindings)
     assert ops["relax.isnan"] == 1, ops
+
+
+def test_the_onnxruntime_vendor_gets_the_nan_check_of_a_quantized_softmax(tmp_path):
+    """dnnl drops the safe softmax's NaN check of a dequantized value (never NaN); onnxruntime
+    gets the file as written (`Limits.quantized_as_written`): it picks its int8 softmax by the
+    ops around it, and without the check its results moved 2.8% on a quantized BERT."""
+    from byoc.runtime_metadata.build import region_functions
+
+    model = _exported_attention()
+    quantized = quantize_static(model, [zoo.sample_inputs(model, seed=s) for s in range(4)], "uint8")
+    checks = {}
+    for vendor in ("onnxruntime", "dnnl"):
+        partitioned = byoc.partition_for(byoc.from_onnx(quantized), vendor)
+        ((_, _, region),) = region_functions(partitioned)
+        checks[vendor] = sum(op_name(b.value) == "relax.isnan" for block in region.body.blocks for b in block.bindings)
+        if vendor == "onnxruntime":
+            assert _relative_l2(byoc.build(partitioned), quantized) == [0.0, 0.0, 0.0]
+    assert checks == {"onnxruntime": 1, "dnnl": 0}, checks
 
 
 def _exported_feed_forward() -> onnx.ModelProto:

@@ -64,11 +64,13 @@ class Limits:
     # whose weights need their own quantization (the DPU's power-of-two scales per tensor) takes
     # them in float32 and quantizes them again at code generation (byoc.processing.adopt).
     int8_weights: bool = True
-    # Whether the model's other int8 constants (a bias added on its own, a layer norm's scale)
-    # stay behind their dequantize, as the file had them: onnxruntime fuses a quantize/dequantize
-    # unit only whole (an Add of a dequantized activation and a float32 constant stays a float
-    # Add). A backend with int8 kernels of its own takes them as float32 constants.
-    quantized_constants: bool = False
+    # Whether a quantized model reaches the backend as the file wrote it: its other int8
+    # constants (a bias added on its own, a layer norm's scale) behind their dequantize, and a
+    # NaN check of a dequantized value kept. onnxruntime fuses a quantize/dequantize unit only
+    # whole (an Add of a dequantized activation and a float32 constant stays a float Add) and
+    # picks its int8 softmax by the ops around it. A backend with int8 kernels of its own takes
+    # the constants as float32 and the checks dropped (see byoc.frontend.quantized).
+    quantized_as_written: bool = False
 
     def violation(self, call: relax.Call, inside: Callable[[relax.Expr], bool] | None = None, output: bool = True) -> str | None:
         """Why `call` breaks these limits, or None. In a composite, values that never leave it

@@ -12,9 +12,6 @@ cut regions. ONNX exports of the same model have neither. So:
   broadcast to a dynamic batch (`broadcast_to(W, (batch, K, N))`), which cannot be folded;
 - `where(c, full_like(x, v), y)` of the result's own shape is `where(c, v, y)`: the safe softmax
   of a model with dynamic dimensions fills its zeros so;
-- `where(isnan(x), v, x)` of a dequantized `x` (a finite constant scale) is `x`: the safe softmax
-  of a quantized model reads its probabilities back through QuantizeLinear/DequantizeLinear,
-  which never give NaN, and the check otherwise cuts the int8 region at every attention layer;
 - a bitwise and, or, xor or not of booleans (`mask_a & mask_b`) is the logical op, which ONNX
   and vendors take on booleans (ONNX's BitwiseAnd takes integers only);
 - `any` along axes, written as booleans cast to int8, their max and a cast back, takes the max in
@@ -110,21 +107,8 @@ def _simplify(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | No
     if name == "relax.matmul":
         return _shared_weight(value, builder)
     if name == "relax.where":
-        kept = _never_nan(value, builder)
-        return kept if kept is not None else _filled_branch(value, builder)
+        return _filled_branch(value, builder)
     return None
-
-
-def _never_nan(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
-    """`where(isnan(x), v, x)` as `x` where `x` is dequantized with finite constant scales."""
-    condition, kept = bound_value(call.args[0], builder), call.args[2]
-    if op_name(condition) != "relax.isnan" or not condition.args[0].same_as(kept) or not _same_shape(kept.ty, call.ty):
-        return None
-    source = bound_value(kept, builder)
-    if op_name(source) != "relax.dequantize" or not is_tensor_constant(source.args[1]) or \
-            not np.isfinite(constant_array(source.args[1])).all():
-        return None
-    return kept
 
 
 def _filled_branch(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:

@@ -72,7 +72,7 @@ def partition_graph(
     _check_main_function(mod)
     quantized = [b for b in ordered if b.limits.quantized]
     mod = for_partitioning(mod, takes_quantized=bool(quantized), int8_weights=any(b.limits.int8_weights for b in quantized),
-                           quantized_constants=bool(quantized) and all(b.limits.quantized_constants for b in quantized))
+                           as_written=bool(quantized) and all(b.limits.quantized_as_written for b in quantized))
     rules = [backend.cost.with_options(**options) for backend in ordered]
     host_ops = frozenset().union(*(r.host_ops for r in rules))
     reasons = HostReasons()

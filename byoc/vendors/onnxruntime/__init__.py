@@ -67,7 +67,7 @@ onnxruntime = Backend(
     name="onnxruntime",
     priority=5,
     description=f"ONNX Runtime {ort.__version__}, CPU execution provider",
-    limits=Limits(dtypes=("float32", "int32", "int64", "bool"), quantized=("int8", "uint8"), quantized_constants=True),
+    limits=Limits(dtypes=("float32", "int32", "int64", "bool"), quantized=("int8", "uint8"), quantized_as_written=True),
     cost=CostRules(fallback_without_macs=True),
     codegen=JsonRuntime(build_engine=build_engine, version=f"onnxruntime-{ort.__version__}"),
     build_options=BUILD_OPTIONS,
