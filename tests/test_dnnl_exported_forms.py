@@ -201,7 +201,7 @@ def _repeated(prefix: str, x: str) -> list:
             helper.make_node("Reshape", [f"{prefix}e", "shape_heads"], [f"{prefix}rep"])]
 
 
-def test_rotary_embeddings_and_grouped_query_attention():
+def test_rotary_embeddings_and_grouped_query_attention(tmp_path):
     """Llama-family attention as torch.onnx writes it: rotary embeddings (two slices, a
     negation, a concatenation) on queries and keys, and 2 key/value heads repeated for 4 query
     heads (unsqueeze, expand, reshape). Before, each slice, negation and repeat stayed on the
@@ -219,7 +219,25 @@ def test_rotary_embeddings_and_grouped_query_attention():
     rotation = [numpy_helper.from_array(np.concatenate([f(angles)] * 2, axis=-1), name) for f, name in ((np.cos, "cos"), (np.sin, "sin"))]
     initializers = _weights(wq=(32, 32), wk=(32, 16), wv=(32, 16), wo=(32, 32)) + rotation + \
         [numpy_helper.from_array(np.array(v, dtype=np.int64), name) for name, v in ints.items()]
-    _one_region(_model(nodes, inputs, ("y", [1, 8, 32]), initializers), inputs)
+    model = _model(nodes, inputs, ("y", [1, 8, 32]), initializers)
+    report = _one_region(model, inputs)
+    assert report.regions[0].patterns.get("dnnl.rotary") == 2, report.regions[0].patterns  # one kernel of three primitives each
+    assert not [impl for _, impl in _primitives_run(model, tmp_path) if impl.startswith("ref")]
+
+
+def test_a_rotation_other_than_rotate_half_runs_op_by_op():
+    """concat(-x[..., :h], x[..., h:]) negates the first half in place: no rotation of halves,
+    so no rotary kernel; the ops run one by one, still in the region."""
+    nodes = [helper.make_node("Slice", ["x", "zero", "half_index", "last"], ["x1"]),
+             helper.make_node("Slice", ["x", "half_index", "end", "last"], ["x2"]),
+             helper.make_node("Neg", ["x1"], ["n"]), helper.make_node("Concat", ["n", "x2"], ["rot"], axis=-1),
+             helper.make_node("Mul", ["x", "cos"], ["c"]), helper.make_node("Mul", ["rot", "sin"], ["s"]),
+             helper.make_node("Add", ["c", "s"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    initializers = _weights(w=(8, 8), cos=(8, 8), sin=(8, 8)) + [numpy_helper.from_array(np.array(v, dtype=np.int64), name) for name, v in
+                                                                 {"zero": [0], "half_index": [4], "end": [8], "last": [3]}.items()]
+    report = _one_region(_model(nodes, inputs, ("y", [1, 4, 8, 8]), initializers), inputs)
+    assert "dnnl.rotary" not in report.regions[0].patterns
 
 
 def test_window_padding_and_patch_merging():

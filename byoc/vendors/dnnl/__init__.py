@@ -6,10 +6,10 @@ activation weights, batched) with bias and ReLU, GELU or a residual add fused, o
 constant scales and added masks (attention scores); max and average pooling; mean reductions
 over any axes, all by default (global pooling among them); element-wise ops and broadcasting
 binary ops; softmax, layer normalisation (and instance normalisation as TVM decomposes it, and
-RMSNorm), GELU (erf form), concatenation, strided slices, broadcasts, constant padding,
-selections by a constant mask, reshape and transpose (views where their readers allow).
-Regions without MACs stay on the host: a reorder-only region costs more
-than it saves.
+RMSNorm), rotary embeddings, GELU (erf form), concatenation, strided slices, broadcasts,
+constant padding, selections by a constant mask, reshape and transpose (views where their
+readers allow). Regions without MACs stay on the host: a reorder-only region costs more than
+it saves.
 
 Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
 scale per output channel and zero point 0) compute in int8 with the model's own scales (s8
@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 import tvm
-from tvm.relax.dpl import is_const, is_op, wildcard
+from tvm.relax.dpl import is_const, is_op, is_tuple, wildcard
 
 from byoc.annotate import fused_pattern
 from byoc.backend import Backend, CostRules, Limits, Option, register_backend
@@ -55,6 +55,7 @@ from byoc.vendors.dnnl.predicates import (
     pool_nchw,
     power_scalar,
     rms_normalized,
+    rotary_halves,
     take_constant_index,
     window_slice,
 )
@@ -207,6 +208,16 @@ def _rms_normalized(weighted: bool):
     return is_op("relax.multiply")(weight, normalized) | is_op("relax.multiply")(normalized, weight), {**parts, "weight": weight}
 
 
+def _rotary():
+    """x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., h:], x[..., :h]): rotary
+    position embeddings as Llama and its kin write them (cos and sin constants per position)."""
+    x, cos, sin = wildcard(), is_const(), is_const()
+    first, second = (is_op("relax.strided_slice")(x, wildcard(), wildcard(), wildcard(), wildcard()) for _ in range(2))
+    rotated = is_op("relax.concat")(is_tuple([is_op("relax.negative")(second), first]))
+    out = is_op("relax.add")(is_op("relax.multiply")(x, cos), is_op("relax.multiply")(rotated, sin))
+    return out, {"root": rotated, "x": x, "first": first, "second": second, "cos": cos, "sin": sin}
+
+
 def _softmax_nan_to_zero():
     """softmax, then NaN (a row masked whole) replaced by 0: torch's attention as exported."""
     probabilities, zero = is_op("relax.nn.softmax")(wildcard()), is_const()
@@ -255,6 +266,7 @@ for _form, (_build, _values) in _GELU_FORMS.items():
 dnnl.pattern("normalized", *_normalized(), check=normalized_last_axis, emit=emitters.layer_norm)
 dnnl.pattern("rms_norm", *_rms_normalized(weighted=True), check=rms_normalized, emit=emitters.rms_norm)
 dnnl.pattern("rms_normalized", *_rms_normalized(weighted=False), check=rms_normalized, emit=emitters.rms_norm)
+dnnl.pattern("rotary", *_rotary(), check=rotary_halves, emit=emitters.rotary)
 dnnl.pattern("softmax_nan_to_zero", *_softmax_nan_to_zero(), check=nan_to_zero, emit=emitters.softmax)
 dnnl.pattern("softmax_masked_rows_to_zero", *_softmax_masked_rows_to_zero(), check=masked_rows_to_zero, emit=emitters.softmax)
 int8.declare_results(dnnl)

@@ -311,6 +311,11 @@ class _Kernel:
             self.scales(attr, "DNNL_ARG_DST", q.output_scales, 0)
 
     # ------------------------------------------------------------------ code
+    def code_without_primitive(self) -> KernelCode:
+        """The code of a kernel that runs primitives it makes itself (copies), none of `code`'s."""
+        init = ["{", *("  " + line for line in self.setup), *(f"  dnnl_memory_desc_destroy({md});" for md in self.local_mds), "}"]
+        return KernelCode(state=self.state_code(), init="\n".join(init), run="\n".join([*self.before, *self.after]))
+
     def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = (), first: str | None = None) -> KernelCode:
         """`first` creates the descriptor in given layouts (operands as their producers left
         them: no reorder), kept where that gives a direct JIT kernel, else `create` does.
@@ -608,11 +613,13 @@ def _unscaled(call: KernelCall, operand: CBuffer) -> tuple[CBuffer, float]:
     return operand, 1.0
 
 
-def _reorder_with_attributes(kernel: _Kernel, primitive: str, source_md: str, target_md: str, given: list[tuple[str, str]], what: str) -> list[str]:
+def _reorder_with_attributes(kernel: _Kernel, primitive: str, source_md: str, target_md: str, given: list[tuple[str, str]], what: str,
+                             mask: int = 0) -> list[str]:
     """Initialisation of reorder `primitive` from `source_md` to `target_md` whose scales or zero
-    points (`given`: ("scales", "DNNL_ARG_DST"), ...; one value each) are given per call."""
+    points (`given`: ("scales", "DNNL_ARG_DST"), ...; one value each, or one per index of the
+    dimensions in `mask`) are given per call."""
     lines = ["dnnl_primitive_attr_t attr;", "dnnl_primitive_desc_t reorder = NULL;", kernel.check("dnnl_primitive_attr_create(&attr)", "attribute")]
-    lines += [kernel.check(f"dnnl_primitive_attr_set_{kind}_mask(attr, {arg}, 0)", kind.replace("_", " ")) for kind, arg in given]
+    lines += [kernel.check(f"dnnl_primitive_attr_set_{kind}_mask(attr, {arg}, {mask})", kind.replace("_", " ")) for kind, arg in given]
     lines += [kernel.check(f"dnnl_reorder_primitive_desc_create(&reorder, {source_md}, byoc_engine, {target_md}, byoc_engine, attr)", what),
               kernel.check(f"byoc_primitive(&{primitive}, reorder)", what), "dnnl_primitive_attr_destroy(attr);"]
     return ["{", *("  " + line for line in lines), "}"]
@@ -972,8 +979,7 @@ def _strided_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tup
         ]
         kernel.point(f"{name}_view", source, offset * np.dtype(x.dtype).itemsize)
         kernel.before.append(kernel.check(f"byoc_reorder({name}_copy, {name}_view, {result})", f"copy {index}"))
-    init = ["{", *("  " + line for line in kernel.setup), *(f"  dnnl_memory_desc_destroy({md});" for md in kernel.local_mds), "}"]
-    return KernelCode(state=kernel.state_code(), init="\n".join(init), run="\n".join([*kernel.before, *kernel.after]))
+    return kernel.code_without_primitive()
 
 
 def _window(shape: tuple[int, ...], offsets: tuple[int, ...]) -> tuple[list[int], int]:
@@ -1145,6 +1151,51 @@ def rms_norm(call: KernelCall) -> KernelCode:
     epsilon = _scalar(call, call.node("relax.add"), 1)
     codes.append(norm.code(f"dnnl_layer_normalization_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {norm_md}, "
                            f"{norm_md}, NULL, {_float(epsilon)}, {flags}, NULL)"))
+    return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
+
+
+def rotary(call: KernelCall) -> KernelCode:
+    """Rotary embeddings, x * cos + rotate_half(x) * sin with rotate_half(x) = concat(-x2, x1), as
+    three primitives: each half of x copied into the other half of a scratch tensor by a reorder
+    whose scales per position and channel are sin's (negated for -x2), then x * cos plus that, a
+    binary with the sum as a post-op. Op by op it was seven primitives (two slices, a negation,
+    a concatenation, two products, a sum), and a binary on half of each row runs in oneDNN 3.2's
+    reference code (34 us against 0.6 for the scaled copy, measured at 4 x 32 x 16)."""
+    x, out = call.arg(call.node("relax.strided_slice"), 0), call.outputs[0]
+    channels, half, table_shape = x.shape[-1], x.shape[-1] // 2, (1,) * (len(x.shape) - 2) + x.shape[-2:]
+    tables = {}  # "cos" (the product with x) and "sin" (with the rotated halves): constant buffers
+    for node in (n for n in call.nodes if n["op"] == "relax.multiply"):
+        operands = (call.arg(node, 0), call.arg(node, 1))
+        tables["cos" if x in operands else "sin"] = next(b for b in operands if b.kind == "constant")
+    sin = np.asarray(call.constants[tables["sin"].name], np.float32).reshape(x.shape[-2], channels)
+    k = call.name
+    low, high, total = (_Kernel(call, part) for part in ("low", "high", "sum"))
+    low.state, high.state = [f"static dnnl_memory_t {k}_rotated = NULL;"], []  # the copies are primitives of their own
+    low.setup.append(low.check(f"dnnl_memory_create(&{k}_rotated, {low.md(x.shape, 'plain', x.dtype)}, byoc_engine, DNNL_MEMORY_ALLOCATE)",
+                               "rotated halves"))
+    source = low.plain_source(x)
+    # rotated[..., :h] = x[..., h:] * -sin[:, :h]; rotated[..., h:] = x[..., :h] * sin[:, h:]
+    for kernel, read_at, write_at, scales in ((low, half, 0, -sin[:, :half]), (high, 0, half, sin[:, half:])):
+        half_md = kernel.strided_md(x.shape[:-1] + (half,), _dense_strides(x.shape), x.dtype)
+        name = kernel.k
+        kernel.state.append(f"static dnnl_memory_t {name}_read = NULL, {name}_write = NULL; static dnnl_primitive_t {name}_copy = NULL;")
+        kernel.setup += [kernel.check(f"dnnl_memory_create(&{name}_{side}, {half_md}, byoc_engine, DNNL_MEMORY_NONE)", "half view")
+                         for side in ("read", "write")]
+        kernel.setup += _reorder_with_attributes(kernel, f"{name}_copy", half_md, half_md, [("scales", "DNNL_ARG_SRC")], "scaled half",
+                                                 mask=(1 << (len(x.shape) - 2)) | (1 << (len(x.shape) - 1)))
+        scale = kernel.array("scale", np.ascontiguousarray(scales), "float32")
+        kernel.point(f"{name}_read", source, read_at * np.dtype(x.dtype).itemsize)
+        kernel.point(f"{name}_write", f"{k}_rotated", write_at * np.dtype(x.dtype).itemsize)
+        args = f"{{DNNL_ARG_FROM, {name}_read}}, {{DNNL_ARG_TO, {name}_write}}, {{DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, {scale}}}"
+        kernel.before += ["{", f"  dnnl_exec_arg_t args[3] = {{{args}}};", "  " + kernel.check(f"byoc_execute({name}_copy, 3, args)", "scaled half"), "}"]
+    full_md = total.md(x.shape, "plain", x.dtype)
+    total.direct("DNNL_ARG_SRC_0", source)
+    total.direct("DNNL_ARG_SRC_1", total.view(tables["cos"], table_shape))
+    attr = total.post_ops([{"op": "binary", "algorithm": "dnnl_binary_add", "operand": (f"{k}_rotated", full_md)}], [], len(x.shape))
+    total.result(out)
+    codes = [low.code_without_primitive(), high.code_without_primitive(),
+             total.code(f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_mul, {full_md}, {total.md(table_shape, 'plain')}, "
+                        f"{total.md(out.shape, dtype=out.dtype)}, {attr})", (attr,))]
     return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
 
 

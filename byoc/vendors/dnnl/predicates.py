@@ -129,6 +129,24 @@ def rms_normalized(match) -> str | None:
     return None
 
 
+def rotary_halves(match) -> str | None:
+    """Rotary embeddings: the negated slice is the last axis's second half, the other its first;
+    cos and sin hold one value per position and channel (the same for every head and batch)."""
+    shape = _shape(match["x"])
+    half = shape[-1] // 2
+    for name, bounds in (("first", (0, half)), ("second", (half, shape[-1]))):
+        axes, begin, end, *steps = ([int(v) for v in arg.fields] for arg in match[name].args[1:])
+        window = tuple(min(b + shape[-1] if b < 0 else b, shape[-1]) for b in (begin[0], end[0]))
+        if shape[-1] % 2 or [a % len(shape) for a in axes] != [len(shape) - 1] or window != bounds \
+                or any(step != 1 for step in sum(steps, [])):
+            return "not rotate_half: the second half negated, then the first"
+    for name in ("cos", "sin"):
+        table = _shape(match[name])
+        if len(table) > len(shape) or tuple(table[-2:]) != tuple(shape[-2:]) or any(d != 1 for d in table[:-2]):
+            return "cos and sin must hold one value per position and channel"
+    return None
+
+
 def expected_constants(values: dict[str, float], form: str):
     """A pattern check that the match's named constants hold `values` (one number each)."""
 
