@@ -7,6 +7,7 @@ from tvm import relax
 
 import byoc
 from byoc.errors import DynamicShapeError, ModelLoadError, QuantizedModelWarning
+from byoc.ir.types import static_shape
 
 from conftest import assert_fp32_close, onnxruntime_outputs, small_model, small_module
 
@@ -314,5 +315,28 @@ def test_transposes_and_unit_reshapes_in_a_chain_are_one_transpose(read_twice):
         assert len(moves) == 1 and moves[0].var.name == "keys_t" and [int(a) for a in moves[0].value.attrs.axes] == [0, 2, 3, 1], mod
     rng = np.random.default_rng(0)
     inputs = {"k": rng.standard_normal((1, 8, 4, 16), np.float32), "q": rng.standard_normal((1, 4, 8, 16), np.float32)}
+    assert_fp32_close([np.asarray(o) for o in byoc.build(byoc.partition_for(mod, "reference")).run(inputs)],
+                      onnxruntime_outputs(model, inputs))
+
+
+def test_a_transposed_chain_that_adds_a_unit_axis_adds_it_first():
+    """Llama's repeated keys: reshape to three axes (heads merged), transpose, reshape adding the
+    batch axis back: the unit axis is added to the source first, then one transpose of four axes
+    (which a vendor reads as a view where a product reads it)."""
+    nodes = [helper.make_node("Reshape", ["k", "three"], ["merged"], name="merged"),
+             helper.make_node("Transpose", ["merged"], ["merged_t"], perm=[0, 2, 1], name="merged_t"),
+             helper.make_node("Reshape", ["merged_t", "four"], ["keys_t"], name="keys_t"),
+             helper.make_node("MatMul", ["q", "keys_t"], ["scores"], name="scores")]
+    initializers = [helper.make_tensor("three", TensorProto.INT64, [3], [4, 8, 16]), helper.make_tensor("four", TensorProto.INT64, [4], [1, 4, 16, 8])]
+    graph = helper.make_graph(nodes, "keys", [helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 2, 2, 8, 16]),
+                                              helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, 8, 16])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 4, 8, 8])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    mod = byoc.from_onnx(model)
+    moves = [(b.value.op.name, static_shape(b.value.ty)) for block in mod["main"].body.blocks for b in block.bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name in ("relax.permute_dims", "relax.reshape")]
+    assert moves == [("relax.reshape", (4, 8, 16)), ("relax.reshape", (1, 4, 8, 16)), ("relax.permute_dims", (1, 4, 16, 8))], moves
+    rng = np.random.default_rng(0)
+    inputs = {"k": rng.standard_normal((1, 2, 2, 8, 16), np.float32), "q": rng.standard_normal((1, 4, 8, 16), np.float32)}
     assert_fp32_close([np.asarray(o) for o in byoc.build(byoc.partition_for(mod, "reference")).run(inputs)],
                       onnxruntime_outputs(model, inputs))

@@ -152,8 +152,10 @@ def _moved_axes(call: relax.Call, axes: list[int | None]) -> list[int | None]:
 def fold_moves(mod: tvm.IRModule) -> tvm.IRModule:
     """A chain of transposes and reshapes that only add or drop axes of size 1 (attention's keys
     as exporters write them: heads split, `reshape` to three axes, `transpose`, `reshape` back to
-    four), each link read once, is one transpose of the chain's source, or nothing. A vendor then
-    sees one move it can read as a view, and no copies. Exact."""
+    four; Llama's, repeated per head, `reshape` to three axes, `transpose`, `reshape` to four), each
+    link read once, is one transpose of the chain's source (the unit axes it adds first, a
+    reshape), or nothing. A vendor then sees one move it can read as a view, and no copies.
+    Exact."""
     values, readers = _bindings(mod)
     movers = {var for var, value in values.items() if _unit_reshape(value) or op_name(value) == "relax.permute_dims"
               and has_static_shape(value.ty) and has_static_shape(value.args[0].ty)}
@@ -167,17 +169,21 @@ def fold_moves(mod: tvm.IRModule) -> tvm.IRModule:
             links.append(values[operand])
         if len(links) < 2:
             return None
-        source = links[-1].args[0]
-        axes: list[int | None] = list(range(len(static_shape(source.ty))))
+        source_shape = static_shape(links[-1].args[0].ty)
+        axes: list[int | None] = list(range(len(source_shape)))
         for link in reversed(links):
             axes = _moved_axes(link, axes)
-        if len(axes) != len(static_shape(source.ty)):
+        added = len(axes) - len(source_shape)  # unit axes the chain adds: put before the source's first
+        if added < 0:
             return None
-        free = iter(a for a in range(len(axes)) if a not in axes)  # the source's unit axes, for the result's
+        axes = [None if a is None else a + added for a in axes]
+        free = iter(a for a in range(len(axes)) if a not in axes)  # the unit axes, for the result's
         order = [next(free) if a is None else a for a in axes]
         data = value.args[0]  # the same chain in the function being rebuilt
         for _ in links[1:]:
             data = bound_value(data, builder).args[0]
+        if added:
+            data = builder.emit(relax.op.reshape(data, (1,) * added + tuple(source_shape)))
         return data if order == sorted(order) else relax.op.permute_dims(data, order)
 
     tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(["main"])])
