@@ -597,7 +597,7 @@ def matmul(call: KernelCall) -> KernelCode:
         kernel.result(out)
         if quantized is None:  # activations read as their producers left them, the result as its reader wants it
             layouts = (src_md if x.kind == "constant" else kernel.md_of(x), weights_md if w.kind == "constant" else kernel.md_of(w),
-                       _transposed_result(kernel, call, node) or dst_md)
+                       _transposed_result(kernel, call) or dst_md)
             given = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {', '.join(layouts[:2])}, {bias_md}, {layouts[2]}, {attr})"
     create = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {src_md}, {weights_md}, {bias_md}, {dst_md}, {attr})"
     return kernel.code(create, (attr,), first=given)
@@ -1276,10 +1276,21 @@ def permute_dims(call: KernelCall) -> KernelCode:
     return _relayout(call, lambda kernel, x, out: _transposed_layout(kernel, out.shape, order, out.dtype), view=view)
 
 
+# The last region's graph and its readers by value (every kernel of a region asks; one tuple, so
+# that builds in other threads read a graph and its own index).
+_READERS: list[tuple[dict | None, dict]] = [(None, {})]
+
+
 def _readers(graph: dict, node_id: int) -> list[dict]:
     """The nodes of a region that read output 0 of node `node_id`."""
-    key = ("node", node_id, 0)
-    return [n for n in graph.get("nodes", ()) if any(ref_key(r) == key for arg in n["args"] for r in tensor_refs(arg))]
+    cached, index = _READERS[0]
+    if cached is not graph:
+        index = {}
+        for node in graph.get("nodes", ()):
+            for key in {ref_key(r) for arg in node["args"] for r in tensor_refs(arg)}:
+                index.setdefault(key, []).append(node)
+        _READERS[0] = (graph, index)
+    return index.get(("node", node_id, 0), [])
 
 
 def _read_by_products(graph: dict, node_id: int) -> bool:
@@ -1296,7 +1307,7 @@ def _read_by_products(graph: dict, node_id: int) -> bool:
     return bool(readers) and all(product(n) for n in readers)
 
 
-def _transposed_result(kernel: _Kernel, call: KernelCall, root: dict) -> str | None:
+def _transposed_result(kernel: _Kernel, call: KernelCall) -> str | None:
     """For a product whose only reader is a transpose (attention's heads back in place): the
     descriptor that writes the product where the transpose would put it, so that the transpose
     is a view. None otherwise."""
