@@ -318,7 +318,8 @@ class _Kernel:
 
     def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = (), first: str | None = None) -> KernelCode:
         """`first` creates the descriptor in given layouts (operands as their producers left
-        them: no reorder), kept where that gives a direct JIT kernel, else `create` does.
+        them: no reorder), kept unless it fails or `create` gives a faster kind (AVX2 has no
+        brgemm matmul: there both are oneDNN's GEMM, and the given layouts save the reorders).
         `retry` creates it again (into `retry_pd`) with other layouts, in order, for as long as
         the one in hand is not a direct JIT kernel, keeping a faster kind."""
         init = ["{", "  dnnl_primitive_desc_t pd = NULL;"]
@@ -327,8 +328,10 @@ class _Kernel:
         if first is None:
             init.append("  " + check)
         else:
-            init += [f"  if ({first} != dnnl_success || byoc_impl_rank(pd) > 0) {{", "    if (pd != NULL) dnnl_primitive_desc_destroy(pd);",
-                     "    pd = NULL;", "    " + check, "  }"]
+            init += [f"  if ({first} != dnnl_success) {{", "    pd = NULL;", "    " + check, "  } else if (byoc_impl_rank(pd) > 0) {",
+                     "    dnnl_primitive_desc_t retry_pd = NULL;",
+                     f"    dnnl_status_t retry_status = {create.replace('(&pd,', '(&retry_pd,', 1)};",
+                     "    byoc_prefer_faster(&pd, retry_status, retry_pd);", "  }"]
         for again in retry:
             init.append("  if (byoc_impl_rank(pd) > 0) {")
             init.append("    dnnl_primitive_desc_t retry_pd = NULL;")
