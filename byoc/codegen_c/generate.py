@@ -130,18 +130,21 @@ class _Generator:
         self.outputs: list[CBuffer] = []
         self.output_copies: list[tuple[CBuffer, tuple]] = []  # (output, key of the value to copy)
         self.slot_of: dict[str, int] = {}
+        self.readers: dict[tuple, list[dict[str, Any]]] = {}  # by value: the nodes that read it
         self.constant_values: dict[str, np.ndarray] = {}  # by buffer name
         self.num_slots = 0
 
     # ---------------------------------------------------------------- buffers
     def _uses(self) -> dict[tuple, set[int]]:
-        """Kernels that read each value; graph outputs count as a use after the last kernel."""
+        """Kernels that read each value; graph outputs count as a use after the last kernel. Also
+        the nodes that read each value (`self.readers`), which emitters may ask."""
         uses: dict[tuple, set[int]] = {}
+        self.readers = {}
         for position, kernel in enumerate(self.kernels):
             for node in kernel.nodes:
-                for arg in node["args"]:
-                    for ref in tensor_refs(arg):
-                        uses.setdefault(ref_key(ref), set()).add(position)
+                for key in {ref_key(ref) for arg in node["args"] for ref in tensor_refs(arg)}:
+                    uses.setdefault(key, set()).add(position)
+                    self.readers.setdefault(key, []).append(node)
         for ref in self.graph["outputs"]:
             uses.setdefault(ref_key(ref), set()).add(len(self.kernels))
         return uses
@@ -233,7 +236,7 @@ class _Generator:
         node_outputs = [[self.buffers[("node", n["id"], i)] for i in range(len(n["outputs"]))] for n in kernel.nodes]
         return KernelCall(
             self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers, self.graph,
-            node_outputs=node_outputs, options=self.options,
+            node_outputs=node_outputs, options=self.options, readers=self.readers,
         )
 
     def _emit(self, position: int, kernel: GraphKernel) -> KernelCode:

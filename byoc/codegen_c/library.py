@@ -63,6 +63,7 @@ class KernelCall:
     # per node, per output: its buffer, "internal" ones (read by nobody outside) included
     node_outputs: list[list[CBuffer]] = field(default_factory=list)
     options: Mapping[str, Any] = field(default_factory=dict)  # the backend's build options
+    readers: Mapping[tuple, list[dict[str, Any]]] = field(default_factory=dict)  # by value ("node", id, index): the region's nodes reading it
 
     def node(self, op: str) -> dict[str, Any]:
         """The (first) node of this kernel with op `op`."""
@@ -73,6 +74,10 @@ class KernelCall:
         if buffer is None:
             raise ValueError(f"argument {index} of node {node['name']!r} is not a tensor")
         return buffer
+
+    def readers_of(self, node: dict[str, Any], index: int = 0) -> list[dict[str, Any]]:
+        """The nodes of the region that read output `index` of `node` (of any kernel)."""
+        return list(self.readers.get(("node", node["id"], index), ()))
 
     def where(self) -> str:
         """A human-readable location for error messages."""

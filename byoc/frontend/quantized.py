@@ -21,7 +21,7 @@ from byoc.frontend.fold_constants import dequantized_values, fold_constants_nump
 from byoc.frontend.reshapes import fold_reshapes
 from byoc.ir.quantization import INT8_MOVES
 from byoc.ir.rewrite import bound_value, rebuild_function, rebuild_module
-from byoc.ir.types import calls_op, constant_array, dtype_name, is_tensor_constant, op_name
+from byoc.ir.types import calls_op, constant_array, dtype_name, is_tensor_constant, op_name, same_shape
 
 WEIGHT_DTYPES = ("int8", "uint8")
 # Ops whose second operand an int8 kernel takes as int8 weights.
@@ -209,8 +209,7 @@ def _never_nan(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | No
     if op_name(call) != "relax.where":
         return None
     condition, kept = bound_value(call.args[0], builder), call.args[2]
-    if op_name(condition) != "relax.isnan" or not condition.args[0].same_as(kept) or \
-            tuple(kept.ty.shape) != tuple(call.ty.shape):  # static shapes here (a quantized model's)
+    if op_name(condition) != "relax.isnan" or not condition.args[0].same_as(kept) or not same_shape(kept.ty, call.ty):
         return None
     source = bound_value(kept, builder)
     if op_name(source) != "relax.dequantize" or not is_tensor_constant(source.args[1]) or \

@@ -66,6 +66,11 @@ def _on(call: relax.Call, index: int, data: relax.Expr) -> relax.Call:
     return relax.Call(call.op, args, call.attrs, call.ty_args)
 
 
+def _tidy(mod: tvm.IRModule) -> tvm.IRModule:
+    """A rewritten module with aliases resolved and the bindings left unread dropped."""
+    return tvm.transform.Sequential([relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(["main"])])(mod)
+
+
 def _bindings(mod: tvm.IRModule) -> tuple[dict[relax.Var, relax.Expr], dict[relax.Var, int]]:
     """Each variable's bound value, and how many bindings (and function results) read it."""
     values: dict[relax.Var, relax.Expr] = {}
@@ -128,8 +133,7 @@ def fold_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
         return relax.op.reshape(data, value.args[1])
 
     # A reshape that undid the other is now an alias of the op it read: its readers read that op.
-    tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(["main"])])
-    return tidy(rebuild_module(mod, replace_binding=rewrite))
+    return _tidy(rebuild_module(mod, replace_binding=rewrite))
 
 
 def _unit_reshape(call: relax.Expr) -> bool:
@@ -186,5 +190,4 @@ def fold_moves(mod: tvm.IRModule) -> tvm.IRModule:
             data = builder.emit(relax.op.reshape(data, (1,) * added + tuple(source_shape)))
         return data if order == sorted(order) else relax.op.permute_dims(data, order)
 
-    tidy = tvm.transform.Sequential([relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination(["main"])])
-    return tidy(rebuild_module(mod, replace_binding=rewrite))
+    return _tidy(rebuild_module(mod, replace_binding=rewrite))

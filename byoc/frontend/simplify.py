@@ -29,13 +29,7 @@ import tvm
 from tvm import relax
 
 from byoc.ir.rewrite import bound_value, rebuild_module
-from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name
-
-
-def _same_shape(a: relax.Type, b: relax.Type) -> bool:
-    shape_a, shape_b = getattr(a, "shape", None), getattr(b, "shape", None)
-    return isinstance(shape_a, relax.ShapeExpr) and isinstance(shape_b, relax.ShapeExpr) and \
-        [str(d) for d in shape_a.values] == [str(d) for d in shape_b.values]
+from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name, same_shape
 
 
 def _shared_weight(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
@@ -54,7 +48,7 @@ def _shared_weight(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr 
         return None
     rewritten = relax.op.matmul(lhs, relax.const(np.ascontiguousarray(slices[0]), str(weight.dtype)), call.attrs.out_dtype or None)
     rewritten = builder.normalize(rewritten)
-    return rewritten if _same_shape(rewritten.ty, call.ty) else None
+    return rewritten if same_shape(rewritten.ty, call.ty) else None
 
 
 _LOGICAL = {"relax.bitwise_and": relax.op.logical_and, "relax.bitwise_or": relax.op.logical_or,
@@ -102,7 +96,7 @@ def _simplify(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | No
         return _LOGICAL[name](*value.args)
     if name == "relax.astype" and dtype_name(value.ty) == "bool":
         return _any_in_int32(value, builder)
-    if name == "relax.broadcast_to" and _same_shape(value.args[0].ty, value.ty):
+    if name == "relax.broadcast_to" and same_shape(value.args[0].ty, value.ty):
         return value.args[0]
     if name == "relax.matmul":
         return _shared_weight(value, builder)
@@ -113,7 +107,7 @@ def _simplify(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | No
 
 def _filled_branch(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
     branches = [bound_value(a, builder) for a in call.args[1:]]
-    filled = [op_name(b) == "relax.full_like" and is_tensor_constant(b.args[1]) and _same_shape(b.ty, call.ty) for b in branches]
+    filled = [op_name(b) == "relax.full_like" and is_tensor_constant(b.args[1]) and same_shape(b.ty, call.ty) for b in branches]
     if not any(filled):
         return None
     args = [call.args[0]] + [relax.const(constant_array(b.args[1]).astype(str(b.ty.dtype)), str(b.ty.dtype)) if f else a

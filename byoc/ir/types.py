@@ -58,6 +58,13 @@ def has_static_shape(ty: relax.Type) -> bool:
     return isinstance(shape, relax.ShapeExpr) and all(evaluate(d) is not None for d in shape.values)
 
 
+def same_shape(a: relax.Type, b: relax.Type) -> bool:
+    """Whether two tensor types have one known shape (symbolic dimensions compared by name)."""
+    shape_a, shape_b = getattr(a, "shape", None), getattr(b, "shape", None)
+    return isinstance(shape_a, relax.ShapeExpr) and isinstance(shape_b, relax.ShapeExpr) and \
+        [str(d) for d in shape_a.values] == [str(d) for d in shape_b.values]
+
+
 def dtype_name(ty: relax.Type) -> str:
     return str(ty.dtype)
 

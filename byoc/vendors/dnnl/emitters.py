@@ -10,7 +10,6 @@ import math
 import numpy as np
 
 from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
-from byoc.codegen_json.graph import ref_key, tensor_refs
 from byoc.vendors.dnnl.library import dims, rank
 from byoc.vendors.dnnl.quantization import (
     DNNL_TYPES,
@@ -329,15 +328,9 @@ class _Kernel:
             init.append("  " + check)
         else:
             init += [f"  if ({first} != dnnl_success) {{", "    pd = NULL;", "    " + check, "  } else if (byoc_impl_rank(pd) > 0) {",
-                     "    dnnl_primitive_desc_t retry_pd = NULL;",
-                     f"    dnnl_status_t retry_status = {create.replace('(&pd,', '(&retry_pd,', 1)};",
-                     "    byoc_prefer_faster(&pd, retry_status, retry_pd);", "  }"]
+                     *_keep_faster(create.replace("(&pd,", "(&retry_pd,", 1)), "  }"]
         for again in retry:
-            init.append("  if (byoc_impl_rank(pd) > 0) {")
-            init.append("    dnnl_primitive_desc_t retry_pd = NULL;")
-            init.append(f"    dnnl_status_t retry_status = {again};")
-            init.append("    byoc_prefer_faster(&pd, retry_status, retry_pd);")
-            init.append("  }")
+            init += ["  if (byoc_impl_rank(pd) > 0) {", *_keep_faster(again), "  }"]
         init += ["  " + line for line in self.bind]
         init.append("  " + self.check(f"byoc_primitive(&{self.k}_prim, pd)", "primitive creation"))
         init += [f"  dnnl_memory_desc_destroy({md});" for md in self.local_mds]
@@ -348,6 +341,17 @@ class _Kernel:
         run.append("  " + self.check(f"byoc_execute({self.k}_prim, {len(self.exec_args)}, args)", "execution"))
         run += ["}", *self.after]
         return KernelCode(state=self.state_code(), init="\n".join(init), run="\n".join(run))
+
+
+def _keep_faster(again: str) -> list[str]:
+    """C that creates the descriptor again into `retry_pd` (`again`) and keeps the faster kind."""
+    return ["    dnnl_primitive_desc_t retry_pd = NULL;", f"    dnnl_status_t retry_status = {again};",
+            "    byoc_prefer_faster(&pd, retry_status, retry_pd);"]
+
+
+def _in_sequence(codes: list[KernelCode]) -> KernelCode:
+    """The kernels of several primitives as one, run in the order given."""
+    return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
 
 
 def _outside_operand(call: KernelCall, node: dict) -> CBuffer:
@@ -1154,7 +1158,7 @@ def rms_norm(call: KernelCall) -> KernelCode:
     epsilon = _scalar(call, call.node("relax.add"), 1)
     codes.append(norm.code(f"dnnl_layer_normalization_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {norm_md}, "
                            f"{norm_md}, NULL, {_float(epsilon)}, {flags}, NULL)"))
-    return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
+    return _in_sequence(codes)
 
 
 def rotary(call: KernelCall) -> KernelCode:
@@ -1199,13 +1203,13 @@ def rotary(call: KernelCall) -> KernelCode:
     codes = [low.code_without_primitive(), high.code_without_primitive(),
              total.code(f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_mul, {full_md}, {total.md(table_shape, 'plain')}, "
                         f"{total.md(out.shape, dtype=out.dtype)}, {attr})", (attr,))]
-    return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
+    return _in_sequence(codes)
 
 
 def _relayout(call: KernelCall, view_setup, view=None) -> KernelCode:
     """A reorder from the input into a view of the output's data (reshape, transpose). With
-    `view(kernel, x, out)` giving a C condition and the descriptor of the output as a view of
-    the input's data (None: the output's own), the output is that view wherever the condition
+    `view(kernel, x, out, view_md)` giving a C condition and the descriptor of the output as a
+    view of the input's data (None: the output's own), the output is that view wherever the condition
     holds at initialisation, when layouts are known (the library declares such ops views, so the
     input's memory outlives the output)."""
     kernel = _Kernel(call)
@@ -1215,7 +1219,7 @@ def _relayout(call: KernelCall, view_setup, view=None) -> KernelCode:
     kernel.direct("DNNL_ARG_TO", kernel.result_view(out, view_md))
     viewed = view is not None and out.kind == "intermediate"  # a region output is the caller's memory
     if viewed:
-        condition, md = view(kernel, x, out)
+        condition, md = view(kernel, x, out, view_md)
         k = kernel.k
         kernel.state += [f"static int {k}_is_view = 0;", f"static byoc_conversion {k}_alias;"]
         kernel.setup.append(f"{k}_is_view = {condition};")
@@ -1235,10 +1239,8 @@ def reshape(call: KernelCall) -> KernelCode:
     """A view of the input's data where its producer wrote it in plain layout, else a copy.
     Exporters write reshapes around dense layers and attention's heads: as copies they were a
     third of tiny GPT-2's primitives."""
-    def plain_input(kernel: _Kernel, x: CBuffer, out: CBuffer) -> str:
-        return kernel.md(x.shape, "plain", x.dtype)
-
-    return _relayout(call, plain_input, view=lambda kernel, x, out: (f"dnnl_memory_desc_equal({kernel.md_of(x)}, {plain_input(kernel, x, out)})", None))
+    return _relayout(call, lambda kernel, x, out: kernel.md(x.shape, "plain", x.dtype),
+                     view=lambda kernel, x, out, plain: (f"dnnl_memory_desc_equal({kernel.md_of(x)}, {plain})", None))
 
 
 def _order(node: dict, rank: int) -> list[int]:
@@ -1270,44 +1272,25 @@ def permute_dims(call: KernelCall) -> KernelCode:
     node = call.nodes[0]
     order = _order(node, len(call.arg(node, 0).shape))
     inverse = [order.index(a) for a in range(len(order))]
-    products_only = "1" if _read_by_products(call.graph, node["id"]) else "0"
+    products_only = "1" if _read_by_products(call, node) else "0"
 
-    def view(kernel: _Kernel, x: CBuffer, out: CBuffer) -> tuple[str, str]:
+    def view(kernel: _Kernel, x: CBuffer, out: CBuffer, _transposed: str) -> tuple[str, str]:
         seen = _permuted_md(kernel, kernel.md_of(x), inverse)
         return f"{products_only} || dnnl_memory_desc_equal({seen}, {kernel.md(out.shape, 'plain', out.dtype)})", seen
 
     return _relayout(call, lambda kernel, x, out: _transposed_layout(kernel, out.shape, order, out.dtype), view=view)
 
 
-# The last region's graph and its readers by value (every kernel of a region asks; one tuple, so
-# that builds in other threads read a graph and its own index).
-_READERS: list[tuple[dict | None, dict]] = [(None, {})]
+def _read_by_products(call: KernelCall, node: dict) -> bool:
+    """Whether every reader of `node`'s result is a matrix product, or an operand's scaling fused
+    into one (`_unscaled`): these take an operand in the layout it comes in."""
+    def product(reader: dict) -> bool:
+        composite = reader.get("composite")
+        return reader["op"] == "relax.matmul" or reader["op"] == "relax.multiply" and composite is not None and any(
+            r["op"] == "relax.matmul" and (r.get("composite") or {}).get("id") == composite["id"] for r in call.readers_of(reader))
 
-
-def _readers(graph: dict, node_id: int) -> list[dict]:
-    """The nodes of a region that read output 0 of node `node_id`."""
-    cached, index = _READERS[0]
-    if cached is not graph:
-        index = {}
-        for node in graph.get("nodes", ()):
-            for key in {ref_key(r) for arg in node["args"] for r in tensor_refs(arg)}:
-                index.setdefault(key, []).append(node)
-        _READERS[0] = (graph, index)
-    return index.get(("node", node_id, 0), [])
-
-
-def _read_by_products(graph: dict, node_id: int) -> bool:
-    """Whether every reader of output 0 of node `node_id` is a matrix product, or an operand's
-    scaling fused into one (`_unscaled`): these take an operand in the layout it comes in."""
-    def product(node: dict) -> bool:
-        if node["op"] == "relax.matmul":
-            return True
-        composite = node.get("composite")
-        return node["op"] == "relax.multiply" and composite is not None and any(
-            n["op"] == "relax.matmul" and (n.get("composite") or {}).get("id") == composite["id"] for n in graph["nodes"])
-
-    readers = _readers(graph, node_id)
-    return bool(readers) and all(product(n) for n in readers)
+    readers = call.readers_of(node)
+    return bool(readers) and all(product(r) for r in readers)
 
 
 def _transposed_result(kernel: _Kernel, call: KernelCall) -> str | None:
@@ -1315,7 +1298,7 @@ def _transposed_result(kernel: _Kernel, call: KernelCall) -> str | None:
     descriptor that writes the product where the transpose would put it, so that the transpose
     is a view. None otherwise."""
     out = call.outputs[0]
-    readers = _readers(call.graph, call.nodes[-1]["id"])
+    readers = call.readers_of(call.nodes[-1])
     if out.kind != "intermediate" or len(readers) != 1 or readers[0]["op"] != "relax.permute_dims" or readers[0].get("composite"):
         return None
     transposed = readers[0]["outputs"][0]["shape"]

@@ -102,25 +102,31 @@ def layer_norm_last_axis(call: relax.Call) -> str | None:
     return None
 
 
-def normalized_last_axis(match) -> str | None:
-    x = match["root"].args[0]
-    rank = len(_shape(x))
-    for part in (match["root"], match["variance"]):
-        axes = part.attrs.axis
-        if axes is None or [int(a) % rank for a in axes] != [rank - 1] or not part.attrs.keepdims:
+def _over_last_axis(*reductions: relax.Call) -> str | None:
+    """A normalisation's statistics reduced over the last axis, kept."""
+    for call in reductions:
+        rank, axes = len(_shape(call.args[0])), call.attrs.axis
+        if axes is None or [int(a) % rank for a in axes] != [rank - 1] or not call.attrs.keepdims:
             return "normalisation over the last axis only"
+    return None
+
+
+def _scalar_epsilon(match) -> str | None:
     return None if scalar_constant(match["epsilon"]) is not None else "epsilon must be one constant number"
 
 
+def normalized_last_axis(match) -> str | None:
+    return _over_last_axis(match["root"], match["variance"]) or _scalar_epsilon(match)
+
+
 def rms_normalized(match) -> str | None:
-    mean = match["root"]
-    rank, channels = len(_shape(match["x"])), _shape(match["x"])[-1]
-    if mean.attrs.axis is None or [int(a) % rank for a in mean.attrs.axis] != [rank - 1] or not mean.attrs.keepdims:
-        return "normalisation over the last axis only"
+    channels = _shape(match["x"])[-1]
+    if reason := _over_last_axis(match["root"]):
+        return reason
     if scalar_constant(match["exponent"]) != 2.0:
         return "not a root mean square: the power must be 2"
-    if scalar_constant(match["epsilon"]) is None:
-        return "epsilon must be one constant number"
+    if reason := _scalar_epsilon(match):
+        return reason
     if match.get("one") is not None and scalar_constant(match["one"]) != 1.0:
         return "not 1 / sqrt"
     weight = match.get("weight")
