@@ -60,9 +60,12 @@ def format_table(results: list[dict], threads: int) -> str:
     lines = [f"batch 1, {threads} thread(s); medians of interleaved rounds", header, "-" * len(header)]
     for r in results:
         best = f"{r['best']} {r['best_ms']:.2f} ms"
+        predicted = r["predicted_ms"]
+        prediction = (f"{predicted:>11.2f}{(predicted / r['auto_ms'] - 1) * 100:>+9.1f}%" if predicted is not None
+                      else f"{'-':>11}{'-':>10}")
         lines.append(
             f"{r['model']:<14}{best:<24}{r['auto_ms']:>9.2f}{r['auto_ms'] / r['best_ms']:>8.2f}x{r['ort_ms']:>9.2f}"
-            f"{r['auto_ms'] / r['ort_ms']:>7.2f}x{r['predicted_ms']:>11.2f}{(r['predicted_ms'] / r['auto_ms'] - 1) * 100:>+9.1f}%"
+            f"{r['auto_ms'] / r['ort_ms']:>7.2f}x{prediction}"
             f"{r['cold_s']:>8.1f}{r['warm_s']:>8.1f}  {'+'.join(r['chosen'])}"
         )
     return "\n".join(lines)

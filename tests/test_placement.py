@@ -7,13 +7,14 @@ import time
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import byoc
 from byoc.errors import PlacementError
 from byoc.partition.coverage import backend_coverage
 from byoc.placement.measure import LocalMeasurer
 from byoc.placement.search import cheapest_cover
-from byoc.placement.segments import cut_segments, extract
+from byoc.placement.segments import Segment, cut_segments, extract
 
 from conftest import assert_fp32_close, onnxruntime_outputs, small_model, small_module
 
@@ -48,7 +49,50 @@ def test_segments_cover_the_model_and_extract_to_the_same_results():
         piece = extract(mod, segment)
         outputs = byoc.build(piece.mod).run(*[values[n] for n in piece.inputs])
         values.update(zip(piece.outputs, outputs))
-    assert_fp32_close([values[segments[-1].nodes[-1]]], onnxruntime_outputs(small_model("resnet18"), inputs))
+    assert_fp32_close([values[piece.outputs[0]]], onnxruntime_outputs(small_model("resnet18"), inputs))
+
+
+def _split_heads_model():
+    """q, k and v split from one product, then each projected: the split's parts are bound
+    while their first reader converts, so all three take that reader's name (as exported
+    attention's do)."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w_qkv"], ["qkv"], name="qkv_proj"),
+        helper.make_node("Split", ["qkv"], ["q", "k", "v"], name="split", axis=2, num_outputs=3),
+        helper.make_node("Reshape", ["q", "heads"], ["q4"], name="view"),
+        helper.make_node("Reshape", ["q4", "rows"], ["q3"], name="view_back"),
+        *(helper.make_node("MatMul", [t, f"w_{t}"], [f"p_{t}"], name=f"proj_{t}") for t in ("q3", "k", "v")),
+        helper.make_node("Add", ["p_q3", "p_k"], ["qk"], name="add_qk"),
+        helper.make_node("Add", ["qk", "p_v"], ["y"], name="out"),
+    ]
+    graph = helper.make_graph(
+        nodes, "split_heads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
+        [weight("w_qkv", 48, 48), *(weight(f"w_{t}", 16, 16) for t in ("q3", "k", "v")),
+         numpy_helper.from_array(np.array([1, 8, 4, 4], np.int64), "heads"), numpy_helper.from_array(np.array([1, 8, 16], np.int64), "rows")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_values_sharing_a_node_name_cross_a_cut_apart():
+    model = _split_heads_model()
+    mod = byoc.from_onnx(model)
+    bindings = list(mod["main"].body.blocks[0].bindings)
+    parts = [p for p, b in enumerate(bindings) if b.var.name == "view"]
+    assert len(parts) == 3  # the split's three parts, all named after their first reader
+    cut = parts[-1] + 1
+    segments = [Segment(0, 0, cut, [], 0, ["host"], {}), Segment(1, cut, len(bindings), [], 0, ["host"], {})]
+    first, second = (extract(mod, s) for s in segments)
+    assert len(set(first.outputs)) == 3 and first.outputs == second.inputs
+    inputs = {"x": np.random.default_rng(1).standard_normal((1, 8, 48)).astype(np.float32)}
+    values = dict(inputs)
+    for piece in (first, second):
+        values.update(zip(piece.outputs, byoc.build(piece.mod).run(*[values[n] for n in piece.inputs])))
+    assert_fp32_close([values[second.outputs[0]]], onnxruntime_outputs(model, inputs))
 
 
 def test_auto_placement_runs_like_onnxruntime_and_second_search_measures_nothing(tmp_path):
@@ -66,6 +110,18 @@ def test_auto_placement_runs_like_onnxruntime_and_second_search_measures_nothing
         byoc.partition_for(mod, BACKENDS, placement="auto", placement_inputs=inputs, placement_cache_dir=str(tmp_path)))
     assert warm.measured == 0 and warm.cached == report.measured + report.cached
     assert [r.chosen for r in warm.rows] == [r.chosen for r in report.rows]
+
+
+def test_a_spent_budget_places_the_rest_by_priority(tmp_path):
+    mod = small_module("mlp")
+    inputs = byoc.models.sample_inputs(small_model("mlp"))
+    placed = byoc.partition_for(mod, BACKENDS, placement="auto", budget_s=0, placement_inputs=inputs,
+                                placement_cache_dir=str(tmp_path))
+    report = byoc.placement_report(placed)
+    for row in report.rows:  # nothing timed: each segment where priority puts it, and the report says so
+        assert row.chosen == "dnnl" and not row.costs and row.notes["dnnl"].endswith("placed by priority")
+    assert report.predicted_ms is None and "not predicted" in report.to_table()
+    assert_fp32_close(byoc.build(placed).run(**inputs), onnxruntime_outputs(small_model("mlp"), inputs))
 
 
 def test_placement_options_are_checked():

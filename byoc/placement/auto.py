@@ -19,13 +19,13 @@ import numpy as np
 import tvm
 
 from byoc.backend.spec import Backend
-from byoc.errors import ByocError
+from byoc.errors import ByocError, PlacementError
 from byoc.models import random_inputs
 from byoc.partition.coverage import backend_coverage
 from byoc.partition.group import HOST
 from byoc.partition.pipeline import partition_graph
 from byoc.placement.cache import MeasurementCache
-from byoc.placement.candidates import GIVE_UP_FACTOR, Search
+from byoc.placement.candidates import BUDGET_SPENT, GIVE_UP_FACTOR, Search
 from byoc.placement.measure import LocalMeasurer
 from byoc.placement.report import PLACEMENT_ATTR, PlacementReport, SegmentRow
 from byoc.placement.search import cheapest_cover
@@ -78,7 +78,7 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
         predicted = _predict(search, mod, segments, rows, costs)
         singles = {}
         for backend in backends:
-            only = [{k: v for k, v in o.items() if k in (backend.name, HOST)} for o in options]
+            only = [{k: v for k, v in row.costs.items() if k in (backend.name, HOST)} for row in rows]
             if all(only):
                 singles[backend.name] = costs.base_ms + cheapest_cover(only, costs.switch)[1]
         placement, why = _placement(mod, segments, rows)
@@ -126,15 +126,29 @@ def _measure_segments(search: Search, segments, extracted, costs: SwitchCosts):
                 continue
             row.costs[name] = max(0.0, found.ms - costs.base_ms - costs.invocation.get(name, 0.0))
         rows.append(row)
-        options.append(dict(row.costs))
+        options.append(dict(row.costs) or _unmeasured(segment, row))
     return rows, options
 
 
+def _unmeasured(segment: Segment, row: SegmentRow) -> dict[str, float]:
+    """The one option of a segment no backend was timed on: where the search budget ran out,
+    the first backend by priority that was not ruled out (as placement by priority would
+    choose), at no cost, so that the stretches around it decide; where every candidate failed,
+    a PlacementError with each one's reason."""
+    spent = [name for name in segment.takers if row.notes.get(name, "").startswith(BUDGET_SPENT)]
+    if spent:
+        row.notes[spent[0]] = f"{row.notes[spent[0]]}: placed by priority"
+        return {spent[0]: 0.0}
+    reasons = "; ".join(f"{name}: {row.notes.get(name, 'no note')}" for name in segment.takers)
+    raise PlacementError(f"segment {segment.index} ({segment.label}): no candidate ran ({reasons})")
+
+
 def _predict(search: Search, mod: tvm.IRModule, segments: Sequence[Segment], rows: Sequence[SegmentRow],
-             costs: SwitchCosts) -> float:
+             costs: SwitchCosts) -> float | None:
     """The whole model's latency from measurements: each stretch of segments on one backend
     timed as one region (a region keeps its layouts and threads across segment cuts, which
-    the segments alone cannot show), plus the switch costs between stretches."""
+    the segments alone cannot show), plus the switch costs between stretches; None where a
+    stretch has no time (the search budget was spent)."""
     total = costs.base_ms
     previous = HOST
     runs = _runs([row.chosen for row in rows])
@@ -146,8 +160,10 @@ def _predict(search: Search, mod: tvm.IRModule, segments: Sequence[Segment], row
         found = search.time(f"segments {first}-{last} on {backend}", piece.mod, backend, piece.inputs, piece.outputs)
         if found.ms is not None:
             total += max(0.0, found.ms - costs.base_ms - costs.invocation.get(backend, 0.0))
-        else:  # the segments' own sum
+        elif all(backend in row.costs for row in rows[first:last + 1]):  # the segments' own sum
             total += sum(row.costs[backend] for row in rows[first:last + 1])
+        else:
+            return None
         if backend != previous:
             total += costs.switch.get((previous, backend), 0.0)
         previous = backend
@@ -168,7 +184,7 @@ def _placement(mod: tvm.IRModule, segments: Sequence[Segment], rows: Sequence[Se
     bindings = mod["main"].body.blocks[0].bindings
     placement, why = {}, {}
     for segment, row in zip(segments, rows):
-        measured = ", ".join(f"{b} {ms:.3f} ms" for b, ms in row.costs.items())
+        measured = ", ".join(f"{b} {ms:.3f} ms" for b, ms in row.costs.items()) or row.notes.get(row.chosen, "")
         for binding in bindings[segment.start:segment.end]:
             placement[binding.var.name] = row.chosen
             why[binding.var.name] = f"segment {segment.index}: {measured}"

@@ -27,6 +27,7 @@ from byoc.runtime_metadata.build import build, region_functions
 from byoc.runtime_metadata.calibration import calibrate
 
 GIVE_UP_FACTOR = 10.0  # a candidate this many times slower than the fastest so far gets one run
+BUDGET_SPENT = "not measured: the search budget"
 
 
 class NotTaken(Exception):
@@ -187,7 +188,7 @@ class Search:
             self.cached += 1
             return Candidate(key, entry["ms"], entry.get("note", ""))
         if time.perf_counter() > self.deadline:
-            return Candidate(key, None, f"not measured: the search budget of {self.budget_s:.0f} s was spent")
+            return Candidate(key, None, f"{BUDGET_SPENT} of {self.budget_s:.0f} s was spent")
         failed = self._ensure_values(input_names)
         if failed:
             return Candidate(key, None, f"no input values for it: {failed}")

@@ -31,7 +31,7 @@ class PlacementReport:
     switch_ms: dict[str, float]  # cost of entering a region of each backend
     base_ms: float  # a model run's own overhead
     segments_ms: float  # what the search minimised: the chosen segments' costs and switches
-    predicted_ms: float  # the final placement's stretches of one backend, each timed as one region, and switches
+    predicted_ms: float | None  # the final placement's stretches of one backend, each timed as one region, and switches
     measured_ms: float | None
     single_backend_ms: dict[str, float]  # predicted latency with one backend (and the host)
     decision: str  # what the end-to-end check decided
@@ -78,8 +78,12 @@ class PlacementReport:
         lines.append(f"entering a region (measured): {switch or 'none'}; a model run's own overhead {self.base_ms:.3f} ms")
         singles = ", ".join(f"{b} {ms:.3f} ms" for b, ms in self.single_backend_ms.items())
         measured = f"{self.measured_ms:.3f} ms" if self.measured_ms is not None else "not timed end to end"
-        error = f" ({(self.predicted_ms / self.measured_ms - 1) * 100:+.1f}%)" if self.measured_ms else ""
-        lines.append(f"whole model: predicted {self.predicted_ms:.3f} ms{error}, measured {measured} (the search's sum over "
+        if self.predicted_ms is None:
+            predicted = "not predicted (a stretch of it has no time)"
+        else:
+            error = f" ({(self.predicted_ms / self.measured_ms - 1) * 100:+.1f}%)" if self.measured_ms else ""
+            predicted = f"predicted {self.predicted_ms:.3f} ms{error}"
+        lines.append(f"whole model: {predicted}, measured {measured} (the search's sum over "
                      f"segments: {self.segments_ms:.3f} ms); one backend with the host, summed over segments: {singles}")
         lines.append(self.decision)
         return "\n".join(lines)

@@ -20,7 +20,7 @@ def cheapest_cover(costs: Sequence[Mapping[str, float]], switch: Mapping[tuple[s
     for index, options in enumerate(costs):
         if not options:
             label = labels[index] if labels is not None else str(index)
-            raise PlacementError(f"segment {label}: no backend could be measured on it (see the reasons in the report)")
+            raise PlacementError(f"segment {label}: no backend has a cost for it")
         current: dict[str, float] = {}
         came_from: dict[str, str | None] = {}
         for backend, cost in options.items():

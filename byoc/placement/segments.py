@@ -15,6 +15,7 @@ MACs and op count so that, say, attention and feed-forward blocks are timed apar
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -138,14 +139,29 @@ def _static_tensor(ty: relax.Type) -> bool:
 @dataclass
 class Extracted:
     mod: tvm.IRModule
-    inputs: list[str]  # names of the values it reads (model inputs or earlier bindings)
-    outputs: list[str]  # names of the values it makes for later segments or the model's output
+    inputs: list[str]  # keys of the values it reads (model inputs or earlier bindings; `value_keys`)
+    outputs: list[str]  # keys of the values it makes for later segments or the model's output
+
+
+def value_keys(main: relax.Function) -> dict[int, str]:
+    """A key per variable of `main` (by id) that names no other: its name, or where one model
+    node lowered to several bindings of that name (a split's parts and the reshape reading
+    them), the name and the binding's position, `name#12`. Values crossing a cut are fed and
+    kept by these keys."""
+    bindings = list(main.body.blocks[0].bindings)
+    repeated = {name for name, count in Counter(b.var.name for b in bindings).items() if count > 1}
+    keys = {p.id_: p.name for p in main.params}
+    for position, binding in enumerate(bindings):
+        name = binding.var.name
+        keys[binding.var.id_] = f"{name}#{position}" if name in repeated else name
+    return keys
 
 
 def extract(mod: tvm.IRModule, segment: Segment) -> Extracted:
     """The segment as a model of its own: its inputs are parameters, its outputs the values
     that later bindings or the model's output read."""
     main = mod["main"]
+    keys = value_keys(main)
     bindings = list(main.body.blocks[0].bindings)
     inside = bindings[segment.start:segment.end]
     bound = {b.var.id_ for b in inside}
@@ -162,7 +178,7 @@ def extract(mod: tvm.IRModule, segment: Segment) -> Extracted:
     substitution = VarSubstitution()
     params = []
     for var in inputs.values():
-        param = relax.Var(var.name, var.ty)
+        param = relax.Var(keys[var.id_], var.ty)
         substitution.bind(var, param)
         params.append(param)
     builder = relax.BlockBuilder()
@@ -176,4 +192,4 @@ def extract(mod: tvm.IRModule, segment: Segment) -> Extracted:
                 made[binding.var.id_] = new
             results = [builder.emit_output(made[v.id_], f"{v.name}_out") for v in outputs]
         builder.emit_func_output(results[0] if len(results) == 1 else relax.Tuple(results))
-    return Extracted(builder.get(), [v.name for v in inputs.values()], [v.name for v in outputs])
+    return Extracted(builder.get(), [keys[v.id_] for v in inputs.values()], [keys[v.id_] for v in outputs])
