@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import sys
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -37,6 +39,30 @@ def small_model(name: str):
 @functools.cache
 def small_module(name: str):
     return byoc.from_onnx(small_model(name))
+
+
+_RUN_TWICE = """
+import sys, onnx, byoc
+from byoc import models as zoo
+compiled = byoc.load(sys.argv[1])
+inputs = zoo.sample_inputs(onnx.load(sys.argv[2]), seed=0)
+compiled.run(inputs)
+print("MARK", flush=True)
+compiled.run(inputs)
+"""
+
+
+def onednn_executions(compiled, model, tmp_path) -> list[list[str]]:
+    """The fields of each oneDNN primitive execution (ONEDNN_VERBOSE: [3] the primitive, [4]
+    its implementation, [6] its memory formats) in one run of `compiled` on `model`'s sample
+    inputs, the second in a fresh process from the exported artifact (the first reorders the
+    constant weights)."""
+    compiled.export(tmp_path / "model.byoc")
+    onnx.save(model, tmp_path / "model.onnx")
+    run = subprocess.run([sys.executable, "-c", _RUN_TWICE, str(tmp_path / "model.byoc"), str(tmp_path / "model.onnx")],
+                         capture_output=True, text=True, env={**os.environ, "ONEDNN_VERBOSE": "1"}, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return [line.split(",") for line in run.stdout.split("MARK")[1].splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
 
 
 def onnxruntime_outputs(model, inputs) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ from byoc.benchmarking.models import check_model
 from byoc.errors import DynamicShapeError, UnknownModelError
 from byoc.models import exported
 
-from conftest import assert_fp32_close, onnxruntime_outputs
+from conftest import assert_fp32_close, onednn_executions, onnxruntime_outputs
 
 needs_torch = pytest.mark.skipif(exported.available() is not None, reason=exported.available() or "")
 
@@ -58,7 +58,7 @@ def test_an_export_is_quiet_and_cached(name, cache, capfd, monkeypatch):
 
 @needs_torch
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
-def test_dnnl_matches_onnxruntime_on_the_exported_file(name, cache):
+def test_dnnl_matches_onnxruntime_on_the_exported_file(name, cache, tmp_path):
     model = exported.export(name, cache_dir=cache)
     inputs = exported.sample_inputs(model, seed=1)
     ids = inputs["input_ids"]
@@ -66,22 +66,34 @@ def test_dnnl_matches_onnxruntime_on_the_exported_file(name, cache):
     assert all(np.array_equal(a, b) for a, b in zip(inputs.values(), zoo.sample_inputs(model, seed=1).values()))
     partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
     assert byoc.report(partitioned).offload_ratio_macs > 0.9
-    assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))
+    compiled = byoc.build(partitioned)
+    assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
+    _no_reference_code(compiled, model, tmp_path)
+
+
+def _no_reference_code(compiled, model, tmp_path) -> None:
+    """No primitive of a run is oneDNN's reference code (C loops, 10-1000x its JIT kernels)."""
+    slow = [fields[3:7] for fields in onednn_executions(compiled, model, tmp_path) if fields[4].startswith("ref")]
+    assert not slow, slow
 
 
 @needs_torch
 @pytest.mark.parametrize("name", ["qwen2", "swin"])
-def test_architectures_beyond_the_suite_are_one_region_on_each_vendor(name, cache):
+def test_architectures_beyond_the_suite_are_one_region_on_each_vendor(name, cache, tmp_path):
     """Rotary embeddings and grouped-query attention (Qwen2, of the Llama family), padded
     windows and patch merging by strided slices (Swin): each export one region on dnnl and on
-    onnxruntime, every op that computes anything offloaded, onnxruntime's numbers."""
+    onnxruntime, every op that computes anything offloaded, onnxruntime's numbers; on dnnl, no
+    reference code (Swin's position bias, a post-op, once ran its scores' products there)."""
     model = exported.export(name, cache_dir=cache)
     inputs = exported.sample_inputs(model)
     for vendor in ("dnnl", "onnxruntime"):
         partitioned = byoc.partition_for(byoc.from_onnx(model), vendor)
         report = byoc.report(partitioned)
         assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
-        assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))
+        compiled = byoc.build(partitioned)
+        assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
+        if vendor == "dnnl":
+            _no_reference_code(compiled, model, tmp_path)
 
 
 @needs_torch

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
@@ -32,6 +30,8 @@ from byoc.errors import IndexOutOfRangeError
 from byoc.ir.types import dtype_name, op_name, static_shape
 from byoc.models.graph_builder import OnnxGraphBuilder
 from byoc.models.quantized import quantize_static
+
+from conftest import onednn_executions
 
 pytest.importorskip("onnxruntime.quantization")
 
@@ -74,16 +74,6 @@ def _as_accurate_as_onnxruntime(compiled, model: onnx.ModelProto, float_model: o
     return float(np.mean(_relative_l2(compiled, model, float_model=float_model))) <= 0.005
 
 
-_VERBOSE_RUN = """
-import sys, byoc
-from byoc import models as zoo
-import onnx
-compiled = byoc.load(sys.argv[1])
-model = onnx.load(sys.argv[2])
-compiled.run(zoo.sample_inputs(model, seed=0))
-"""
-
-
 def test_a_model_quantized_by_onnxruntime_runs_in_int8_primitives_in_one_region(resnet_u8, tmp_path):
     partitioned = byoc.partition_for(byoc.from_onnx(resnet_u8), "dnnl")
     report = byoc.report(partitioned)
@@ -99,22 +89,11 @@ def test_a_model_quantized_by_onnxruntime_runs_in_int8_primitives_in_one_region(
     assert _as_accurate_as_onnxruntime(compiled, resnet_u8, FLOAT_RESNET)
 
     # In a fresh process, from the exported artifact: oneDNN's own log shows what runs.
-    executed = _primitives_run(compiled, resnet_u8, tmp_path)
+    executed = onednn_executions(compiled, resnet_u8, tmp_path)
     convolutions_run = [fields for fields in executed if fields[3] == "convolution"]
     assert len(convolutions_run) == convolutions
     assert all("src_u8" in fields[6] and "wei_s8" in fields[6] for fields in convolutions_run), convolutions_run[:2]
     assert not [fields for fields in executed if fields[4].startswith("ref")], "oneDNN ran reference (C loop) kernels"
-
-
-def _primitives_run(compiled, model: onnx.ModelProto, tmp_path) -> list[list[str]]:
-    """The fields of each primitive execution oneDNN logs (ONEDNN_VERBOSE) when the exported
-    artifact of `compiled` runs `model`'s inputs once, in a fresh process."""
-    compiled.export(tmp_path / "model.byoc")
-    onnx.save(model, tmp_path / "model.onnx")
-    run = subprocess.run([sys.executable, "-c", _VERBOSE_RUN, str(tmp_path / "model.byoc"), str(tmp_path / "model.onnx")],
-                         capture_output=True, text=True, env={**__import__("os").environ, "ONEDNN_VERBOSE": "1"}, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return [line.split(",") for line in run.stdout.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +110,7 @@ def test_int8_activations_run_as_uint8(resnet_s8, tmp_path):
     errors = _relative_l2(compiled, resnet_s8)
     assert _within_bound(errors), errors
     assert _as_accurate_as_onnxruntime(compiled, resnet_s8, FLOAT_RESNET)
-    convolutions_run = [fields for fields in _primitives_run(compiled, resnet_s8, tmp_path) if fields[3] == "convolution"]
+    convolutions_run = [fields for fields in onednn_executions(compiled, resnet_s8, tmp_path) if fields[3] == "convolution"]
     assert len(convolutions_run) == sum(1 for n in resnet_s8.graph.node if n.op_type == "Conv")
     assert all("src_u8" in fields[6] and "wei_s8" in fields[6] for fields in convolutions_run), convolutions_run[:2]
 
@@ -400,7 +379,7 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     assert sorted(moves) == [("relax.broadcast_to", "uint8"), ("relax.expand_dims", "uint8"), ("relax.strided_slice", "uint8")], moves
     compiled = byoc.build(partitioned)
     assert _as_accurate_as_onnxruntime(compiled, quantized, model)
-    executed = _primitives_run(compiled, quantized, tmp_path)
+    executed = onednn_executions(compiled, quantized, tmp_path)
     assert not [fields for fields in executed if fields[4].startswith("ref")], "oneDNN ran reference (C loop) kernels"
     results = {fields[3]: fields[6] for fields in executed if fields[3] in ("softmax", "binary")}
     assert "dst_u8" in results["softmax"] and "dst_u8" in results["binary"], results
@@ -460,7 +439,7 @@ def test_an_activation_between_quantized_dense_layers_runs_on_the_int8_data(tmp_
     assert Counter(ops) == {"relax.reshape": 2, "relax.quantize": 1, "relax.dequantize": 1}, ops  # the region's input and output
     compiled = byoc.build(partitioned)
     assert _as_accurate_as_onnxruntime(compiled, quantized, model)
-    executed = _primitives_run(compiled, quantized, tmp_path)
+    executed = onednn_executions(compiled, quantized, tmp_path)
     assert not [fields for fields in executed if fields[4].startswith("ref")], "oneDNN ran reference (C loop) kernels"
     assert Counter(fields[3] for fields in executed if fields[3] != "reorder") == {"matmul": 2, "binary": 1}, executed
     assert any("eltwise_gelu_erf" in field for fields in executed if fields[3] == "binary" for field in fields), executed
@@ -491,7 +470,7 @@ def test_a_layer_norm_reads_and_writes_int8_data_as_onnxruntime_computes_it(tmp_
     inputs = {"x": np.random.default_rng(0).standard_normal((2, 4, 16)).astype(np.float32) * 2}
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
     np.testing.assert_allclose(np.asarray(compiled.run(inputs)[0]), want, atol=0.03 + 1e-6)  # within one step
-    norms = [fields for fields in _primitives_run(compiled, model, tmp_path) if fields[3] == "layer_normalization"]
+    norms = [fields for fields in onednn_executions(compiled, model, tmp_path) if fields[3] == "layer_normalization"]
     assert len(norms) == 1 and "src_u8" in norms[0][6] and "dst_u8" in norms[0][6], norms
 
 
@@ -532,7 +511,7 @@ def test_a_dynamically_quantized_model_runs_its_products_in_int8(tmp_path):
     compiled = byoc.build(partitioned)
     assert _within_bound(_relative_l2(compiled, quantized))
     assert _as_accurate_as_onnxruntime(compiled, quantized, model)
-    products_run = [f for f in _primitives_run(compiled, quantized, tmp_path) if f[3] == "matmul" and "src_u8" in f[6]]
+    products_run = [f for f in onednn_executions(compiled, quantized, tmp_path) if f[3] == "matmul" and "src_u8" in f[6]]
     assert len(products_run) == products and all("wei_s8" in f[6] for f in products_run), products_run[:2]
 
 
@@ -555,7 +534,7 @@ def test_a_dynamically_quantized_cnn_runs_its_convolutions_in_int8(tmp_path):
     compiled = byoc.build(partitioned)
     assert _within_bound(_relative_l2(compiled, quantized))
     assert _as_accurate_as_onnxruntime(compiled, quantized, model)
-    run = [f for f in _primitives_run(compiled, quantized, tmp_path) if f[3] == "convolution"]
+    run = [f for f in onednn_executions(compiled, quantized, tmp_path) if f[3] == "convolution"]
     assert len(run) == convolutions and all("src_u8" in f[6] and "wei_s8" in f[6] for f in run), run[:2]
     on_onnxruntime = byoc.partition_for(byoc.from_onnx(quantized), "onnxruntime")
     assert len(byoc.report(on_onnxruntime).regions) == 1

@@ -197,6 +197,23 @@ def dense_residual(match) -> str | None:
     return dense_constant_weight(match)
 
 
+# The axes along which a tensor added to a matrix product may vary (by the product's rank) for
+# oneDNN 3.2 to run the sum as a binary post-op in its JIT kernels (brgemm, and GEMM on AVX2:
+# the same on both). Any other broadcast runs the whole product in its reference code: Swin's
+# position bias (1, heads, n, n) over (windows, heads, n, n) took 0.56 ms a product there, so
+# such a sum is a primitive of its own.
+_POST_OP_AXES = {2: ((), (1,), (0, 1)), 3: ((), (1,), (2,), (0, 2), (0, 1, 2)), 4: ((), (3,), (0, 3), (0, 2, 3), (0, 1, 2, 3))}
+
+
+def _post_op_broadcast(added: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    """Whether `added` (the product's rank, each dimension the product's or 1) broadcasts over
+    `out` as oneDNN's JIT matrix products take a binary post-op (see `_POST_OP_AXES`)."""
+    varies = {axis for axis, (a, o) in enumerate(zip(added, out)) if a == o > 1}
+    free = {axis for axis, o in enumerate(out) if o == 1}
+    axes = _POST_OP_AXES.get(len(out), ((), tuple(range(len(out)))))
+    return any(set(taken) - free == varies for taken in axes)
+
+
 def activation_product(match) -> str | None:
     """A product (of two activations, or a dense layer without bias) whose constant scales and
     added tensors are post-ops."""
@@ -207,8 +224,12 @@ def activation_product(match) -> str | None:
     out = _shape(product)
     for index in range(2):
         added = match.get(f"added{index}")
-        if added is not None and (len(_shape(added)) != len(out) or any(d not in (1, o) for d, o in zip(_shape(added), out))):
+        if added is None:
+            continue
+        if len(_shape(added)) != len(out) or any(d not in (1, o) for d, o in zip(_shape(added), out)):
             return "an added tensor must have the product's rank, each dimension the product's or 1"
+        if not _post_op_broadcast(_shape(added), out):
+            return f"an added tensor of shape {_shape(added)} over the product's {out} is a post-op of oneDNN's reference code only"
     return matmul_shapes(product)
 
 
