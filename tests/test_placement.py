@@ -112,6 +112,32 @@ def test_auto_placement_runs_like_onnxruntime_and_second_search_measures_nothing
     assert [r.chosen for r in warm.rows] == [r.chosen for r in report.rows]
 
 
+def test_measurement_decides_on_segments_without_macs(tmp_path):
+    """Between two products, a chain of element-wise ops forms segments without MACs. dnnl's rule
+    sends such a region back to the host under priority placement; measured placement times it
+    on dnnl all the same. Given that rule explicitly, the search keeps it, and its cached
+    measurements do not answer for the search without it (cost options are part of the key)."""
+    rng = np.random.default_rng(0)
+    chain = ["Sigmoid", "Tanh", "Sigmoid", "Tanh", "Sigmoid", "Tanh", "Sigmoid", "Tanh"]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h0"], name="first")]
+    nodes += [helper.make_node(op, [f"h{i}"], [f"h{i + 1}"], name=f"{op.lower()}{i}") for i, op in enumerate(chain)]
+    nodes.append(helper.make_node("MatMul", [f"h{len(chain)}", "w1"], ["y"], name="second"))
+    weights = [numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), f"w{i}") for i in range(2)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 64])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    mod = byoc.from_onnx(model)
+    inputs = {"x": rng.standard_normal((8, 64)).astype(np.float32)}
+    measured = byoc.placement_report(byoc.partition_for(mod, ["dnnl"], placement="auto", placement_inputs=inputs,
+                                                        placement_cache_dir=str(tmp_path)))
+    without_macs = [row for row in measured.rows if row.macs == 0]
+    assert without_macs and all("dnnl" in row.costs for row in without_macs), measured.to_table()
+    ruled = byoc.placement_report(byoc.partition_for(mod, ["dnnl"], placement="auto", placement_inputs=inputs,
+                                                     placement_cache_dir=str(tmp_path), fallback_without_macs=True))
+    for row in (row for row in ruled.rows if row.macs == 0):
+        assert "dnnl" not in row.costs and "no MACs" in row.notes["dnnl"], ruled.to_table()
+
+
 def test_a_spent_budget_places_the_rest_by_priority(tmp_path):
     mod = small_module("mlp")
     inputs = byoc.models.sample_inputs(small_model("mlp"))

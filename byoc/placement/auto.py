@@ -58,13 +58,18 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
     measurer = measurer if measurer is not None else LocalMeasurer()
     cache = cache if cache is not None else MeasurementCache()
     host_ops = frozenset(cost_options.get("host_ops") or ())
+    # Here measurement decides what a region is worth: a backend's rule that sends a region
+    # without MACs back to the host (its guess that copies cost more than they save) does not
+    # apply to the candidates or to the placement chosen, unless the caller gives it. Each
+    # backend alone is partitioned as placement by priority would.
+    measured_options = {"fallback_without_macs": False, **cost_options}
     coverages = [backend_coverage(mod, backend, host_ops) for backend in backends]
     segments = cut_segments(mod, coverages, pieces)
     extracted = [extract(mod, segment) for segment in segments]
     names = [HOST, *(b.name for b in backends)]
     total = sum(len(s.takers) for s in segments) + len(names) * len(names) + 3
     progress = Progress(total, "placement") if show_progress else None
-    search = Search(backends, measurer, cache, budget_s, cost_options, progress)
+    search = Search(backends, measurer, cache, budget_s, measured_options, progress)
     for segment, piece in zip(segments, extracted):
         search.producers.update(dict.fromkeys(piece.outputs, (piece, segment.takers)))
 
@@ -82,7 +87,7 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
             if all(only):
                 singles[backend.name] = costs.base_ms + cheapest_cover(only, costs.switch)[1]
         placement, why = _placement(mod, segments, rows)
-        partitioned = partition_graph(mod, backends, placement, why, **cost_options)
+        partitioned = partition_graph(mod, backends, placement, why, **measured_options)
         params = [p.name for p in mod["main"].params]
         # Costs are not additive (layouts kept across cuts, thread pools that clash): the chosen
         # placement and every backend alone are timed end to end against each other, and the

@@ -2,7 +2,7 @@
 
 A key covers all a timing depends on: the candidate's content (TVM's structural hash of the
 module: its ops, shapes, dtypes and constants' values), the backend, its library
-version and configuration, the machine that timed it (CPU model, thread count, or the RPC
+version and configuration, the cost options it is partitioned under, the machine that timed it (CPU model, thread count, or the RPC
 device), and the measurement protocol. A second search of the same model, or of a model that
 shares blocks with one searched before, measures nothing again. An entry that cannot be read is
 measured again and rewritten.
@@ -14,7 +14,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import tvm
 import tvm_ffi
@@ -43,10 +45,20 @@ def content_hash(mod: tvm.IRModule) -> str:
     return str(tvm_ffi.structural_hash(mod))
 
 
-def candidate_key(content: str, backend: Backend | None, machine: str, extra: str = "") -> str:
-    """The key of a candidate whose module has `content_hash` `content`."""
-    parts = [str(PROTOCOL), content, backend_version(backend), machine, extra]
+def candidate_key(content: str, backend: Backend | None, machine: str, extra: str = "", cost_options: Mapping[str, Any] | None = None) -> str:
+    """The key of a candidate whose module has `content_hash` `content`, partitioned for
+    `backend` under `cost_options` (which decide what its regions are; a region filter by its name)."""
+    options = "" if backend is None else repr(sorted((name, _stable(value)) for name, value in (cost_options or {}).items()))
+    parts = [str(PROTOCOL), content, backend_version(backend), machine, extra, options]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _stable(value: Any) -> Any:
+    """`value` as text that is the same in every process: a set's members sorted (a string's
+    hash, and so a set's order, changes between processes), a function by its name."""
+    if isinstance(value, (set, frozenset, list, tuple)):
+        return sorted(str(v) for v in value)
+    return getattr(value, "__qualname__", value)
 
 
 class MeasurementCache:

@@ -182,7 +182,7 @@ class Search:
         if content is None:  # one hash per module, not per backend (hashing reads every constant)
             content = self.hashes[id(mod)] = content_hash(mod)
             self.modules.append(mod)  # keeps the id unique while the search runs
-        key = candidate_key(content, backend, self.machine, extra_key)
+        key = candidate_key(content, backend, self.machine, extra_key, self.cost_options)
         entry = self.cache.get(key)
         if entry is not None:
             self.cached += 1
