@@ -275,3 +275,24 @@ def test_padding_with_a_dynamic_batch(vendor):
     for batch in (1, 3):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 5, 6)).astype(np.float32)
         np.testing.assert_allclose(compiled.run(x)[0], session.run(None, {"x": x})[0], rtol=TOLERANCE, atol=TOLERANCE)
+
+
+def test_a_shapes_dimensions_picked_by_constant_indices_stay_a_shape():
+    """onnxruntime's transpose optimizer (which `quant_pre_process` runs before `quantize_static`)
+    writes Shape(Transpose(x)) as Gather(Shape(x), perm). A Reshape to that must still import
+    with a symbolic dimension: it was refused ("Reshape requires the input new shape to be
+    Shape") on every exported transformer quantized with dynamic axes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "perm"], ["ts"]), helper.make_node("Relu", ["t"], ["r"]),
+             helper.make_node("Reshape", ["r", "ts"], ["y"])]
+    graph = helper.make_graph(nodes, "picked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8, 4])],
+                              [numpy_helper.from_array(np.array([0, 2, 1], np.int64), "perm")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 4)}), "dnnl"))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 4, 8)).astype(np.float32)
+        np.testing.assert_allclose(compiled.run(x=x)[0], session.run(None, {"x": x})[0], atol=TOLERANCE)

@@ -69,6 +69,15 @@ def _converter(op: str) -> Callable[..., relax.Expr | None]:
 
     def convert(bb, inputs, attrs, opset, tvm_converter) -> relax.Expr | None:
         data, indices = inputs[0], inputs[1]
+        if op == "Gather" and isinstance(data, relax.ShapeExpr) and is_tensor_constant(indices) and indices.ty.ndim == 1:
+            # A shape's dimensions picked by constant indices: onnxruntime's transpose optimizer
+            # (run by `quant_pre_process` before quantization) writes Shape(Transpose(x)) as
+            # Gather(Shape(x), perm). It stays a shape value, which TVM's converters of Slice,
+            # Concat and Reshape follow; TVM's own makes it a tensor, and a Reshape to a tensor
+            # is refused where a dimension is symbolic.
+            dims = list(data.values)
+            picked = checked_constant(constant_array(indices), [len(dims)], [0], False)
+            return relax.ShapeExpr([dims[int(i)] for i in picked])
         if not (isinstance(data.ty, relax.TensorType) and isinstance(indices.ty, relax.TensorType)):
             return None  # a shape value: TVM's converter takes a dimension from it
         if op == "Gather" and is_tensor_constant(data) and is_tensor_constant(indices):
