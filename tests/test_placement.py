@@ -12,6 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 import byoc
 from byoc.errors import PlacementError
 from byoc.partition.coverage import backend_coverage
+from byoc.partition.pipeline import partition_graph
+from byoc.placement.auto import segment_backends
 from byoc.placement.measure import LocalMeasurer
 from byoc.placement.search import cheapest_cover
 from byoc.placement.segments import Segment, cut_segments, extract
@@ -136,6 +138,17 @@ def test_measurement_decides_on_segments_without_macs(tmp_path):
                                                      placement_cache_dir=str(tmp_path), fallback_without_macs=True))
     for row in (row for row in ruled.rows if row.macs == 0):
         assert "dnnl" not in row.costs and "no MACs" in row.notes["dnnl"], ruled.to_table()
+
+
+def test_the_report_says_where_each_segment_runs_in_the_partition_kept():
+    """When the end-to-end comparison keeps one backend alone, each row says where its segment
+    runs in that partition, measured or not (a row without times once read "host")."""
+    mod = small_module("mlp")
+    segments = cut_segments(mod, [backend_coverage(mod, byoc.get_backend(b)) for b in BACKENDS], pieces=4)
+    for backend in BACKENDS:
+        assert segment_backends(partition_graph(mod, [backend]), segments) == [backend] * len(segments)
+    assert segment_backends(partition_graph(mod, ["dnnl"], host_ops=["relax.matmul", "relax.add", "relax.nn.relu", "relax.nn.softmax"]),
+                    segments) == ["host"] * len(segments)
 
 
 def test_a_spent_budget_places_the_rest_by_priority(tmp_path):

@@ -13,6 +13,7 @@ placement and every backend alone timed end to end against each other, keeping t
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -24,6 +25,7 @@ from byoc.models import random_inputs
 from byoc.partition.coverage import backend_coverage
 from byoc.partition.group import HOST
 from byoc.partition.pipeline import partition_graph
+from byoc.partition.report import report as partition_report
 from byoc.placement.cache import MeasurementCache
 from byoc.placement.candidates import BUDGET_SPENT, GIVE_UP_FACTOR, Search
 from byoc.placement.measure import LocalMeasurer
@@ -99,10 +101,10 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
         listed = ", ".join(f"{label} {ms:.3f} ms" for label, ms in timed.items())
         decision = f"end to end: {listed or 'nothing could be timed (a simulated accelerator is only estimated)'}; kept {fastest}"
         partitioned = ends[fastest]
-        if fastest != "the chosen placement":
-            name = fastest.removesuffix(" alone")
-            for row in rows:
-                row.chosen = name if name in row.costs else HOST
+        running = segment_backends(partitioned, segments)
+        if running != [row.chosen for row in rows]:  # the report says where each segment runs
+            for row, backend in zip(rows, running):
+                row.chosen = backend
             predicted = _predict(search, mod, segments, rows, costs)
         report = PlacementReport(
             [b.name for b in backends], f"{measurer.where} ({search.machine})", rows,
@@ -146,6 +148,13 @@ def _unmeasured(segment: Segment, row: SegmentRow) -> dict[str, float]:
         return {spent[0]: 0.0}
     reasons = "; ".join(f"{name}: {row.notes.get(name, 'no note')}" for name in segment.takers)
     raise PlacementError(f"segment {segment.index} ({segment.label}): no candidate ran ({reasons})")
+
+
+def segment_backends(partitioned: tvm.IRModule, segments: Sequence[Segment]) -> list[str]:
+    """The backend that runs most of each segment's nodes in `partitioned`, else the host."""
+    backend_of = {node: region.backend for region in partition_report(partitioned).regions for node in region.nodes}
+    return [Counter(backend_of.get(node, HOST) for node in segment.nodes).most_common(1)[0][0] if segment.nodes else HOST
+            for segment in segments]
 
 
 def _predict(search: Search, mod: tvm.IRModule, segments: Sequence[Segment], rows: Sequence[SegmentRow],
