@@ -133,3 +133,16 @@ def test_a_region_that_would_start_from_int8_data_falls_back_with_the_reason(res
     assert _relative_l2(compiled, resnet_u8) <= BOUND["ethos_u"]
     with pytest.raises(BuildError, match="receives int8 data from the host"):
         byoc.build(partitioned, strict=True)
+
+
+def test_a_region_the_dpu_cannot_take_is_not_measured_and_falls_back(resnet_u8):
+    # Partitioning with calibration samples measures what the DPU's requantization adds to each
+    # region; a region it cannot take as the model quantizes it (here it would receive int8
+    # data) is not measured, and the build falls back for it with the reason, as without samples.
+    # (A quantized transformer's regions cut at its int8 reshapes failed partitioning so.)
+    first = next(n.name for n in resnet_u8.graph.node if n.op_type == "QuantizeLinear")
+    samples = [zoo.sample_inputs(FLOAT_RESNET, seed=s) for s in range(2)]
+    partitioned = byoc.partition_for(byoc.from_onnx(resnet_u8), "vitis_ai", host_ops=[first], calibration=samples)
+    with pytest.warns(UserWarning, match="receives int8 data from the host"):
+        compiled = byoc.build(partitioned)
+    assert _relative_l2(compiled, resnet_u8) <= BOUND["ethos_u"]

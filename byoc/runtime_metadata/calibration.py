@@ -26,7 +26,7 @@ from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_json import JsonRuntime, tvm_engine
 from byoc.codegen_json.graph import kernels
-from byoc.errors import QuantizationError, RequantizationWarning
+from byoc.errors import CodegenError, QuantizationError, RequantizationWarning
 from byoc.ir.types import calls_op
 from byoc.partition.outline import CODEGEN_ATTR
 from byoc.partition.pipeline import partition_graph
@@ -116,7 +116,12 @@ def _probe_backend(collected: dict[str, _Ranges], requantized: dict[str, _Requan
             model = apply_passes(before, graph, constants, context)
             with warnings.catch_warnings(record=True) as warned:
                 warnings.simplefilter("always", RequantizationWarning)  # what this probe measures
-                device = apply_passes(target.processing[len(before):], *model, context)
+                try:
+                    device = apply_passes(target.processing[len(before):], *model, context)
+                except CodegenError:
+                    # The device cannot take the region as the model quantizes it: nothing to
+                    # measure here; the build falls back for it with the reason (or refuses under strict).
+                    return tvm_engine.build_engine(*model, {})
             requantizes = False
             for warning in warned:  # any other warning reaches the user as it would have
                 if issubclass(warning.category, RequantizationWarning):
