@@ -101,7 +101,7 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
         listed = ", ".join(f"{label} {ms:.3f} ms" for label, ms in timed.items())
         decision = f"end to end: {listed or 'nothing could be timed (a simulated accelerator is only estimated)'}; kept {fastest}"
         partitioned = ends[fastest]
-        running = segment_backends(partitioned, segments)
+        running = segment_backends(partitioned, segments, [row.chosen for row in rows])
         if running != [row.chosen for row in rows]:  # the report says where each segment runs
             for row, backend in zip(rows, running):
                 row.chosen = backend
@@ -150,11 +150,18 @@ def _unmeasured(segment: Segment, row: SegmentRow) -> dict[str, float]:
     raise PlacementError(f"segment {segment.index} ({segment.label}): no candidate ran ({reasons})")
 
 
-def segment_backends(partitioned: tvm.IRModule, segments: Sequence[Segment]) -> list[str]:
-    """The backend that runs most of each segment's nodes in `partitioned`, else the host."""
-    backend_of = {node: region.backend for region in partition_report(partitioned).regions for node in region.nodes}
-    return [Counter(backend_of.get(node, HOST) for node in segment.nodes).most_common(1)[0][0] if segment.nodes else HOST
-            for segment in segments]
+def segment_backends(partitioned: tvm.IRModule, segments: Sequence[Segment], default: Sequence[str]) -> list[str]:
+    """The backend that runs most of each segment's nodes in `partitioned`, by its partition
+    record: a region's nodes, or the host's. A composite is recorded under one name, so a
+    segment's other members are not counted; a segment with no node recorded keeps `default`."""
+    record = partition_report(partitioned)
+    where = {node: region.backend for region in record.regions for node in region.nodes}
+    where.update({op.node: HOST for op in record.host_ops})
+    backends = []
+    for segment, fallback in zip(segments, default):
+        counted = Counter(where[node] for node in segment.nodes if node in where)
+        backends.append(counted.most_common(1)[0][0] if counted else fallback)
+    return backends
 
 
 def _predict(search: Search, mod: tvm.IRModule, segments: Sequence[Segment], rows: Sequence[SegmentRow],
