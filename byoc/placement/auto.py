@@ -101,8 +101,9 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
         listed = ", ".join(f"{label} {ms:.3f} ms" for label, ms in timed.items())
         decision = f"end to end: {listed or 'nothing could be timed (a simulated accelerator is only estimated)'}; kept {fastest}"
         partitioned = ends[fastest]
-        running = segment_backends(partitioned, segments, [row.chosen for row in rows])
-        if running != [row.chosen for row in rows]:  # the report says where each segment runs
+        chosen = [row.chosen for row in rows]
+        running = segment_backends(partitioned, segments, chosen)
+        if running != chosen:  # the report says where each segment runs
             for row, backend in zip(rows, running):
                 row.chosen = backend
             predicted = _predict(search, mod, segments, rows, costs)

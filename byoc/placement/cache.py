@@ -1,9 +1,9 @@
 """The measurement cache: one small JSON file per measured candidate, on disk.
 
 A key covers all a timing depends on: the candidate's content (TVM's structural hash of the
-module: its ops, shapes, dtypes and constants' values), the backend, its library
-version and configuration, the cost options it is partitioned under, the machine that timed it (CPU model, thread count, or the RPC
-device), and the measurement protocol. A second search of the same model, or of a model that
+module: its ops, shapes, dtypes and constants' values), the backend, its library version and
+configuration, the cost options it is partitioned under, the machine that timed it (CPU model,
+thread count, or the RPC device), and the measurement protocol. A second search of the same model, or of a model that
 shares blocks with one searched before, measures nothing again. An entry that cannot be read is
 measured again and rewritten.
 """

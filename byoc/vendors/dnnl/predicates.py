@@ -226,10 +226,11 @@ def activation_product(match) -> str | None:
         added = match.get(f"added{index}")
         if added is None:
             continue
-        if len(_shape(added)) != len(out) or any(d not in (1, o) for d, o in zip(_shape(added), out)):
+        shape = _shape(added)
+        if len(shape) != len(out) or any(d not in (1, o) for d, o in zip(shape, out)):
             return "an added tensor must have the product's rank, each dimension the product's or 1"
-        if not _post_op_broadcast(_shape(added), out):
-            return f"an added tensor of shape {_shape(added)} over the product's {out} is a post-op of oneDNN's reference code only"
+        if not _post_op_broadcast(shape, out):
+            return f"an added tensor of shape {shape} over the product's {out} is a post-op of oneDNN's reference code only"
     return matmul_shapes(product)
 
 
