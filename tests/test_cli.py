@@ -150,3 +150,20 @@ def test_a_dynamic_file_compiles_with_shapes_and_checks_its_accuracy(tmp_path, c
     assert "output 0: shape (3, 4) float32" in capsys.readouterr().out
     assert main(["partition", str(path), "--vendor", "dnnl", "--shapes", "input.1=3x9"]) == 2
     assert "dim 1 is 8 in the model, not 9" in capsys.readouterr().err
+
+
+def test_run_generates_the_inputs_left_out_in_the_shape_the_given_ones_fix(tmp_path, capsys):
+    """`byoc run` with one input of a dynamic artifact given: the other is generated with the
+    dimensions the given file fixes, not at the range's top (which made a mismatch error)."""
+    x, mask = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "sequence"]) for n in ("x", "mask"))
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "mask"], ["y"], name="y")], "g", [x, mask],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence"])])
+    path, artifact, given = tmp_path / "two.onnx", str(tmp_path / "two.byoc"), tmp_path / "x.npy"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["compile", str(path), "--vendor", "onnxruntime", "--dims", "batch=1:4", "sequence=1:16", "-o", artifact]) == 0
+    np.save(given, np.ones((2, 5), np.float32))
+    capsys.readouterr()
+    assert main(["run", artifact, "--input", f"x={given}"]) == 0
+    assert "output 0: shape (2, 5) float32" in capsys.readouterr().out
+    assert main(["run", artifact]) == 0
+    assert "output 0: shape (4, 16) float32" in capsys.readouterr().out

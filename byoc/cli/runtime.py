@@ -13,7 +13,6 @@ from byoc.cli.common import add_backend_options, add_model_argument, add_partiti
 from byoc.cli.common import random_inputs as model_random_inputs
 from byoc.errors import InputError
 from byoc.frontend.onnx_shapes import parse_buckets
-from byoc.ir.dims import at_opt
 from byoc.models import random_inputs
 from byoc.partition import report
 from byoc.runtime_metadata.artifact import read_manifest
@@ -40,7 +39,8 @@ def add_parser(commands) -> None:
 
     run_parser = commands.add_parser("run", help="run an artifact")
     run_parser.add_argument("artifact")
-    run_parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input (default: seeded random)")
+    run_parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                            help="an input (default: seeded random, sized as the given inputs fix)")
     run_parser.add_argument("--output-dir", help="write each output as output<i>.npy here")
     run_parser.add_argument("--profile", action="store_true", help="print time per region and for the host")
     run_parser.add_argument("--repeat", type=int, default=10, help="runs to profile")
@@ -97,7 +97,13 @@ def _inputs(specs, given: list[str], dims=None) -> dict[str, np.ndarray]:
     unknown = sorted(set(files) - {s.name for s in specs})
     if unknown:
         raise InputError(f"unknown input(s) {unknown}; the model's inputs are {[s.name for s in specs]}")
-    shapes = [(s.name, at_opt(s.shape, dims or {}), s.dtype) for s in specs]
+    # A dimension a given file fixes holds for the generated inputs too (a forgotten mask gets
+    # the ids' shape); the others are at the value partitioning decided for.
+    sizes = {dim: r.opt for dim, r in (dims or {}).items()}
+    for spec in specs:
+        if spec.name in files and len(spec.shape) == files[spec.name].ndim:
+            sizes.update((dim, size) for dim, size in zip(spec.shape, files[spec.name].shape) if isinstance(dim, str))
+    shapes = [(s.name, tuple(sizes[d] if isinstance(d, str) else d for d in s.shape), s.dtype) for s in specs if s.name not in files]
     return {**random_inputs(shapes, 0), **files}
 
 
