@@ -77,6 +77,24 @@ def test_a_transformers_model_imports_by_keyword_with_every_mac_offloaded():
 
 
 @needs_torch
+def test_inputs_that_are_not_tensors_are_taken_as_the_constants_they_are():
+    """Hugging Face models are called with flags (`use_cache=False`, `output_hidden_states=None`):
+    torch.export specialises on them, and the compiled model takes the tensors alone."""
+    import torch
+
+    class Flagged(torch.nn.Module):
+        def forward(self, x, scale=1.0, squared=False, extra=None):
+            return (x * x if squared else x) * scale
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(3))
+    by_name = byoc.from_torch(Flagged(), {"x": x, "scale": 2.0, "squared": True, "extra": None})
+    by_position = byoc.from_torch(Flagged(), [x, 2.0, True])
+    for mod in (by_name, by_position):
+        assert [param.name for param in mod["main"].params] == ["x"]
+        assert_fp32_close(byoc.build(byoc.partition_for(mod, "dnnl")).run(x.numpy()), [(x * x * 2.0).numpy()])
+
+
+@needs_torch
 def test_dynamic_shapes_give_one_model_for_every_shape_in_range():
     import torch
 

@@ -88,6 +88,7 @@ def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], c
             program = torch.export.export(module, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes).run_decompositions()
     except Exception as error:
         raise ModelLoadError(f"torch.export could not export {label}: {one_line(error)}") from error
+    _drop_constant_inputs(program, label, torch)
     renames, ranges = _dimensions(program, dynamic_shapes, label) if dynamic_shapes is not None else ({}, {})
     importer = _importer()
     refused = [(_qualified_name(node), node.target.__name__) for node in program.graph.nodes
@@ -103,6 +104,25 @@ def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], c
         mod["main"] = mod["main"].bind_symbolic_vars({old: tvm.tirx.Var(new, "int64") for old, new in renames.items()})
         mod = with_dims(bound_slices(mod, ranges), ranges)
     return with_dims(cleanup(mod), ranges) if clean else mod
+
+
+def _drop_constant_inputs(program: Any, label: str, torch: Any) -> None:
+    """Drop the inputs that are not tensors (`use_cache=False`, `output_hidden_states=None`, as
+    Hugging Face models are called): torch.export specialises the graph on their values and keeps
+    them as placeholders nothing reads, which TVM's frontend cannot convert."""
+    user_input = torch.export.graph_signature.InputKind.USER_INPUT
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    kept = []
+    for spec in program.graph_signature.input_specs:
+        node = placeholders.get(spec.arg.name)
+        if spec.kind is not user_input or node is None or isinstance(node.meta.get("val"), torch.Tensor):
+            kept.append(spec)
+        elif node.users:
+            raise ModelLoadError(f"{label}: input {spec.arg.name!r} is {node.meta.get('val')!r}, not a tensor, and the graph reads it;"
+                                 " pass it as a tensor")
+        else:
+            program.graph.erase_node(node)
+    program.graph_signature.input_specs[:] = kept
 
 
 def _dims_of_spec(spec: Any) -> list[tuple[Any, int, Any]]:
