@@ -89,6 +89,15 @@ def test_inputs_that_are_not_tensors_are_taken_as_the_constants_they_are():
     x = torch.randn(2, 3, generator=torch.Generator().manual_seed(3))
     by_name = byoc.from_torch(Flagged(), {"x": x, "scale": 2.0, "squared": True, "extra": None})
     by_position = byoc.from_torch(Flagged(), [x, 2.0, True])
+    import transformers
+
+    torch.manual_seed(0)
+    llama = transformers.LlamaModel(transformers.LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                             intermediate_size=32, vocab_size=50)).eval()
+    ids = torch.randint(0, 50, (1, 8), generator=torch.Generator().manual_seed(4))
+    with pytest.raises(ModelLoadError, match="DynamicCache.*; pass use_cache=False among the inputs"):
+        byoc.from_torch(llama, {"input_ids": ids})
+    assert [param.name for param in byoc.from_torch(llama, {"input_ids": ids, "use_cache": False})["main"].params] == ["input_ids"]
     for mod in (by_name, by_position):
         assert [param.name for param in mod["main"].params] == ["x"]
         assert_fp32_close(byoc.build(byoc.partition_for(mod, "dnnl")).run(x.numpy()), [(x * x * 2.0).numpy()])

@@ -87,7 +87,10 @@ def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], c
             args, kwargs = ((), dict(example_inputs)) if isinstance(example_inputs, Mapping) else (tuple(example_inputs), None)
             program = torch.export.export(module, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes).run_decompositions()
     except Exception as error:
-        raise ModelLoadError(f"torch.export could not export {label}: {one_line(error)}") from error
+        # A transformers model built with its default config returns its key/value cache,
+        # which torch.export cannot flatten.
+        hint = "; pass use_cache=False among the inputs" if "cache_utils" in str(error) else ""
+        raise ModelLoadError(f"torch.export could not export {label}: {one_line(error)}{hint}") from error
     _drop_constant_inputs(program, label, torch)
     renames, ranges = _dimensions(program, dynamic_shapes, label) if dynamic_shapes is not None else ({}, {})
     importer = _importer()
