@@ -21,7 +21,7 @@ from byoc.backend.options import Option
 from byoc.backend.spec import Backend
 from byoc.errors import PartitionError, QuantizationError
 from byoc.frontend.quantized import has_quantize_ops
-from byoc.ir.dims import copy_dims, dims_of, representative
+from byoc.ir.dims import dims_of
 from byoc.ir.types import calls_op
 from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backends
 from byoc.partition.precision import int8_plan, quantize_model
@@ -144,10 +144,8 @@ def partition_for(
     if dims and placement == "auto":
         raise PartitionError(f"placement='auto' times the model at one shape; this model has dynamic dimensions "
                              f"({', '.join(dims)}): use placement='priority', or import it with static shapes")
-    with representative({name: r.opt for name, r in dims.items()}):
-        partitioned = _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local,
-                                   placement_cache_dir, placement_inputs)
-    partitioned = copy_dims(mod, partitioned)
+    partitioned = _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local,
+                               placement_cache_dir, placement_inputs)
     for backend in configured:
         regions = [func for _, name, func in region_functions(partitioned) if name == backend.name]
         if not needs_calibration(backend.processing) or not regions:
@@ -186,9 +184,6 @@ def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, b
                              "ethos_u quantize at compile time anyway)")
     if has_quantize_ops(mod):
         raise PartitionError(f"precision={precision!r}: the model is quantized already; partition it as it is")
-    if dims_of(mod):
-        raise PartitionError(f"precision={precision!r} calibrates at one shape; this model has dynamic dimensions "
-                             f"({', '.join(dims_of(mod))}): import it with static shapes")
     if options.get("calibration") is None:
         raise QuantizationError(f"precision={precision!r} calibrates activation ranges on the model: pass calibration=[inputs, "
                                 "...] (model inputs by name or by position), or --calibration N on the command line")

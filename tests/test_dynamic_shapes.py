@@ -296,3 +296,25 @@ def test_a_shapes_dimensions_picked_by_constant_indices_stay_a_shape():
     for batch in (1, 3):
         x = np.random.default_rng(batch).standard_normal((batch, 4, 8)).astype(np.float32)
         np.testing.assert_allclose(compiled.run(x=x)[0], session.run(None, {"x": x})[0], atol=TOLERANCE)
+
+
+def test_precision_int8_calibrates_over_shapes_and_serves_every_shape(model, session):
+    """`precision="int8"` on a model with dynamic dimensions: calibrated on samples of several
+    shapes, one int8 region, and at every shape as accurate as onnxruntime's own quantization of
+    the file on the same samples."""
+    from byoc.models.quantized import quantize_static
+
+    rng = np.random.default_rng(5)
+    samples = [{"input_ids": rng.integers(0, 100, shape).astype(np.int64)} for shape in [(1, 16), (2, 32), (1, 64), (4, 8)]]
+    partitioned = byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl", precision="int8", calibration=samples)
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
+    assert any(pattern.startswith("dnnl.qdense") for pattern in report.regions[0].patterns), report.regions[0].patterns
+    compiled = byoc.build(partitioned)
+    theirs = ort.InferenceSession(quantize_static(model, samples, "uint8").SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in [(1, 5), (3, 40), (8, 64)]:
+        inputs = {"input_ids": rng.integers(0, 100, shape).astype(np.int64)}
+        exact = session.run(None, inputs)[0]
+        ours, onnxruntimes = (float(np.linalg.norm(got - exact) / np.linalg.norm(exact))
+                              for got in (compiled.run(inputs)[0], theirs.run(None, inputs)[0]))
+        assert ours <= onnxruntimes, (shape, ours, onnxruntimes)

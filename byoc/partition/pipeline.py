@@ -17,6 +17,7 @@ from byoc.backend.spec import Backend
 from byoc.backend.views import RegionSummary
 from byoc.errors import PartitionError
 from byoc.frontend.quantized import for_partitioning
+from byoc.ir.dims import copy_dims, dims_of, representative
 from byoc.ir.shape_only import shape_only_calls
 from byoc.partition.annotate import annotate_nodes
 from byoc.partition.fallback import fallback_reason
@@ -68,6 +69,15 @@ def partition_graph(
     unknown = sorted(set(options) - COST_OPTIONS)
     if unknown:
         raise PartitionError(f"unknown partition option(s) {unknown}; cost options are {sorted(COST_OPTIONS)}")
+    # A model with dynamic dimensions is partitioned once for every shape: decisions see each
+    # dimension at its representative value (see byoc.ir.dims), and the result keeps the ranges.
+    dims = dims_of(mod)
+    with representative({name: r.opt for name, r in dims.items()}):
+        return copy_dims(mod, _partition(mod, backends, placement, placement_why, options))
+
+
+def _partition(mod: tvm.IRModule, backends, placement: Mapping[str, str] | None, placement_why: Mapping[str, str] | None,
+               options: dict) -> tvm.IRModule:
     ordered = resolve_backends(backends)
     _check_main_function(mod)
     quantized = [b for b in ordered if b.limits.quantized]

@@ -25,6 +25,7 @@ import tvm
 from tvm import relax
 
 from byoc.errors import QuantizationError
+from byoc.ir.dims import dims_of, representative
 from byoc.ir.rewrite import rebuild_function
 from byoc.ir.types import constant_array, dtype_name, has_static_shape, is_tensor_constant, op_name, static_shape
 from byoc.processing.quantize import INTEGER_RANGES, QuantizationConfig, with_zero_point
@@ -177,7 +178,8 @@ class _Quantizer:
 def int8_plan(mod: tvm.IRModule, only: frozenset[int] | None = None) -> Int8Plan:
     """What `quantize_model` quantizes in `mod` (of its layers, `only` these: var ids); its
     `calibrated` values need ranges."""
-    plan = _plan(mod["main"], only)
+    with representative({name: r.opt for name, r in dims_of(mod).items()}):  # a dynamic model's shapes at their opt
+        plan = _plan(mod["main"], only)
     if not plan.layers:
         raise QuantizationError("precision='int8': the model has no convolution or dense layer with constant float32 weights "
                                 "to quantize")

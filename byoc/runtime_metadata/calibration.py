@@ -27,6 +27,7 @@ from byoc.backend.spec import Backend
 from byoc.codegen_json import JsonRuntime, tvm_engine
 from byoc.codegen_json.graph import kernels
 from byoc.errors import CodegenError, QuantizationError, RequantizationWarning
+from byoc.ir.dims import copy_dims
 from byoc.ir.types import calls_op
 from byoc.partition.outline import CODEGEN_ATTR
 from byoc.partition.pipeline import partition_graph
@@ -226,7 +227,8 @@ def value_ranges(mod: tvm.IRModule, var_ids: Sequence[int], samples: Iterable, m
     `backends` where they take it (the values become region outputs), else on the host."""
     if method not in METHODS:
         raise QuantizationError(f"unknown calibration method {method!r}; the methods are {', '.join(METHODS)}")
-    probe = tvm.IRModule({"main": _with_outputs(mod["main"], var_ids)})
+    # A model with dynamic dimensions is probed with them: one build runs samples of any shape.
+    probe = copy_dims(mod, tvm.IRModule({"main": _with_outputs(mod["main"], var_ids)}))
     if backends:  # TVM's untuned host kernels took 290 s to calibrate a full-size BERT encoder on 8 inputs
         probe = partition_graph(relax.transform.ConvertToDataflow(min_size=1)(probe), list(backends))
     compiled = build(probe)
