@@ -147,7 +147,7 @@ def test_a_dynamic_file_compiles_with_shapes_and_checks_its_accuracy(tmp_path, c
                  "--accuracy-samples", "2"]) == 0
     assert "relative L2 0.00%" in capsys.readouterr().out
     assert main(["run", artifact]) == 0
-    assert "output 0: shape (3, 4) float32" in capsys.readouterr().out
+    assert "output 0 (y): shape (3, 4) float32" in capsys.readouterr().out
     assert main(["partition", str(path), "--vendor", "dnnl", "--shapes", "input.1=3x9"]) == 2
     assert "dim 1 is 8 in the model, not 9" in capsys.readouterr().err
 
@@ -164,6 +164,6 @@ def test_run_generates_the_inputs_left_out_in_the_shape_the_given_ones_fix(tmp_p
     np.save(given, np.ones((2, 5), np.float32))
     capsys.readouterr()
     assert main(["run", artifact, "--input", f"x={given}"]) == 0
-    assert "output 0: shape (2, 5) float32" in capsys.readouterr().out
+    assert "output 0 (y): shape (2, 5) float32" in capsys.readouterr().out
     assert main(["run", artifact]) == 0
-    assert "output 0: shape (4, 16) float32" in capsys.readouterr().out
+    assert "output 0 (y): shape (4, 16) float32" in capsys.readouterr().out

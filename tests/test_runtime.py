@@ -462,7 +462,7 @@ def test_cli_compile_run_inspect(tmp_path, capsys):
     argv += ["--profile", "--repeat", "2", "--strict-engines"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "output 0: shape (1, 10) float32" in out and "reference_0" in out
+    assert "output 0 (classifier/Softmax): shape (1, 10) float32" in out and "reference_0" in out
     assert_fp32_close([np.load(tmp_path / "out" / "output0.npy")], onnxruntime_outputs(small_model("mlp"), inputs))
     assert main(["run", str(artifact), "--input", "nope=x.npy"]) == 2
     assert main(["inspect", str(tmp_path / "x.npy")]) == 2
@@ -489,3 +489,31 @@ def test_a_c_region_checks_each_constant_it_is_given(tmp_path):
     with pytest.raises(Exception, match=f"constant {index} {CONSTANT_MISMATCH}, {re.escape(expected)}"):
         init(*[tvm.runtime.tensor(c) for c in wrong])
     init(*[tvm.runtime.tensor(c) for c in constants])
+
+
+def test_outputs_keep_the_models_names_into_the_artifact(tmp_path, capsys):
+    """A compiled model's outputs are named as the ONNX graph names them (they were output0,
+    output1, ...), also loaded from its artifact and in `byoc inspect`; every kind of output (a
+    region's, a host op's, an input passed through, a shape) keeps its place."""
+    from onnx import TensorProto, helper
+
+    from byoc.cli import main
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 4], np.linspace(-1, 1, 32, dtype=np.float32))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"], name="mm"),
+             helper.make_node("ArgMax", ["logits"], ["label"], name="am", axis=1, keepdims=0),
+             helper.make_node("Identity", ["x"], ["x_again"], name="id"), helper.make_node("Shape", ["x"], ["shape"], name="sh")]
+    outputs = [helper.make_tensor_value_info(name, dtype, shape) for name, dtype, shape in
+               [("logits", TensorProto.FLOAT, [2, 4]), ("label", TensorProto.INT64, [2]), ("x_again", TensorProto.FLOAT, [2, 8]),
+                ("shape", TensorProto.INT64, [2])]]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], outputs, [w]), opset_imports=[helper.make_opsetid("", 17)])
+    inputs = {"x": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)}
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    names = ["logits", "label", "x_again", "shape"]
+    assert [spec.name for spec in compiled.outputs] == names
+    assert_fp32_close(compiled.run(inputs), onnxruntime_outputs(model, inputs))
+    compiled.export(tmp_path / "m.byoc")
+    assert [spec.name for spec in byoc.load(tmp_path / "m.byoc").outputs] == names
+    assert main(["inspect", str(tmp_path / "m.byoc")]) == 0
+    assert "outputs: logits (2, 4) float32, label (2,) int64, x_again (2, 8) float32, shape (2,) int64" in capsys.readouterr().out

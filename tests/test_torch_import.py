@@ -68,6 +68,7 @@ def test_a_transformers_model_imports_by_keyword_with_every_mac_offloaded():
     partitioned = byoc.partition_for(byoc.from_torch(model, {"input_ids": ids, "attention_mask": mask}), "dnnl")
     report = byoc.report(partitioned)
     assert report.offload_ratio_macs == 1.0
+    assert [spec.name for spec in byoc.build(partitioned).outputs] == ["last_hidden_state", "pooler_output"]
     # What stays on the host is named after the module it belongs to, and says why.
     assert any(op.node.startswith("embeddings.") for op in report.host_ops) and all(op.reasons for op in report.host_ops)
     with torch.no_grad():

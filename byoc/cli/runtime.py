@@ -111,9 +111,10 @@ def run_artifact(args: argparse.Namespace) -> int:
     model = load(args.artifact, strict_engines=args.strict_engines, backend_options=backend_options(args))
     inputs = _inputs(model.inputs, args.input, model.parts.dims)
     outputs = model.run(**inputs)
-    for index, value in enumerate(outputs):
+    for index, (spec, value) in enumerate(zip(model.outputs, outputs)):
         summary = f"min {value.min():.4g}, max {value.max():.4g}" if value.size else "empty"
-        print(f"output {index}: shape {value.shape} {value.dtype}, {summary}")
+        named = f" ({spec.name})" if spec.name != f"output{index}" else ""
+        print(f"output {index}{named}: shape {value.shape} {value.dtype}, {summary}")
         if args.output_dir:
             os.makedirs(args.output_dir, exist_ok=True)
             np.save(os.path.join(args.output_dir, f"output{index}.npy"), value)
@@ -128,7 +129,8 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(json.dumps({k: v for k, v in manifest.items() if k != "files"}, indent=2))
         return 0
     print(f"artifact {args.artifact}: target {manifest['target']}, TVM {manifest['tvm_version']}")
-    print("inputs: " + ", ".join(f"{s['name']} {tuple(s['shape'])} {s['dtype']}" for s in manifest["inputs"]))
+    for what in ("inputs", "outputs"):
+        print(f"{what}: " + ", ".join(f"{s['name']} {tuple(s['shape'])} {s['dtype']}" for s in manifest[what]))
     print(f"constants: {len(set(manifest['constants'].values()))} unique of {len(manifest['constants'])} named")
     width = max([16, *(len(r["symbol"]) + 2 for r in manifest["regions"])])
     print(f"{'region':<{width}}{'backend':<14}{'format':<24}{'payload':>12}{'constants':>11}{'est. cycles':>13}  vendor")

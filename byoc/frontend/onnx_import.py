@@ -28,6 +28,7 @@ from byoc.frontend.onnx_scales import warn_lost_scales
 from byoc.frontend.onnx_shapes import static_input_shapes
 from byoc.frontend.onnx_support import expand, unsupported_ops
 from byoc.ir.dims import with_dims
+from byoc.ir.outputs import with_output_names
 
 
 class _NamingImporter(ONNXGraphImporter):
@@ -112,7 +113,7 @@ def from_onnx(
     _declare_input_dtypes(importer, model)
     label = f"model {model.graph.name!r}"
     mod = named_module(lambda: with_dims(importer.from_onnx(model.graph, opset), ranges), importer.node_of_var, label, clean)
-    return with_dims(mod, ranges)
+    return with_output_names(with_dims(mod, ranges), [value.name for value in model.graph.output])
 
 
 def _declare_input_dtypes(importer: ONNXGraphImporter, model: onnx.ModelProto) -> None:

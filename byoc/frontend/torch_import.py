@@ -14,6 +14,7 @@ Dims' names, as `from_onnx(..., dims=)` gives a file's (see docs/shapes.md).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from byoc.frontend.bounded_slices import bound_slices
 from byoc.frontend.cleanup import cleanup
 from byoc.frontend.naming import named_module
 from byoc.ir.dims import DimRange, dim_range, with_dims
+from byoc.ir.outputs import with_output_names
 
 
 def _torch():
@@ -106,7 +108,20 @@ def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], c
     if ranges:  # torch's symbols renamed after the Dims, and the shape arithmetic their ranges settle
         mod["main"] = mod["main"].bind_symbolic_vars({old: tvm.tirx.Var(new, "int64") for old, new in renames.items()})
         mod = with_dims(bound_slices(mod, ranges), ranges)
+    mod = with_output_names(mod, _output_names(program, torch))
     return with_dims(cleanup(mod), ranges) if clean else mod
+
+
+def _output_names(program: Any, torch: Any) -> list[str]:
+    """The module's names for its outputs, as its result holds them (a transformers model's
+    `last_hidden_state`, `pooler_output`; `logits.0` for a tuple in a dict); a plain tensor or
+    tuple has none."""
+    pytree = torch.utils._pytree
+    spec = program.call_spec.out_spec
+    leaves = pytree.tree_flatten_with_path(pytree.tree_unflatten(list(range(spec.num_leaves)), spec))[0]
+    names = [".".join(key or index for key, index in re.findall(r"\['([^']*)'\]|\[(\d+)\]", pytree.keystr(path)))
+             for path, _ in leaves]
+    return names if any(not name.isdigit() for name in names) else []
 
 
 def _drop_constant_inputs(program: Any, label: str, torch: Any) -> None:

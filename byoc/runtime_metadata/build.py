@@ -21,6 +21,7 @@ from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, RequantizationWarning, UnknownBackendError
 from byoc.host import host_pipeline
 from byoc.ir.dims import DimRange, dims_of, function_dimensions, symbolic_names
+from byoc.ir.outputs import output_names
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
@@ -94,9 +95,10 @@ def model_io(mod: tvm.IRModule) -> tuple[list[TensorSpec], list[TensorSpec]]:
     inputs = [TensorSpec(p.name, tuple(_input_dim(d, p) for d in p.ty.shape.values) if symbolic_names(p.ty)
                          else static_shape(p.ty, f"input {p.name!r}"), str(p.ty.dtype)) for p in main.params[:count]]
     outputs = []
-    for position, ty in enumerate(tensor_types(main.ret_ty)):
+    types = tensor_types(main.ret_ty)
+    for name, ty in zip(output_names(mod, len(types)), types):
         shape = tuple(-1 if dim_pattern(d) is None else dim_pattern(d) for d in ty.shape.values) if ty.shape is not None else ()
-        outputs.append(TensorSpec(f"output{position}", shape, str(ty.dtype)))
+        outputs.append(TensorSpec(name, shape, str(ty.dtype)))
     return inputs, outputs
 
 
