@@ -20,6 +20,7 @@ from byoc.errors import ModelLoadError
 from byoc.frontend.naming import named_module
 from byoc.frontend.onnx_check import check_model
 from byoc.frontend.onnx_constants import fold_onnx_constants
+from byoc.frontend.onnx_contrib import standard_form
 from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.frontend.onnx_ops import CONVERTERS
@@ -68,6 +69,7 @@ def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelPr
             raise ModelLoadError(f"cannot read {label}: no such file") from None
         except Exception as error:  # protobuf raises DecodeError and friends
             raise ModelLoadError(f"cannot read {label}: not a valid ONNX model ({error})") from error
+    model = standard_form(model)  # before the check: onnxruntime writes SimplifiedLayerNormalization in the ONNX domain
     try:
         check_model(model)
     except onnx.checker.ValidationError as error:

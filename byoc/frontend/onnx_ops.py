@@ -126,7 +126,7 @@ def layer_normalization(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
     if _outputs(attrs) < 2:
         return None
     data, scale, bias = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
-    rank = len(static_shape(data.ty, "the input of LayerNormalization"))
+    rank = data.ty.ndim
     axis = attrs.get("axis", -1)
     axes = list(range(axis + rank if axis < 0 else axis, rank))
     epsilon = float(attrs.get("epsilon", 1e-5))
@@ -150,7 +150,7 @@ def _reduce_extreme(op: str, infinity: float) -> Converter:
             return None
         result = bb.normalize(tvm(op, inputs, attrs))
         dtype = str(data.ty.dtype)
-        if 0 in static_shape(data.ty, f"the input of {op}"):  # an empty reduction is the identity
+        if has_static_shape(data.ty) and 0 in static_shape(data.ty):  # an empty reduction is the identity
             return relax.const(np.full(static_shape(result.ty), infinity, dtype=dtype), dtype)
         at_infinity = bb.normalize(relax.op.astype(relax.op.equal(data, relax.const(infinity, dtype)), dtype))
         all_infinite = bb.normalize(tvm("ReduceMin", [at_infinity, *inputs[1:]], attrs))

@@ -1,0 +1,335 @@
+"""onnxruntime's fused transformer ops written in standard ONNX before import.
+
+onnxruntime's transformer optimizer (`onnxruntime.transformers.optimizer`, and the tools built on
+it) rewrites an exported BERT or GPT-2 into its own com.microsoft ops: EmbedLayerNormalization,
+Attention, SkipLayerNormalization, BiasGelu, FastGelu and their relatives. Such files are common,
+and run only where those kernels exist. Each op is written here as the standard ops it is
+defined by (onnxruntime's contrib op documentation and CPU kernels, masks included), so the
+model imports as its unfused export would, and vendors fuse it their own way.
+
+Attention with a past key/value state, rotary embeddings or a 4D mask, and the other com.microsoft
+ops, are left as they are: import then refuses them by node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from byoc.errors import ModelLoadError
+
+_MICROSOFT = "com.microsoft"
+_STANDARD = ("", "ai.onnx")
+_DEFAULT_OPSET = 17
+_MASK_FILTER = -10000.0  # what onnxruntime adds to the scores of masked positions (its default mask_filter_value)
+
+
+class _Writer:
+    """Emits standard nodes at the model's opset (whose forms of Unsqueeze, ReduceMean and
+    LayerNormalization differ)."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        # a model of com.microsoft ops alone gets the standard domain at 17 (see _with_nodes)
+        self.opset = next((o.version for o in model.opset_import if o.domain in _STANDARD), _DEFAULT_OPSET)
+        self.initializers = {i.name: i for i in model.graph.initializer}
+        self.nodes: list[onnx.NodeProto] = []
+        self.added: list[onnx.TensorProto] = []
+        self.base = ""
+        self.count = 0
+
+    def name(self, hint: str) -> str:
+        self.count += 1
+        return f"{self.base}/{hint}_{self.count}"
+
+    def const(self, value, dtype=np.float32) -> str:
+        name = self.name("const")
+        self.added.append(numpy_helper.from_array(np.asarray(value, dtype), name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, **attrs) -> str:
+        return self.ops(op_type, inputs, outputs, **attrs)[0]
+
+    def ops(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, **attrs) -> list[str]:
+        names = outputs if isinstance(outputs, list) else [self.name(op_type) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, names, name=self.name(op_type), **attrs))
+        return names
+
+    def unsqueeze(self, x: str, axes: list[int]) -> str:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self.const(axes, np.int64)])
+        return self.op("Unsqueeze", [x], axes=axes)
+
+    def mean_last(self, x: str) -> str:
+        if self.opset >= 18:
+            return self.op("ReduceMean", [x, self.const([-1], np.int64)], keepdims=1)
+        return self.op("ReduceMean", [x], axes=[-1], keepdims=1)
+
+    def layer_norm(self, x: str, gamma: str, beta: str, epsilon: float, outputs: list[str]) -> None:
+        """LayerNormalization over the last axis into `outputs` (Y, Mean, InvStdDev; "" for one
+        not wanted)."""
+        if self.opset >= 17:
+            while not outputs[-1]:
+                outputs = outputs[:-1]
+            self.op("LayerNormalization", [x, gamma, beta] if beta else [x, gamma], outputs, axis=-1, epsilon=epsilon)
+            return
+        # before opset 17, in the form exporters write (as vendors' patterns read it)
+        mean = self.mean_last(x)
+        centred = self.op("Sub", [x, mean])
+        deviation = self.op("Sqrt", [self.op("Add", [self.mean_last(self.op("Pow", [centred, self.const(2.0)])), self.const(epsilon)])])
+        normalized = self.op("Mul", [self.op("Div", [centred, deviation]), gamma])
+        self.op("Add" if beta else "Identity", [normalized, beta] if beta else [normalized], [outputs[0]])
+        for output, value in zip(outputs[1:], (mean, deviation)):
+            if output:
+                self.op("Identity" if value is mean else "Reciprocal", [value], [output])
+
+    def rms_norm(self, x: str, gamma: str, epsilon: float, output: str, inverse_output: str = "") -> None:
+        """x / sqrt(mean(x^2) + epsilon) * gamma, as exporters write RMSNorm."""
+        spread = self.op("Add", [self.mean_last(self.op("Pow", [x, self.const(2.0)])), self.const(epsilon)])
+        inverse = self.op("Div", [self.const(1.0), self.op("Sqrt", [spread])])
+        self.op("Mul", [self.op("Mul", [x, inverse]), gamma], [output])
+        if inverse_output:
+            self.op("Identity", [inverse], [inverse_output])
+
+    def gelu(self, x: str, output: str, tanh: bool = False) -> None:
+        if tanh:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            cube = self.op("Mul", [self.op("Mul", [x, x]), x])
+            inner = self.op("Mul", [self.op("Add", [x, self.op("Mul", [cube, self.const(0.044715)])]), self.const(math.sqrt(2 / math.pi))])
+            self.op("Mul", [self.op("Mul", [x, self.const(0.5)]), self.op("Add", [self.op("Tanh", [inner]), self.const(1.0)])], [output])
+            return
+        erf = self.op("Erf", [self.op("Div", [x, self.const(math.sqrt(2.0))])])
+        self.op("Mul", [self.op("Mul", [x, self.const(0.5)]), self.op("Add", [erf, self.const(1.0)])], [output])
+
+    def sequence_range(self, x: str, axis: int) -> str:
+        """0 .. x.shape[axis] - 1, as int64."""
+        length = self.op("Gather", [self.op("Shape", [x]), self.const(axis, np.int64)], axis=0)
+        return self.op("Range", [self.const(0, np.int64), length, self.const(1, np.int64)])
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _input(node: onnx.NodeProto, index: int) -> str:
+    return node.input[index] if len(node.input) > index else ""
+
+
+def _output(node: onnx.NodeProto, index: int) -> str:
+    return node.output[index] if len(node.output) > index else ""
+
+
+def _refuse(node: onnx.NodeProto, why: str) -> ModelLoadError:
+    return ModelLoadError(f"node {node.name or node.output[0]!r} ({_MICROSOFT} {node.op_type}): {why}")
+
+
+def _skip_sum(w: _Writer, node: onnx.NodeProto, bias: str) -> str:
+    """input + skip (+ bias), written into the op's input_skip_bias_sum output where it has one."""
+    total = w.op("Add", [node.input[0], node.input[1]])
+    if bias:
+        total = w.op("Add", [total, bias])
+    if _output(node, 3):
+        w.op("Identity", [total], [_output(node, 3)])
+    return total
+
+
+def _skip_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    total = _skip_sum(w, node, _input(node, 4))
+    w.layer_norm(total, node.input[2], _input(node, 3), _attrs(node).get("epsilon", 1e-12), [node.output[0], _output(node, 1), _output(node, 2)])
+
+
+def _skip_simplified_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    total = _skip_sum(w, node, _input(node, 3))
+    w.rms_norm(total, node.input[2], _attrs(node).get("epsilon", 1e-12), node.output[0], _output(node, 2))
+
+
+def _simplified_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    if _attrs(node).get("axis", -1) != -1:
+        raise _refuse(node, "normalizing over other axes than the last is not supported")
+    w.rms_norm(node.input[0], node.input[1], _attrs(node).get("epsilon", 1e-5), node.output[0], _output(node, 1))
+
+
+def _gelu(tanh: bool, with_bias: bool) -> Callable[[_Writer, onnx.NodeProto], None]:
+    def write(w: _Writer, node: onnx.NodeProto) -> None:
+        x = w.op("Add", [node.input[0], node.input[1]]) if with_bias and _input(node, 1) else node.input[0]
+        w.gelu(x, node.output[0], tanh)
+
+    return write
+
+
+def _quick_gelu(w: _Writer, node: onnx.NodeProto) -> None:
+    alpha = _attrs(node).get("alpha", 1.702)
+    w.op("Mul", [node.input[0], w.op("Sigmoid", [w.op("Mul", [node.input[0], w.const(alpha)])])], [node.output[0]])
+
+
+def _embed_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    """word + position (+ segment) embeddings, layer-normalized; the mask index is the count of
+    ones in each row of the mask (0 without one), as onnxruntime's kernel gives it."""
+    ids, segments, words, positions, segment_table = (_input(node, i) for i in range(5))
+    gamma, beta, mask, position_ids = (_input(node, i) for i in range(5, 9))
+    total = w.op("Add", [w.op("Gather", [words, ids], axis=0),
+                         w.op("Gather", [positions, position_ids or w.sequence_range(ids, 1)], axis=0)])
+    if segments and segment_table:
+        total = w.op("Add", [total, w.op("Gather", [segment_table, segments], axis=0)])
+    w.layer_norm(total, gamma, beta, _attrs(node).get("epsilon", 1e-12), [node.output[0]])
+    if _output(node, 1):
+        if mask:
+            ones = w.op("Cast", [w.op("Equal", [mask, w.op("CastLike", [w.const(1, np.int32), mask]) if w.opset >= 15
+                                                else w.const(1, np.int32)])], to=onnx.TensorProto.INT32)
+            if w.opset >= 13:
+                w.op("ReduceSum", [ones, w.const([1], np.int64)], [_output(node, 1)], keepdims=0)
+            else:
+                w.op("ReduceSum", [ones], [_output(node, 1)], axes=[1], keepdims=0)
+        else:
+            batch = w.op("Gather", [w.op("Shape", [ids]), w.const([0], np.int64)], axis=0)
+            w.op("ConstantOfShape", [batch], [_output(node, 1)], value=numpy_helper.from_array(np.zeros(1, np.int32)))
+    if _output(node, 2):
+        w.op("Identity", [total], [_output(node, 2)])
+
+
+def _attention(w: _Writer, node: onnx.NodeProto, shapes: dict[str, list]) -> None:
+    """softmax(Q K^T * scale + mask) V per head, the packed Q, K and V projected by one product;
+    masked positions get mask_filter_value added, as onnxruntime's kernel does."""
+    attrs = _attrs(node)
+    if _input(node, 4) or _output(node, 1):
+        raise _refuse(node, "attention with a past key/value state is not supported")
+    if attrs.get("do_rotary"):
+        raise _refuse(node, "rotary embeddings inside attention are not supported")
+    if "num_heads" not in attrs:
+        raise _refuse(node, "it has no num_heads attribute")
+    heads = int(attrs["num_heads"])
+    weights = w.initializers.get(node.input[1])
+    sizes = list(attrs.get("qkv_hidden_sizes", []))
+    if not sizes:
+        if weights is None or len(weights.dims) != 2 or weights.dims[1] % 3:
+            raise _refuse(node, "the Q, K and V sizes need qkv_hidden_sizes or constant weights")
+        sizes = [weights.dims[1] // 3] * 3
+    packed = w.op("MatMul", [node.input[0], node.input[1]])
+    if _input(node, 2):
+        packed = w.op("Add", [packed, node.input[2]])
+    q, k, v = w.ops("Split", [packed, w.const(sizes, np.int64)], 3, axis=-1) if w.opset >= 13 else \
+        w.ops("Split", [packed], 3, axis=-1, split=sizes)
+    by_head = w.const([0, 0, heads, -1], np.int64)
+    q = w.op("Transpose", [w.op("Reshape", [q, by_head])], perm=[0, 2, 1, 3])
+    k = w.op("Transpose", [w.op("Reshape", [k, by_head])], perm=[0, 2, 3, 1])
+    v = w.op("Transpose", [w.op("Reshape", [v, by_head])], perm=[0, 2, 1, 3])
+    scale = attrs.get("scale") or 1.0 / math.sqrt(sizes[0] // heads)
+    scores = w.op("Mul", [w.op("MatMul", [q, k]), w.const(scale)])
+    bias = _mask_bias(w, node, shapes, attrs.get("mask_filter_value", _MASK_FILTER))
+    if bias:
+        scores = w.op("Add", [scores, bias])
+    if _input(node, 5):  # attention_bias (B or 1, N or 1, S, S)
+        scores = w.op("Add", [scores, node.input[5]])
+    probabilities = w.op("Softmax", [scores], axis=-1)  # the last axis at every opset (before 13, dims from it on)
+    merged = w.op("Transpose", [w.op("MatMul", [probabilities, v])], perm=[0, 2, 1, 3])
+    w.op("Reshape", [merged, w.const([0, 0, -1], np.int64)], [node.output[0]])
+
+
+def _mask_bias(w: _Writer, node: onnx.NodeProto, shapes: dict[str, list], filter_value: float) -> str:
+    """What is added to the scores (batch, heads, sequence, keys) for the mask and causality."""
+    mask, x = _input(node, 3), node.input[0]
+    bias = ""
+    if mask:
+        rank = len(shapes[mask]) if mask in shapes else None
+        if rank == 1:  # end positions (B), or ends then starts (2B): right and left padding
+            batch, length = (shapes.get(x) or [None])[0], shapes[mask][0]
+            if batch is None or length is None or length not in (batch, 2 * batch if isinstance(batch, int) else None):
+                raise _refuse(node, f"cannot tell whether its 1D mask ({length} values for a batch of {batch}) holds start "
+                                    "positions too")
+            keys = w.unsqueeze(w.sequence_range(x, 1), [0])
+            positions = w.op("Cast", [mask], to=onnx.TensorProto.INT64)
+            if length == batch:
+                keep = w.op("Less", [keys, w.unsqueeze(positions, [1])])
+            else:
+                pairs = w.op("Reshape", [positions, w.const([2, -1], np.int64)])
+                ends, starts = (w.unsqueeze(w.op("Gather", [pairs, w.const(row, np.int64)], axis=0), [1]) for row in (0, 1))
+                keep = w.op("And", [w.op("Less", [keys, ends]), w.op("Not", [w.op("Less", [keys, starts])])])
+            keep = w.unsqueeze(keep, [1, 2])
+        elif rank == 2:  # raw mask (B, keys): 1 attends, 0 does not
+            keep = w.unsqueeze(w.op("Greater", [mask, w.op("CastLike", [w.const(0, np.int32), mask])]), [1, 2])
+        elif rank == 3:  # (B, S, keys)
+            keep = w.unsqueeze(w.op("Greater", [mask, w.op("CastLike", [w.const(0, np.int32), mask])]), [1])
+        else:
+            raise _refuse(node, f"a mask of rank {rank if rank is not None else 'unknown'} is not supported (1, 2 or 3)")
+        bias = w.op("Where", [keep, w.const(0.0), w.const(filter_value)])
+    if _attrs(node).get("unidirectional"):
+        positions = w.sequence_range(x, 1)
+        later = w.op("Greater", [w.unsqueeze(positions, [0]), w.unsqueeze(positions, [1])])
+        causal = w.op("Where", [later, w.const(filter_value), w.const(0.0)])
+        bias = w.op("Add", [bias, causal]) if bias else causal
+    return bias
+
+
+_WRITERS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
+    "SkipLayerNormalization": _skip_layer_norm,
+    "SkipSimplifiedLayerNormalization": _skip_simplified_layer_norm,
+    "SimplifiedLayerNormalization": _simplified_layer_norm,
+    "EmbedLayerNormalization": _embed_layer_norm,
+    "BiasGelu": _gelu(tanh=False, with_bias=True),
+    "FastGelu": _gelu(tanh=True, with_bias=True),
+    "Gelu": _gelu(tanh=False, with_bias=False),
+    "QuickGelu": _quick_gelu,
+}
+
+
+def _is_contrib(node: onnx.NodeProto) -> bool:
+    # onnxruntime registers SimplifiedLayerNormalization in the standard domain
+    return (node.domain == _MICROSOFT and (node.op_type in _WRITERS or node.op_type == "Attention")) or \
+        (node.domain in _STANDARD and node.op_type == "SimplifiedLayerNormalization")
+
+
+def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with onnxruntime's fused transformer ops written in standard ONNX; the model
+    itself where it has none."""
+    if not any(_is_contrib(n) for n in model.graph.node):
+        return model
+    w = _Writer(model)
+    attention = set()
+    for node in model.graph.node:
+        if not _is_contrib(node):
+            w.nodes.append(node)
+        elif node.op_type == "Attention":
+            attention.add(len(w.nodes))
+            w.nodes.append(node)
+        else:
+            w.base = node.name or node.output[0]
+            _WRITERS[node.op_type](w, node)
+    # A mask's form depends on shapes, which onnx's inference gives once the attentions before
+    # it are written in standard ops.
+    nodes, w.nodes = w.nodes, []
+    shapes: dict[str, list] = {}
+    for index, node in enumerate(nodes):
+        if index not in attention:
+            w.nodes.append(node)
+            continue
+        if _input(node, 3) and not {node.input[0], node.input[3]} <= shapes.keys():
+            shapes.update(_shapes(_with_nodes(model, w, nodes[index:]), node))
+        w.base = node.name or node.output[0]
+        _attention(w, node, shapes)
+    return _with_nodes(model, w)
+
+
+def _with_nodes(model: onnx.ModelProto, w: _Writer, rest: list[onnx.NodeProto] = ()) -> onnx.ModelProto:
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.graph.node[:]
+    result.graph.node.extend([*w.nodes, *rest])
+    result.graph.initializer.extend(w.added)
+    if not any(o.domain in _STANDARD for o in result.opset_import):
+        result.opset_import.append(helper.make_opsetid("", _DEFAULT_OPSET))
+    return result
+
+
+def _shapes(model: onnx.ModelProto, node: onnx.NodeProto) -> dict[str, list]:
+    """The shapes (a size, a dimension's name or None each) of an attention's input and mask,
+    from onnx's shape inference over the standard ops."""
+    wanted = {node.input[0], node.input[3]}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shapes stay unknown, and a node that needs one is refused with the reason
+        inferred = model
+    values = (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output)
+    return {v.name: [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in v.type.tensor_type.shape.dim]
+            for v in values if v.name in wanted and v.type.tensor_type.HasField("shape")}

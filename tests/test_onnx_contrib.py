@@ -1,0 +1,198 @@
+"""onnxruntime's fused transformer ops (com.microsoft Attention, EmbedLayerNormalization,
+SkipLayerNormalization, the GELUs, ...) written in standard ONNX at import: each against
+onnxruntime's own kernel, at the opsets that write layer norms and reductions differently, and an
+exported BERT after onnxruntime's transformer optimizer, whole on dnnl."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import byoc
+from byoc.errors import ModelLoadError
+
+from conftest import assert_fp32_close
+
+B, S, H, HEADS = 2, 6, 16, 2
+F = TensorProto.FLOAT
+I32 = TensorProto.INT32
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "contrib", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
+
+
+def _weights(name, *shape, seed=0):
+    return numpy_helper.from_array(np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 0.3, name)
+
+
+def _tensor(name, dtype, shape):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _check(model, inputs, vendors=("dnnl", "onnxruntime")):
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+    for vendor in vendors:
+        assert_fp32_close(byoc.build(byoc.partition_for(byoc.from_onnx(model), vendor)).run(inputs), want)
+
+
+def _x(*shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("form", ["plain", "bias_and_sum", "simplified"])
+def test_skip_layer_normalization(opset, form):
+    simplified = form == "simplified"
+    op = "SkipSimplifiedLayerNormalization" if simplified else "SkipLayerNormalization"
+    inputs = ["x", "skip", "gamma"] + ([] if simplified else ["beta"]) + (["bias"] if form != "plain" else [])
+    outputs = ["y", "", "", "sum"] if form == "bias_and_sum" else ["y"]
+    node = helper.make_node(op, inputs, outputs, domain="com.microsoft", epsilon=1e-5, name="skip_norm")
+    values = [_tensor("y", F, [B, S, H])] + ([_tensor("sum", F, [B, S, H])] if "sum" in outputs else [])
+    initializers = [_weights("gamma", H, seed=2), _weights("beta", H, seed=3), _weights("bias", H, seed=4)]
+    model = _model([node], [_tensor("x", F, [B, S, H]), _tensor("skip", F, [B, S, H])], values,
+                   [i for i in initializers if i.name in inputs], opset)
+    _check(model, {"x": _x(B, S, H), "skip": _x(B, S, H, seed=5)})
+
+
+@pytest.mark.parametrize("op, opset", [("SkipSimplifiedLayerNormalization", 17), ("SkipLayerNormalization", 13),
+                                       ("SkipLayerNormalization", 17)])
+def test_a_norm_between_products_stays_in_their_dnnl_region(op, opset):
+    """Written in the form exporters write (before opset 17, LayerNormalization's own
+    decomposition), so dnnl's patterns take it as they take an export's."""
+    names = ["m", "x", "gamma"] + (["beta"] if op == "SkipLayerNormalization" else [])
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m"]), helper.make_node(op, names, ["n"], domain="com.microsoft", epsilon=1e-5),
+             helper.make_node("MatMul", ["n", "w2"], ["y"])]
+    initializers = [_weights("w1", H, H), _weights("w2", H, H, seed=3), _weights("gamma", H, seed=2), _weights("beta", H, seed=4)]
+    model = _model(nodes, [_tensor("x", F, [B, S, H])], [_tensor("y", F, [B, S, H])],
+                   [i for i in initializers if i.name in (*names, "w1", "w2")], opset)
+    report = byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    assert len(report.regions) == 1 and not report.host_ops, report.to_table()
+    _check(model, {"x": _x(B, S, H)}, vendors=("dnnl",))
+
+
+def test_simplified_layer_normalization_and_the_gelus():
+    nodes = [helper.make_node("SimplifiedLayerNormalization", ["x", "gamma"], ["n"], epsilon=1e-6, axis=-1),
+             helper.make_node("BiasGelu", ["n", "bias"], ["a"], domain="com.microsoft"),
+             helper.make_node("FastGelu", ["a", "bias"], ["b"], domain="com.microsoft"),
+             helper.make_node("FastGelu", ["b"], ["c"], domain="com.microsoft"),
+             helper.make_node("Gelu", ["c"], ["d"], domain="com.microsoft"),
+             helper.make_node("QuickGelu", ["d"], ["y"], domain="com.microsoft", alpha=1.5)]
+    model = _model(nodes, [_tensor("x", F, [B, S, H])], [_tensor("y", F, [B, S, H])],
+                   [_weights("gamma", H, seed=2), _weights("bias", H, seed=3)])
+    _check(model, {"x": _x(B, S, H)})
+
+
+@pytest.mark.parametrize("with_mask", [True, False])
+def test_embed_layer_normalization(with_mask):
+    names = ["ids", "segments", "words", "positions", "segment_table", "gamma", "beta"] + (["mask"] if with_mask else [])
+    node = helper.make_node("EmbedLayerNormalization", names, ["y", "mask_index", "sum"], domain="com.microsoft", epsilon=1e-12)
+    inputs = [_tensor("ids", I32, [B, S]), _tensor("segments", I32, [B, S])] + ([_tensor("mask", I32, [B, S])] if with_mask else [])
+    outputs = [_tensor("y", F, [B, S, H]), _tensor("mask_index", I32, [B]), _tensor("sum", F, [B, S, H])]
+    model = _model([node], inputs, outputs, [_weights("words", 20, H), _weights("positions", 16, H, seed=2),
+                                             _weights("segment_table", 2, H, seed=3), _weights("gamma", H, seed=4),
+                                             _weights("beta", H, seed=5)])
+    rng = np.random.default_rng(6)
+    feed = {"ids": rng.integers(0, 20, (B, S)).astype(np.int32), "segments": rng.integers(0, 2, (B, S)).astype(np.int32)}
+    if with_mask:
+        feed["mask"] = np.array([[1] * S, [1] * (S - 2) + [0, 0]], np.int32)
+    _check(model, feed)
+
+
+def _attention_model(mask_shape=None, unidirectional=0, attention_bias=False, **attrs):
+    inputs = [_tensor("x", F, [B, S, H])]
+    names = ["x", "w", "b", "mask" if mask_shape else ""]
+    if mask_shape:
+        inputs.append(_tensor("mask", I32, mask_shape))
+    if attention_bias:
+        names += ["", "attention_bias"]
+        inputs.append(_tensor("attention_bias", F, [B, HEADS, S, S]))
+    sizes = attrs.get("qkv_hidden_sizes", [H, H, H])
+    node = helper.make_node("Attention", names, ["y"], domain="com.microsoft", num_heads=HEADS, unidirectional=unidirectional,
+                            **attrs)
+    return _model([node], inputs, [_tensor("y", F, [B, S, sizes[2]])], [_weights("w", H, sum(sizes)), _weights("b", sum(sizes), seed=2)])
+
+
+ATTENTION_CASES = {
+    "no mask": (None, {}),
+    "mask of lengths": ([B], {}),
+    "mask of ends and starts": ([2 * B], {}),
+    "raw mask": ([B, S], {}),
+    "mask per query": ([B, S, S], {}),
+    "causal, with a raw mask": ([B, S], {"unidirectional": 1}),
+    "scale, sizes and filter value": ([B, S], {"scale": 0.5, "qkv_hidden_sizes": [H, H, 8], "mask_filter_value": -2.0}),
+    "attention bias": (None, {"attention_bias": True}),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+def test_attention_as_onnxruntime_computes_it(case):
+    mask_shape, attrs = ATTENTION_CASES[case]
+    model = _attention_model(mask_shape, **attrs)
+    feed = {"x": _x(B, S, H)}
+    if mask_shape == [B]:
+        feed["mask"] = np.array([S, S - 2], np.int32)
+    elif mask_shape == [2 * B]:
+        feed["mask"] = np.array([S, S - 1, 0, 2], np.int32)
+    elif mask_shape:
+        feed["mask"] = (np.random.default_rng(7).random(mask_shape) > 0.3).astype(np.int32)
+        feed["mask"][..., 0] = 1
+    if attrs.get("attention_bias"):
+        feed["attention_bias"] = _x(B, HEADS, S, S, seed=8)
+    _check(model, feed)
+
+
+def test_attention_forms_byoc_does_not_write_are_refused_by_node():
+    past = _attention_model()
+    past.graph.node[0].input.extend(["past"])
+    past.graph.input.append(_tensor("past", F, [2, B, HEADS, 3, H // HEADS]))
+    with pytest.raises(ModelLoadError, match=r"node '.*' \(com.microsoft Attention\): attention with a past key/value state"):
+        byoc.from_onnx(past)
+    four_d = _attention_model([B, 1, S, S])
+    with pytest.raises(ModelLoadError, match="a mask of rank 4 is not supported"):
+        byoc.from_onnx(four_d)
+
+
+def test_an_optimized_bert_runs_whole_on_dnnl(tmp_path):
+    """An exported BERT through onnxruntime's transformer optimizer (EmbedLayerNormalization,
+    Attention with the mask's lengths, SkipLayerNormalization, BiasGelu): one dnnl region with
+    every MAC, at several shapes of one artifact, with a padded row."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                     vocab_size=100, attn_implementation="eager")  # the form the optimizer fuses
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = transformers.BertModel(config)
+
+        def forward(self, *inputs):
+            return self.bert(**dict(zip(names, inputs))).last_hidden_state
+
+    path = tmp_path / "bert.onnx"
+    example = (torch.randint(0, 100, (1, 8)), torch.ones(1, 8, dtype=torch.int64), torch.zeros(1, 8, dtype=torch.int64))
+    with torch.no_grad():
+        torch.onnx.export(Hidden().eval(), example, str(path), input_names=names, output_names=["hidden"], dynamo=False,
+                          opset_version=17, dynamic_axes={n: {0: "batch", 1: "sequence"} for n in names})
+    model = optimize_model(str(path), model_type="bert", num_heads=4, hidden_size=64).model
+    fused = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
+    assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization"} <= fused, fused
+    partitioned = byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 4), "sequence": (1, 32)}), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
+    compiled = byoc.build(partitioned)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for batch, sequence in [(2, 16), (1, 5)]:
+        feed = {"input_ids": rng.integers(0, 100, (batch, sequence)), "attention_mask": np.ones((batch, sequence), np.int64),
+                "token_type_ids": np.zeros((batch, sequence), np.int64)}
+        feed["attention_mask"][-1, sequence // 2:] = 0
+        assert_fp32_close(compiled.run(feed), session.run(None, feed))
