@@ -33,3 +33,40 @@ def legacy_gpt2(tmp_path, layers: int, width: int, vocab: int, length: int, dyna
         torch.onnx.export(Hidden().eval(), (ids,), path, input_names=["input_ids"], output_names=["hidden"], dynamo=False,
                           opset_version=17, **axes)
     return onnx.load(path), ids.numpy()
+
+
+BERT_INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
+
+
+def legacy_bert(tmp_path, layers: int, width: int, heads: int, attention: str = "sdpa") -> onnx.ModelProto:
+    """BERT exported by the TorchScript exporter with dynamic batch and sequence axes, its three
+    inputs by name and its hidden states the one output; `attention="eager"` is the form
+    onnxruntime's transformer optimizer fuses. Skips without torch."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads,
+                                     intermediate_size=2 * width, vocab_size=100, attn_implementation=attention)
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = transformers.BertModel(config)
+
+        def forward(self, *inputs):
+            return self.bert(**dict(zip(BERT_INPUTS, inputs))).last_hidden_state
+
+    path = str(tmp_path / "bert.onnx")
+    example = (torch.randint(0, 100, (1, 8)), torch.ones(1, 8, dtype=torch.int64), torch.zeros(1, 8, dtype=torch.int64))
+    with torch.no_grad():
+        torch.onnx.export(Hidden().eval(), example, path, input_names=BERT_INPUTS, output_names=["hidden"], dynamo=False,
+                          opset_version=17, dynamic_axes={n: {0: "batch", 1: "sequence"} for n in BERT_INPUTS})
+    return onnx.load(path)
+
+
+def bert_inputs(batch: int, sequence: int, seed: int) -> dict[str, np.ndarray]:
+    """Token ids, a mask whose last row is padded from half way, and segment ids of zeros."""
+    feed = {"input_ids": np.random.default_rng(seed).integers(0, 100, (batch, sequence)),
+            "attention_mask": np.ones((batch, sequence), np.int64), "token_type_ids": np.zeros((batch, sequence), np.int64)}
+    feed["attention_mask"][-1, sequence // 2:] = 0
+    return feed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from legacy_export import legacy_gpt2
+from legacy_export import bert_inputs, legacy_bert, legacy_gpt2
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
@@ -54,3 +54,14 @@ def test_a_legacy_gpt2_export_with_dynamic_axes_imports_and_matches_onnxruntime(
     compiled = byoc.build(byoc.partition_for(mod, "dnnl"))
     batch = np.random.default_rng(1).integers(0, 500, (2, 16)).astype(np.int64)
     assert_fp32_close(compiled.run(batch), onnxruntime_outputs(model, {"input_ids": batch}))
+
+
+def test_a_legacy_bert_export_runs_every_shape_of_its_dynamic_axes(tmp_path):
+    """The legacy exporter multiplies BERT's mask by its batch size, taken from the mask's
+    shape by a constant index: that value is computed with, so it is a tensor (a shape value
+    was refused: "cannot handle ShapeExpr inputs")."""
+    model = legacy_bert(tmp_path, layers=1, width=32, heads=2)
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 4), "sequence": (1, 32)}), "dnnl"))
+    for batch, sequence in [(1, 5), (3, 17)]:
+        feed = bert_inputs(batch, sequence, seed=sequence)
+        assert_fp32_close(compiled.run(feed), onnxruntime_outputs(model, feed))

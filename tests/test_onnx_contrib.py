@@ -6,8 +6,10 @@ exported BERT after onnxruntime's transformer optimizer, whole on dnnl."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
+from legacy_export import bert_inputs, legacy_bert
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
@@ -160,29 +162,10 @@ def test_an_optimized_bert_runs_whole_on_dnnl(tmp_path):
     """An exported BERT through onnxruntime's transformer optimizer (EmbedLayerNormalization,
     Attention with the mask's lengths, SkipLayerNormalization, BiasGelu): one dnnl region with
     every MAC, at several shapes of one artifact, with a padded row."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     from onnxruntime.transformers.optimizer import optimize_model
 
-    torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                                     vocab_size=100, attn_implementation="eager")  # the form the optimizer fuses
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bert = transformers.BertModel(config)
-
-        def forward(self, *inputs):
-            return self.bert(**dict(zip(names, inputs))).last_hidden_state
-
-    path = tmp_path / "bert.onnx"
-    example = (torch.randint(0, 100, (1, 8)), torch.ones(1, 8, dtype=torch.int64), torch.zeros(1, 8, dtype=torch.int64))
-    with torch.no_grad():
-        torch.onnx.export(Hidden().eval(), example, str(path), input_names=names, output_names=["hidden"], dynamo=False,
-                          opset_version=17, dynamic_axes={n: {0: "batch", 1: "sequence"} for n in names})
-    model = optimize_model(str(path), model_type="bert", num_heads=4, hidden_size=64).model
+    onnx.save(legacy_bert(tmp_path, layers=2, width=64, heads=4, attention="eager"), tmp_path / "bert.onnx")
+    model = optimize_model(str(tmp_path / "bert.onnx"), model_type="bert", num_heads=4, hidden_size=64).model
     fused = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
     assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization"} <= fused, fused
     partitioned = byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 4), "sequence": (1, 32)}), "dnnl")
@@ -190,9 +173,6 @@ def test_an_optimized_bert_runs_whole_on_dnnl(tmp_path):
     assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
     compiled = byoc.build(partitioned)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
     for batch, sequence in [(2, 16), (1, 5)]:
-        feed = {"input_ids": rng.integers(0, 100, (batch, sequence)), "attention_mask": np.ones((batch, sequence), np.int64),
-                "token_type_ids": np.zeros((batch, sequence), np.int64)}
-        feed["attention_mask"][-1, sequence // 2:] = 0
+        feed = bert_inputs(batch, sequence, seed=batch)
         assert_fp32_close(compiled.run(feed), session.run(None, feed))

@@ -22,6 +22,7 @@ from byoc.frontend.onnx_check import check_model
 from byoc.frontend.onnx_constants import fold_onnx_constants
 from byoc.frontend.onnx_contrib import standard_form
 from byoc.frontend.onnx_fold import fold_batch_norms
+from byoc.frontend.onnx_indices import mark_shape_only
 from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.frontend.onnx_ops import CONVERTERS
 from byoc.frontend.onnx_qoperator import qdq_form
@@ -107,7 +108,7 @@ def from_onnx(
         more = f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
         raise ModelLoadError(f"model {model.graph.name!r} has ops the ONNX frontend cannot import: {listed}{more}")
     model = expand(model)
-    model = fold_batch_norms(fold_onnx_constants(model, input_shapes))
+    model = mark_shape_only(fold_batch_norms(fold_onnx_constants(model, input_shapes)))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     variables = {name: tvm.tirx.Var(name, "int64") for name in ranges}
     relax_shapes = {name: [variables[d] if isinstance(d, str) else d for d in dims] for name, dims in input_shapes.items()}

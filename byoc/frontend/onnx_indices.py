@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import onnx
 import tvm
 from tvm import relax
 
@@ -69,12 +70,13 @@ def _converter(op: str) -> Callable[..., relax.Expr | None]:
 
     def convert(bb, inputs, attrs, opset, tvm_converter) -> relax.Expr | None:
         data, indices = inputs[0], inputs[1]
-        if op == "Gather" and isinstance(data, relax.ShapeExpr) and is_tensor_constant(indices) and indices.ty.ndim == 1:
-            # A shape's dimensions picked by constant indices: onnxruntime's transpose optimizer
-            # (run by `quant_pre_process` before quantization) writes Shape(Transpose(x)) as
-            # Gather(Shape(x), perm). It stays a shape value, which TVM's converters of Slice,
-            # Concat and Reshape follow; TVM's own makes it a tensor, and a Reshape to a tensor
-            # is refused where a dimension is symbolic.
+        if op == "Gather" and attrs.get(SHAPE_ONLY_ATTR) and isinstance(data, relax.ShapeExpr) and is_tensor_constant(indices) \
+                and indices.ty.ndim == 1:
+            # A shape's dimensions picked by constant indices, read only as a shape (see
+            # `mark_shape_only`): onnxruntime's transpose optimizer (run by `quant_pre_process`
+            # before quantization) writes Shape(Transpose(x)) as Gather(Shape(x), perm). It stays
+            # a shape value, which TVM's converters of Slice, Concat and Reshape follow; TVM's own
+            # makes it a tensor, and a Reshape to a tensor is refused where a dimension is symbolic.
             dims = list(data.values)
             picked = checked_constant(constant_array(indices), [len(dims)], [0], False)
             return relax.ShapeExpr([dims[int(i)] for i in picked])
@@ -106,3 +108,43 @@ def _converter(op: str) -> Callable[..., relax.Expr | None]:
 
 
 INDEX_CONVERTERS = {op: _converter(op) for op in ("Gather", *_BUILDS)}
+
+SHAPE_ONLY_ATTR = "byoc_shape_only"
+# Readers that take a shape value at this input (TVM's converters accept one there), and those
+# that pass one on to their own readers.
+_TAKES_SHAPE = {("Reshape", 1), ("Expand", 1), ("ConstantOfShape", 0)}
+_PASSES_SHAPE = {"Concat", "Slice", "Gather", "Cast", "Squeeze"}
+
+
+def mark_shape_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each Gather of a Shape by constant 1-D indices marked (`byoc_shape_only`)
+    where its result is read only as a shape: legacy exports also compute with such a value
+    (BERT's mask multiplies by the batch size), which needs it as a tensor."""
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    producers = {}
+    for node in model.graph.node:
+        for index, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, index))
+        for name in node.output:
+            producers[name] = node
+    outputs = {o.name for o in model.graph.output}
+
+    def only_as_shape(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name in outputs or name in seen or not readers.get(name):
+            return False
+        return all((node.op_type, index) in _TAKES_SHAPE or
+                   ((node.op_type == "Concat" or (node.op_type in _PASSES_SHAPE and index == 0))
+                    and only_as_shape(node.output[0], seen | {name}))
+                   for node, index in readers[name])
+
+    marked = [node for node in model.graph.node if node.op_type == "Gather" and len(node.input) == 2
+              and getattr(producers.get(node.input[0]), "op_type", None) == "Shape" and only_as_shape(node.output[0])]
+    if not marked:
+        return model
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    names = {id(node) for node in marked}
+    for copy, node in zip(result.graph.node, model.graph.node):
+        if id(node) in names:
+            copy.attribute.append(onnx.helper.make_attribute(SHAPE_ONLY_ATTR, 1))
+    return result
