@@ -49,3 +49,22 @@ def test_detector_ends_in_non_max_suppression():
 def test_unknown_model_names_the_zoo():
     with pytest.raises(UnknownModelError, match="resnet18"):
         zoo.get("alexnet")
+
+
+def test_integer_inputs_of_any_file_stay_within_the_tables_they_index():
+    """A file without recorded ranges: each integer input gets [0, rows) of the smallest table
+    it gathers from, through casts and reshapes (BERT's token types have 2 rows; the default
+    [0, 100) made onnxruntime refuse the seeded inputs of `byoc bench`)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    tables = [numpy_helper.from_array(np.zeros((rows, 4), np.float32), name) for name, rows in [("words", 50), ("types", 2)]]
+    nodes = [helper.make_node("Gather", ["words", "ids"], ["w"]), helper.make_node("Cast", ["types_in"], ["t32"], to=TensorProto.INT32),
+             helper.make_node("Unsqueeze", ["t32", "axis"], ["t"]), helper.make_node("Gather", ["types", "t"], ["g"]),
+             helper.make_node("Add", ["mask", "mask"], ["m"])]
+    inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, [1, 6]) for name in ("ids", "types_in", "mask")]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT if name != "m" else TensorProto.INT64, None) for name in "wgm"]
+    graph = helper.make_graph(nodes, "tables", inputs, outputs, [*tables, numpy_helper.from_array(np.array([0], np.int64), "axis")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert zoo.input_ranges(model) == {"ids": (0, 50), "types_in": (0, 2)}
+    for seed in range(3):
+        assert zoo.sample_inputs(model, seed=seed)["types_in"].max() <= 1

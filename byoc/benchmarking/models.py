@@ -76,9 +76,15 @@ def zoo_reference(name: str, threads: int):
     import onnxruntime as ort
 
     import byoc
+    from byoc.errors import InputError, one_line
 
     model, inputs = load_model(name)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return model, inputs, session, session.run(None, inputs), byoc.from_onnx(model)
+    try:
+        expected = session.run(None, inputs)
+    except Exception as error:  # onnxruntime's own failure, on the file as it is
+        raise InputError(f"onnxruntime cannot run {model_label(name)} on seeded random inputs "
+                         f"({', '.join(f'{k} {v.shape} {v.dtype}' for k, v in inputs.items())}): {one_line(error)}") from error
+    return model, inputs, session, expected, byoc.from_onnx(model)

@@ -93,12 +93,54 @@ def random_inputs(specs: Iterable[tuple[str, Sequence[int], str]], seed: int = 0
 
 
 def input_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
-    """The value range of each integer input the model's metadata records (token ids)."""
-    return {
+    """The value range of each integer input: the one the model's metadata records (the zoo's
+    and the exported suite's token ids), else the rows of the embedding tables it indexes (any
+    file: token ids, BERT's two token types)."""
+    recorded = {
         prop.key[len(INPUT_RANGE_KEY) :]: tuple(int(v) for v in prop.value.split(","))
         for prop in model.metadata_props
         if prop.key.startswith(INPUT_RANGE_KEY)
     }
+    return {**table_ranges(model), **recorded}
+
+
+_PASSES_INDICES = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+def table_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
+    """[0, rows) for each integer input that indexes constant tables (Gather on an initializer,
+    through casts and reshapes), rows the smallest table's along the gathered axis."""
+    from byoc.frontend.onnx_contrib import standard_form  # onnxruntime's EmbedLayerNormalization gathers too
+
+    try:
+        model = standard_form(model)
+    except Exception:  # a fused op it refuses: the tables it reads are not followed
+        pass
+    tables = {init.name: list(init.dims) for init in model.graph.initializer}
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in model.graph.node:
+        for index, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, index))
+
+    def rows(name: str, depth: int = 0) -> int | None:
+        found = []
+        for node, index in readers.get(name, []):
+            if node.op_type == "Gather" and index == 1 and node.input[0] in tables:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                found.append(tables[node.input[0]][axis])
+            elif node.op_type in _PASSES_INDICES and index == 0 and depth < 8:
+                found.append(rows(node.output[0], depth + 1))
+        known = [r for r in found if r is not None]
+        return min(known) if known else None
+
+    integers = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+    ranges = {}
+    for value in model.graph.input:
+        if value.type.tensor_type.elem_type in integers and value.name not in tables:
+            found = rows(value.name)
+            if found:
+                ranges[value.name] = (0, found)
+    return ranges
 
 
 def sample_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
