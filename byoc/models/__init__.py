@@ -105,17 +105,22 @@ def input_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
 
 
 _PASSES_INDICES = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+# onnxruntime's fused EmbedLayerNormalization: ids, segment ids and position ids (inputs 0, 1, 8)
+# index the word, segment and position tables (inputs 2, 4, 3)
+_EMBEDDING_TABLES = {0: 2, 1: 4, 8: 3}
+
+
+def _table_read(node: onnx.NodeProto, index: int) -> str | None:
+    """The table that input `index` of `node` indexes, if it is an index."""
+    if node.op_type == "Gather" and index == 1:
+        return node.input[0]
+    table = _EMBEDDING_TABLES.get(index) if node.op_type == "EmbedLayerNormalization" else None
+    return node.input[table] if table is not None and table < len(node.input) else None
 
 
 def table_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     """[0, rows) for each integer input that indexes constant tables (Gather on an initializer,
     through casts and reshapes), rows the smallest table's along the gathered axis."""
-    from byoc.frontend.onnx_contrib import standard_form  # onnxruntime's EmbedLayerNormalization gathers too
-
-    try:
-        model = standard_form(model)
-    except Exception:  # a fused op it refuses: the tables it reads are not followed
-        pass
     tables = {init.name: list(init.dims) for init in model.graph.initializer}
     readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in model.graph.node:
@@ -125,9 +130,9 @@ def table_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     def rows(name: str, depth: int = 0) -> int | None:
         found = []
         for node, index in readers.get(name, []):
-            if node.op_type == "Gather" and index == 1 and node.input[0] in tables:
-                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-                found.append(tables[node.input[0]][axis])
+            table = _table_read(node, index)
+            if table in tables:
+                found.append(tables[table][next((a.i for a in node.attribute if a.name == "axis"), 0)])
             elif node.op_type in _PASSES_INDICES and index == 0 and depth < 8:
                 found.append(rows(node.output[0], depth + 1))
         known = [r for r in found if r is not None]
