@@ -408,3 +408,38 @@ def test_attention_heads_are_read_and_written_in_place(tmp_path):
     executed = _primitives_run(model, tmp_path)
     assert [primitive for primitive, _ in executed] == ["matmul"] * 4 + ["softmax", "matmul", "matmul"], executed
     assert not [impl for _, impl in executed if impl.startswith("ref")], executed
+
+
+@pytest.mark.parametrize("key_heads, query_heads", [(1, 4), (4, 1)])
+def test_a_product_broadcast_over_heads_runs_on_onednn(key_heads, query_heads, tmp_path):
+    """Multi-query attention (Falcon) multiplies 4 heads of queries by 1 head of keys and
+    values: oneDNN's matmul broadcasts a batch dimension of 1 on either side, in its JIT
+    kernels. It ran on the host ("batched matmul needs equal batch dimensions")."""
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = {"q": RNG.standard_normal((1, query_heads, 8, 16)).astype(np.float32),
+              "k": RNG.standard_normal((1, key_heads, 16, 8)).astype(np.float32),
+              "v": RNG.standard_normal((1, key_heads, 8, 16)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [1, 4, 8, 16]), [])
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and not report.host_ops, str(report)
+    assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))
+    primitives = _primitives_run(model, tmp_path)
+    assert [p for p, _ in primitives].count("matmul") == 2 and not any(impl.startswith("ref") for _, impl in primitives), primitives
+
+
+@pytest.mark.parametrize("point", [[-2], [1, 0]])
+def test_one_constant_coordinate_of_gather_nd_is_a_slice(point):
+    """Falcon picks its key head with `qkv[..., -2, :]`, which the exporter writes as a transpose
+    and a GatherND of one constant coordinate: a slice, so the attention stays in one region
+    (the GatherND ran on the host between its products)."""
+    index = numpy_helper.from_array(np.array([point], np.int64), "index")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Reshape", ["m", "heads"], ["h"]),
+             helper.make_node("Transpose", ["h"], ["t"], perm=[2, 0, 1, 3]), helper.make_node("GatherND", ["t", "index"], ["g"]),
+             helper.make_node("Relu", ["g"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 8, 16)).astype(np.float32)}
+    shape = [1, *([1, 8, 4] if len(point) == 1 else [8, 4])]
+    model = _model(nodes, inputs, ("y", shape), _weights(w=(16, 12)) + [index, numpy_helper.from_array(np.array([1, 8, 3, 4]), "heads")])
+    _one_region(model, inputs)
+    assert_fp32_close(byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")).run(**inputs), onnxruntime_outputs(model, inputs))

@@ -17,6 +17,7 @@ So here:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -102,6 +103,12 @@ def _converter(op: str) -> Callable[..., relax.Expr | None]:
             indices = relax.const(checked, str(checked.dtype))
         if op == "Gather":  # wrap: ONNX's meaning on the valid range, for every reader of the module
             return relax.op.take(data, indices, axes[0], mode="fast" if constant else "wrap")
+        if op == "GatherND" and constant and axes[0] == 0 and math.prod(checked.shape[:-1]) == 1:
+            # One constant coordinate (Falcon's `qkv[..., -2, :]`, exported as a transpose and a
+            # GatherND): a slice, which vendors take, rather than a gather.
+            point = [int(i) for i in checked.reshape(-1)]
+            sliced = relax.op.strided_slice(data, axes, point, [i + 1 for i in point])
+            return relax.op.reshape(sliced, [*checked.shape[:-1], *data.ty.shape.values[len(point):]])
         return _BUILDS[op](data, indices, inputs, attrs, axes)
 
     return convert
