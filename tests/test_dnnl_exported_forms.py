@@ -305,14 +305,36 @@ def test_causal_mask_selects_in_the_region():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # infinities and the lowest float compared exactly
 
 
-def test_a_mask_computed_at_run_time_stays_on_the_host_with_its_reason():
+def test_a_mask_computed_from_the_scores_leaves_its_selection_on_the_host_with_its_reason():
+    """The host computes the condition (dnnl has no comparison), so the selection after it would
+    be a region without MACs of its own."""
     nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Greater", ["s", "zero"], ["keep"]),
              helper.make_node("Where", ["keep", "s", "lowest"], ["y"])]
     inputs = {"q": RNG.standard_normal((1, 8, 4)).astype(np.float32)}
     model = _model(nodes, inputs, ("y", [1, 8, 8]), _weights(k=(4, 8)) + _scalars(lowest=-1e9, zero=0.0))
     report = byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
     (where,) = [h for h in report.host_ops if "relax.where" in h.ops]
-    assert any("input 0 has dtype bool" in reason for reason in where.reasons), str(report)
+    assert any("region has no MACs" in reason for reason in where.reasons), str(report)
+
+
+def test_a_padding_mask_from_the_host_selects_in_the_region():
+    """DeBERTa fills the scores where its padding mask (computed by the host from the model's
+    input) is off: the selection runs in the region between the products, its bounds filled from
+    the mask on every call (it split the model into 3 regions)."""
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 8])
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Cast", ["mask"], ["on"], to=TensorProto.BOOL),
+             helper.make_node("Not", ["on"], ["off"]), helper.make_node("Where", ["off", "lowest", "s"], ["filled"]),
+             helper.make_node("Softmax", ["filled"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = {"q": RNG.standard_normal((1, 8, 4)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [1, 8, 4]), _weights(k=(4, 8), v=(8, 4)) + _scalars(lowest=-3.4e38))
+    model.graph.input.append(mask)
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and not any("relax.where" in h.ops for h in report.host_ops), str(report)
+    compiled = byoc.build(partitioned)
+    for kept in (8, 3, 5):  # the bounds follow each call's mask
+        feed = {**inputs, "mask": (np.arange(8) < kept).astype(np.int64).reshape(1, 8)}
+        assert_fp32_close(compiled.run(**feed), onnxruntime_outputs(model, feed))
 
 
 def test_a_mask_along_rows_stays_on_the_host_with_its_reason():

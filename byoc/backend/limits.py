@@ -40,10 +40,11 @@ def _parameter(arg: relax.Expr) -> bool:
         and int(np.prod([int(d) for d in arg.ty.shape])) == 1
 
 
-def _fixed_selection(op_name: str, index: int, arg: relax.Expr) -> bool:
-    """The constant condition of a where (a causal mask): a selection fixed in the model, which
-    code generation reads; its bools are no tensor the hardware holds."""
-    return op_name == "relax.where" and index == 0 and is_tensor_constant(arg) and dtype_name(arg.ty) == "bool"
+def _selection(op_name: str, index: int, arg: relax.Expr, run_time: bool) -> bool:
+    """The boolean condition of a where: fixed in the model (a causal mask), which code
+    generation reads, so its bools are no tensor the hardware holds; or, where the backend says
+    so (`run_time_conditions`), one the host computes at run time."""
+    return op_name == "relax.where" and index == 0 and dtype_name(arg.ty) == "bool" and (run_time or is_tensor_constant(arg))
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class Limits:
     # picks its int8 softmax by the ops around it. A backend with int8 kernels of its own takes
     # the constants as float32 and the checks dropped (see byoc.frontend.quantized).
     quantized_as_written: bool = False
+    # Whether a where's boolean condition may be computed by the host at run time (a padding
+    # mask), not only fixed in the model: a backend whose code reads it on the CPU (dnnl).
+    run_time_conditions: bool = False
 
     def violation(self, call: relax.Call, inside: Callable[[relax.Expr], bool] | None = None, output: bool = True) -> str | None:
         """Why `call` breaks these limits, or None. In a composite, values that never leave it
@@ -79,7 +83,8 @@ class Limits:
         hardware holds."""
         op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else str(call.op)
         operands = [("input", i, t) for i, arg in enumerate(call.args)
-                    if not (inside is not None and inside(arg)) and not _parameter(arg) and not _fixed_selection(op_name, i, arg)
+                    if not (inside is not None and inside(arg)) and not _parameter(arg)
+                    and not _selection(op_name, i, arg, self.run_time_conditions)
                     for t in tensor_types(arg.ty)]
         if output:
             operands += [("output", i, t) for i, t in enumerate(tensor_types(call.ty))]

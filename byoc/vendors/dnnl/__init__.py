@@ -79,7 +79,7 @@ dnnl = Backend(
     codegen=onednn,
     priority=10,
     description="Intel oneDNN on the CPU (C API, fused post-ops, blocked layouts inside regions)",
-    limits=Limits(dtypes=("float32",), max_rank=6, quantized=("int8", "uint8")),
+    limits=Limits(dtypes=("float32",), max_rank=6, quantized=("int8", "uint8"), run_time_conditions=True),
     cost=CostRules(fallback_without_macs=True),
     processing=[UnsignedActivationsPass()],  # int8 activations computed as uint8, exactly (byoc.processing.unsigned)
     build_options=[Option("layout", "activation layouts inside a region: follow the producer's, let each primitive "

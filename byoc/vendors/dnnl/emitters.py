@@ -868,8 +868,8 @@ def binary(call: KernelCall) -> KernelCode:
 
 
 def select(call: KernelCall) -> KernelCode:
-    """where(condition, x, c) with a constant condition and a one-number constant c (GPT-Neo's
-    causal mask, every layer): x clamped between two bounds made from the condition at
+    """where(condition, x, c) with a one-number constant c, the condition a constant (GPT-Neo's
+    causal mask, every layer) or an input of the region (DeBERTa's padding mask): x clamped between two bounds made from the condition at
     initialisation, min(x, high) then max with low as a post-op. Where the condition selects x,
     the bounds are -inf and +inf; where it selects c, both are c. That is where's result for
     every x but NaN. x and the result are seen as rows of the condition's size, the bounds as
@@ -892,13 +892,15 @@ def select(call: KernelCall) -> KernelCode:
 
 
 def _selection_bound(kernel: _Kernel, condition: CBuffer, md: str, selected: str, otherwise: str) -> str:
-    """A float memory described by `md` holding `selected` where the (constant) condition holds
-    and `otherwise` elsewhere, filled once at initialisation."""
+    """A float memory described by `md` holding `selected` where the condition holds and
+    `otherwise` elsewhere: filled once at initialisation from a constant condition, before each
+    call from one the host computed (a padding mask: one row of the scores' size, so cheap)."""
     name = kernel._name("bound")
     kernel.state += [f"static float* {name}_data = NULL;", f"static dnnl_memory_t {name} = NULL;"]
     kernel.setup += [f"if ({name}_data == NULL) {name}_data = (float*)malloc({condition.size} * sizeof(float));",
-                     f'if ({name}_data == NULL) BYOC_FAIL("{_c_text(kernel.where)}: out of memory for the selection");',
-                     f"for (int64_t i = 0; i < {condition.size}; ++i) {name}_data[i] = {condition.name}[i] ? {selected} : {otherwise};"]
+                     f'if ({name}_data == NULL) BYOC_FAIL("{_c_text(kernel.where)}: out of memory for the selection");']
+    fill = f"for (int64_t i = 0; i < {condition.size}; ++i) {name}_data[i] = {condition.name}[i] ? {selected} : {otherwise};"
+    (kernel.setup if condition.kind == "constant" else kernel.before).append(fill)
     kernel.setup.append(kernel.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {name}_data)", "selection bound"))
     return name
 

@@ -8,7 +8,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from byoc.ir.types import constant_array, is_tensor_constant, static_shape
+from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_shape
 
 
 def _shape(expr: relax.Expr) -> tuple[int, ...]:
@@ -257,11 +257,12 @@ def constant_pad(call: relax.Call) -> str | None:
 
 
 def constant_selection(call: relax.Call) -> str | None:
-    """where(condition, x, c) or where(condition, c, x): a constant condition (a causal mask), a
-    one-number constant c, and x of the result's shape (see `emitters.select`)."""
+    """where(condition, x, c) or where(condition, c, x): a condition fixed in the model (a
+    causal mask) or given to the region (a padding mask the host computed from the model's
+    input), a one-number constant c, and x of the result's shape (see `emitters.select`)."""
     condition, *values = call.args
-    if not is_tensor_constant(condition):
-        return "the condition must be a constant (a mask fixed in the model)"
+    if dtype_name(condition.ty) != "bool":
+        return "the condition must be boolean"
     scalars = [scalar_constant(v) for v in values]
     if sum(s is not None for s in scalars) != 1:
         return "exactly one of the two values must be a one-number constant"
