@@ -465,3 +465,16 @@ def test_one_constant_coordinate_of_gather_nd_is_a_slice(point):
     model = _model(nodes, inputs, ("y", shape), _weights(w=(16, 12)) + [index, numpy_helper.from_array(np.array([1, 8, 3, 4]), "heads")])
     _one_region(model, inputs)
     assert_fp32_close(byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")).run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+def test_a_product_with_constant_weights_per_head_runs_on_onednn(tmp_path):
+    """DeBERTa-v3 multiplies each head's queries by its relative-position keys, a constant once
+    imported (the position embeddings through the key layer, folded): constant weights with a
+    batch of heads, one oneDNN matmul (they were refused: "constant weights must be 2-D")."""
+    nodes = [helper.make_node("MatMul", ["q", "positions"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    inputs = {"q": RNG.standard_normal((2, 4, 8, 16)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [2, 4, 8, 12]), _weights(positions=(1, 4, 16, 12)))
+    _one_region(model, inputs)
+    assert_fp32_close(byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")).run(**inputs), onnxruntime_outputs(model, inputs))
+    primitives = _primitives_run(model, tmp_path)
+    assert [p for p, _ in primitives].count("matmul") == 1 and not any(i.startswith("ref") for _, i in primitives), primitives

@@ -53,8 +53,8 @@ def matmul_shapes(call: relax.Call) -> str | None:
     a, b = (_shape(arg) for arg in call.args)
     if len(a) < 2 or len(b) < 2:
         return "matmul of vectors is not supported"
-    if is_tensor_constant(call.args[1]):
-        return None if len(b) == 2 else "constant weights must be 2-D"
+    if is_tensor_constant(call.args[1]) and len(b) == 2:
+        return None
     if len(a) != len(b) or any(i != j and 1 not in (i, j) for i, j in zip(a[:-2], b[:-2])):
         return f"batched matmul needs equal batch dimensions, or 1 on one side, got {a} x {b}"
     return None
