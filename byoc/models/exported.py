@@ -165,6 +165,21 @@ _ARCHITECTURES = {a.name: a for a in [
                      conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4),
         "base": dict(hidden_size=768, num_hidden_layers=2, num_attention_heads=12, intermediate_size=3072),
     }, _waveform, "Wav2Vec2Model"),
+    # Multi-query attention: one head of keys and values for every head of queries, picked out
+    # of the fused projection by index.
+    Architecture("falcon", "FalconConfig", {
+        "tiny": dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, use_cache=False,
+                     bos_token_id=999, eos_token_id=999),
+        "base": dict(vocab_size=32000, hidden_size=768, num_hidden_layers=2, num_attention_heads=12, use_cache=False,
+                     bos_token_id=1, eos_token_id=2),
+    }, _text, "FalconModel"),
+    # Disentangled attention (DeBERTa-v3's configuration): relative-position keys and queries
+    # per head, gathered by relative distance, and its padding mask filling the scores.
+    Architecture("deberta", "DebertaV2Config", {
+        size: {**BERT[size], "relative_attention": True, "pos_att_type": ["p2c", "c2p"], "position_buckets": 256,
+               "max_relative_positions": -1, "norm_rel_ebd": "layer_norm", "share_att_key": True}
+        for size in BERT
+    }, _text, "DebertaV2Model"),
     # Local attention: a constant causal mask applied with `where` in every layer.
     Architecture("gpt_neo", "GPTNeoConfig", {
         "tiny": dict(vocab_size=1000, hidden_size=128, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
