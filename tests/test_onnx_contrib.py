@@ -9,13 +9,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from legacy_export import bert_inputs, legacy_bert
+from legacy_export import BERT_INPUTS, bert_inputs, legacy_bert
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
 from byoc.errors import ModelLoadError
 
-from conftest import assert_fp32_close
+from conftest import assert_fp32_close, onnxruntime_outputs
 
 B, S, H, HEADS = 2, 6, 16, 2
 F = TensorProto.FLOAT
@@ -158,14 +158,39 @@ def test_attention_forms_byoc_does_not_write_are_refused_by_node():
         byoc.from_onnx(four_d)
 
 
+def _optimized_bert(tmp_path):
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    onnx.save(legacy_bert(tmp_path, layers=2, width=64, heads=4, attention="eager"), tmp_path / "bert.onnx")
+    return optimize_model(str(tmp_path / "bert.onnx"), model_type="bert", num_heads=4, hidden_size=64).model
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_an_optimized_bert_quantized_dynamically_runs_its_products_in_int8(per_channel, tmp_path):
+    """quantize_dynamic of an optimized BERT writes QEmbedLayerNormalization (int8 tables) and
+    QAttention (int8 packed weights on activations quantized at run time): written as their
+    dequantized float ops, and the products int8 on dnnl as for any quantize_dynamic model."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    onnx.save(_optimized_bert(tmp_path), tmp_path / "optimized.onnx")
+    quantize_dynamic(str(tmp_path / "optimized.onnx"), str(tmp_path / "quantized.onnx"), weight_type=QuantType.QInt8,
+                     per_channel=per_channel, extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    model = onnx.load(tmp_path / "quantized.onnx")
+    assert {"QAttention", "QEmbedLayerNormalization"} <= {n.op_type for n in model.graph.node}
+    partitioned = byoc.partition_for(byoc.from_onnx(model, shapes={name: [2, 16] for name in BERT_INPUTS}), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
+    assert any(p.startswith("dnnl.qdense_dynamic") for p in report.regions[0].patterns), report.regions[0].patterns
+    feed = bert_inputs(2, 16, seed=3)
+    got, want = byoc.build(partitioned).run(feed)[0], onnxruntime_outputs(model, feed)[0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-3  # the same int8 products; float sums in another order
+
+
 def test_an_optimized_bert_runs_whole_on_dnnl(tmp_path):
     """An exported BERT through onnxruntime's transformer optimizer (EmbedLayerNormalization,
     Attention with the mask's lengths, SkipLayerNormalization, BiasGelu): one dnnl region with
     every MAC, at several shapes of one artifact, with a padded row."""
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    onnx.save(legacy_bert(tmp_path, layers=2, width=64, heads=4, attention="eager"), tmp_path / "bert.onnx")
-    model = optimize_model(str(tmp_path / "bert.onnx"), model_type="bert", num_heads=4, hidden_size=64).model
+    model = _optimized_bert(tmp_path)
     fused = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
     assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization"} <= fused, fused
     partitioned = byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 4), "sequence": (1, 32)}), "dnnl")

@@ -5,7 +5,9 @@ it) rewrites an exported BERT or GPT-2 into its own com.microsoft ops: EmbedLaye
 Attention, SkipLayerNormalization, BiasGelu, FastGelu and their relatives. Such files are common,
 and run only where those kernels exist. Each op is written here as the standard ops it is
 defined by (onnxruntime's contrib op documentation and CPU kernels, masks included), so the
-model imports as its unfused export would, and vendors fuse it their own way.
+model imports as its unfused export would, and vendors fuse it their own way. Their quantized
+forms, as `quantize_dynamic` writes an optimized model (QAttention, QEmbedLayerNormalization),
+are the float ops of their dequantized operands, which byoc then runs as any such model.
 
 Attention with a past key/value state, rotary embeddings or a 4D mask, and the other com.microsoft
 ops, are left as they are: import then refuses them by node.
@@ -262,11 +264,47 @@ def _mask_bias(w: _Writer, node: onnx.NodeProto, shapes: dict[str, list], filter
     return bias
 
 
+def _dequantize(w: _Writer, value: str, scale: str, zero: str, axis: int | None = None) -> str:
+    attrs = {"axis": axis} if axis is not None else {}
+    return w.op("DequantizeLinear", [value, scale, zero] if zero else [value, scale], **attrs) if value else ""
+
+
+def _q_embed_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    """EmbedLayerNormalization of its tables dequantized (quantize_dynamic of an optimized
+    BERT): each table, gamma and beta with its own scale and zero point."""
+    given = [_input(node, i) for i in range(18)]
+    # table input -> (its scale, its zero point)
+    quantized = {2: (8, 13), 3: (9, 14), 4: (10, 15), 5: (11, 16), 6: (12, 17)}
+    tables = {i: _dequantize(w, given[i], given[scale], given[zero]) for i, (scale, zero) in quantized.items()}
+    inputs = [given[0], given[1], *(tables[i] for i in range(2, 7)), given[7]]
+    _embed_layer_norm(w, helper.make_node("EmbedLayerNormalization", inputs, node.output, name=node.name, domain=_MICROSOFT,
+                                          epsilon=_attrs(node).get("epsilon", 1e-12)))
+
+
+def _dequantized_attention(w: _Writer, node: onnx.NodeProto) -> onnx.NodeProto:
+    """QAttention as the Attention of its dequantized input and weights (per tensor, or per
+    column of the packed Q, K and V weights); the Attention is written with the others."""
+    given = [_input(node, i) for i in range(9)]
+    weight_scale = w.initializers.get(given[4])
+    per_column = weight_scale is not None and len(weight_scale.dims) == 1 and weight_scale.dims[0] > 1
+    x = _dequantize(w, given[0], given[3], given[6])
+    weights = _dequantize(w, given[1], given[4], given[7], axis=1 if per_column else None)
+    inputs = [x, weights, given[2], given[5], given[8]]
+    while not inputs[-1]:
+        inputs.pop()
+    attrs = _attrs(node)
+    packed = w.initializers.get(given[1])  # the sizes of Q, K and V, read from the quantized weights
+    if "qkv_hidden_sizes" not in attrs and packed is not None and len(packed.dims) == 2 and packed.dims[1] % 3 == 0:
+        attrs["qkv_hidden_sizes"] = [packed.dims[1] // 3] * 3
+    return helper.make_node("Attention", inputs, node.output, name=node.name, domain=_MICROSOFT, **attrs)
+
+
 _WRITERS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
     "SkipLayerNormalization": _skip_layer_norm,
     "SkipSimplifiedLayerNormalization": _skip_simplified_layer_norm,
     "SimplifiedLayerNormalization": _simplified_layer_norm,
     "EmbedLayerNormalization": _embed_layer_norm,
+    "QEmbedLayerNormalization": _q_embed_layer_norm,
     "BiasGelu": _gelu(tanh=False, with_bias=True),
     "FastGelu": _gelu(tanh=True, with_bias=True),
     "Gelu": _gelu(tanh=False, with_bias=False),
@@ -276,7 +314,7 @@ _WRITERS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
 
 def _is_contrib(node: onnx.NodeProto) -> bool:
     # onnxruntime registers SimplifiedLayerNormalization in the standard domain
-    return (node.domain == _MICROSOFT and (node.op_type in _WRITERS or node.op_type == "Attention")) or \
+    return (node.domain == _MICROSOFT and (node.op_type in _WRITERS or node.op_type in ("Attention", "QAttention"))) or \
         (node.domain in _STANDARD and node.op_type == "SimplifiedLayerNormalization")
 
 
@@ -290,7 +328,9 @@ def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
     for node in model.graph.node:
         if not _is_contrib(node):
             w.nodes.append(node)
-        elif node.op_type == "Attention":
+        elif node.op_type in ("Attention", "QAttention"):
+            w.base = node.name or node.output[0]
+            node = node if node.op_type == "Attention" else _dequantized_attention(w, node)
             attention.add(len(w.nodes))
             w.nodes.append(node)
         else:
