@@ -478,3 +478,18 @@ def test_a_product_with_constant_weights_per_head_runs_on_onednn(tmp_path):
     assert_fp32_close(byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")).run(**inputs), onnxruntime_outputs(model, inputs))
     primitives = _primitives_run(model, tmp_path)
     assert [p for p, _ in primitives].count("matmul") == 1 and not any(i.startswith("ref") for _, i in primitives), primitives
+
+
+def test_matches_over_the_same_sum_are_fused_once():
+    """GPT-J adds its attention's projection and its MLP's last product to the residual: the
+    MLP's product with its bias and the attention's sum matches one pattern, the attention's
+    projection with both sums another. FuseOpsByPattern asked the check for both and fused one,
+    and partitioning failed on its own bookkeeping (AssertionError: 8 composite calls for 10
+    accepted pattern matches)."""
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["attention"]), helper.make_node("MatMul", ["x", "w2"], ["mlp"]),
+             helper.make_node("Add", ["mlp", "b2"], ["biased"]), helper.make_node("Add", ["biased", "attention"], ["both"]),
+             helper.make_node("Add", ["both", "x"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 8, 16)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [1, 8, 16]), _weights(w1=(16, 16), w2=(16, 16), b2=(16,)))
+    _one_region(model, inputs)
+    assert_fp32_close(byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")).run(**inputs), onnxruntime_outputs(model, inputs))

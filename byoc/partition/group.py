@@ -43,6 +43,7 @@ class PlacementPolicy:
     placement_why: Mapping[str, str] = field(default_factory=dict)  # node name -> the measurements behind it
     # (binding position of the root, node name, binding positions of every matched op)
     accepted_roots: list[tuple[int, str, tuple[int, ...]]] = field(default_factory=list)
+    claimed: set[int] = field(default_factory=set)  # binding positions inside an accepted match
     positions: dict[int, int] = field(default_factory=dict)  # variable id -> binding position
     # The op calls (by variable id) of a model with dynamic dimensions that depend on its shape
     # alone: the host computes them once per shape (byoc.ir.shape_only), so no vendor takes them.
@@ -128,6 +129,12 @@ class _PatternChecker:
         computing = [var for var, value in ctx.matched_bindings.items() if op_name(value) != "relax.dequantize"]
         first = min(computing or ctx.matched_bindings.keys(), key=lambda var: positions[var.id_])
         members = tuple(sorted(positions[var.id_] for var in ctx.matched_bindings.keys()))
+        if self.policy.claimed.intersection(members):
+            # A match of a later pattern over ops an accepted match holds: FuseOpsByPattern asks
+            # the check, then drops the match (GPT-J's parallel attention and MLP: the
+            # attention's output product is also the added operand of the MLP's last product).
+            return False
+        self.policy.claimed.update(members)
         self.policy.accepted_roots.append((positions[root.id_], first.name, members))
         return True
 
