@@ -493,3 +493,23 @@ def test_matches_over_the_same_sum_are_fused_once():
     model = _model(nodes, inputs, ("y", [1, 8, 16]), _weights(w1=(16, 16), w2=(16, 16), b2=(16,)))
     _one_region(model, inputs)
     assert_fp32_close(byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")).run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+def test_sums_over_the_innermost_axes_run_on_onednn(tmp_path):
+    """ReduceSum over the last axis is a oneDNN reduction in the region (a JIT kernel); over
+    other axes (ConvNeXt V2's sum over height and width, channels last) oneDNN 3.2 has only
+    reference code, so that one stays on the host, with the reason."""
+    axis = numpy_helper.from_array(np.array([-1], np.int64), "last")
+    middle = numpy_helper.from_array(np.array([1], np.int64), "middle")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("ReduceSum", ["m", "last"], ["s"]),
+             helper.make_node("Mul", ["m", "s"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 8, 16)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [1, 8, 16]), _weights(w=(16, 16)) + [axis])
+    _one_region(model, inputs)
+    assert_fp32_close(byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")).run(**inputs), onnxruntime_outputs(model, inputs))
+    primitives = _primitives_run(model, tmp_path)
+    assert [p for p, _ in primitives].count("reduction") == 1 and not any(i.startswith("ref") for _, i in primitives), primitives
+    across = _model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("ReduceSum", ["m", "middle"], ["y"])],
+                    inputs, ("y", [1, 1, 16]), _weights(w=(16, 16)) + [middle])
+    (summed,) = [h for h in byoc.report(byoc.partition_for(byoc.from_onnx(across), "dnnl")).host_ops if "relax.sum" in h.ops]
+    assert any("innermost axes" in reason for reason in summed.reasons), summed.reasons

@@ -57,6 +57,7 @@ from byoc.vendors.dnnl.predicates import (
     rms_normalized,
     rotary_halves,
     take_constant_index,
+    trailing_reduction,
     window_slice,
 )
 
@@ -275,7 +276,8 @@ int8.declare_results(dnnl)
 dnnl.supports(*_CONVOLUTIONS.values(), check=conv_channels_first, emit=_conv)
 dnnl.supports("relax.matmul", check=matmul_shapes, emit=_dense)
 dnnl.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=pool_nchw, emit=emitters.pooling)
-dnnl.supports("relax.mean", emit=emitters.mean)
+dnnl.supports("relax.mean", emit=emitters.reduction)
+dnnl.supports("relax.sum", check=trailing_reduction, emit=emitters.reduction)
 dnnl.supports("relax.add", "relax.subtract", "relax.multiply", "relax.divide", check=binary_broadcast, emit=emitters.binary)
 dnnl.supports("relax.power", check=power_scalar, emit=emitters.eltwise)
 dnnl.supports(*emitters.ELTWISE_OPS, emit=emitters.eltwise)

@@ -771,16 +771,20 @@ def pooling(call: KernelCall) -> KernelCode:
     return kernel.code(create)
 
 
-def mean(call: KernelCall) -> KernelCode:
-    """A mean. Over the spatial axes of NCHW, kept, it is global average pooling, which oneDNN
-    runs with a JIT kernel (its reduction falls back to a reference one there)."""
+REDUCTIONS = {"relax.mean": "dnnl_reduction_mean", "relax.sum": "dnnl_reduction_sum"}
+
+
+def reduction(call: KernelCall) -> KernelCode:
+    """A mean or a sum over some axes. A mean over the spatial axes of NCHW,
+    kept, is global average pooling, which oneDNN runs with a JIT kernel (its reduction falls
+    back to a reference one there)."""
     kernel = _Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
     axis = node["attrs"]["axis"]  # None: every axis (ONNX ReduceMean without axes, a loss's mean)
     axes = list(range(len(x.shape))) if axis is None else sorted(a % len(x.shape) for a in axis)
     kept = tuple(1 if a in axes else d for a, d in enumerate(x.shape))
-    if kept == out.shape and len(x.shape) == 4 and axes == [2, 3]:
+    if node["op"] == "relax.mean" and kept == out.shape and len(x.shape) == 4 and axes == [2, 3]:
         return _global_average_pool(kernel, x, out)
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
     if kept != out.shape:  # reduced dimensions dropped: the result is written with them kept, through a view
@@ -789,7 +793,8 @@ def mean(call: KernelCall) -> KernelCode:
     else:
         dst_md = kernel.md(out.shape)
         kernel.result(out)
-    create = f"dnnl_reduction_primitive_desc_create(&pd, byoc_engine, dnnl_reduction_mean, {kernel.md_of(x)}, {dst_md}, 0.f, 0.f, NULL)"
+    algorithm = REDUCTIONS[node["op"]]
+    create = f"dnnl_reduction_primitive_desc_create(&pd, byoc_engine, {algorithm}, {kernel.md_of(x)}, {dst_md}, 0.f, 0.f, NULL)"
     return kernel.code(create)
 
 
