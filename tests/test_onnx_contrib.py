@@ -201,3 +201,54 @@ def test_an_optimized_bert_runs_whole_on_dnnl(tmp_path):
     for batch, sequence in [(2, 16), (1, 5)]:
         feed = bert_inputs(batch, sequence, seed=batch)
         assert_fp32_close(compiled.run(feed), session.run(None, feed))
+
+
+def _onnx_attention(mask_type=None, kv_heads=HEADS, form="4d", **attrs):
+    """ONNX's own Attention (opset 23) on 4D queries, keys and values (or 3D, with head counts)."""
+    d = H // HEADS
+    if form == "4d":
+        shapes = {"q": [B, HEADS, S, d], "k": [B, kv_heads, S, d], "v": [B, kv_heads, S, d]}
+        output = [B, HEADS, S, d]
+    else:
+        shapes = {"q": [B, S, H], "k": [B, S, kv_heads * d], "v": [B, S, kv_heads * d]}
+        output = [B, S, H]
+        attrs = {**attrs, "q_num_heads": HEADS, "kv_num_heads": kv_heads}
+    inputs = [_tensor(name, F, shape) for name, shape in shapes.items()]
+    names = ["q", "k", "v"]
+    if mask_type is not None:
+        names.append("mask")
+        inputs.append(_tensor("mask", mask_type, [B, 1, S, S]))
+    node = helper.make_node("Attention", names, ["y"], **attrs)
+    graph = helper.make_graph([node], "attention", inputs, [_tensor("y", F, output)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]), shapes
+
+
+ONNX_ATTENTION_CASES = {
+    "no mask": (None, {}),
+    "boolean mask, a row masked whole": (TensorProto.BOOL, {}),
+    "float mask": (F, {}),
+    "causal, with a boolean mask": (TensorProto.BOOL, {"is_causal": 1}),
+    "grouped-query, scaled": (None, {"kv_heads": 1, "scale": 0.3}),
+    "3D, by its function body": (TensorProto.BOOL, {"form": "3d"}),
+}
+
+
+@pytest.mark.parametrize("case", list(ONNX_ATTENTION_CASES))
+def test_onnx_attention_as_onnxruntime_computes_it(case):
+    """Written as its opset-18 export is (softmax(Q K^T * scale + mask) V, a row masked whole
+    giving 0), so the products and the softmax are one dnnl region; forms not written so (3D
+    inputs here) go by the op's function body."""
+    mask_type, attrs = ONNX_ATTENTION_CASES[case]
+    model, shapes = _onnx_attention(mask_type, **attrs)
+    rng = np.random.default_rng(9)
+    feed = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+    if mask_type == TensorProto.BOOL:
+        feed["mask"] = rng.random((B, 1, S, S)) > 0.3
+        feed["mask"][0, 0, 2, :] = False  # a query that sees no key
+    elif mask_type == F:
+        feed["mask"] = (rng.standard_normal((B, 1, S, S)) * 2).astype(np.float32)
+    _check(model, feed)
+    if attrs.get("form", "4d") == "4d":
+        report = byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+        assert len(report.regions) == 1 and not any("relax.matmul" in h.ops or "relax.nn.softmax" in h.ops for h in report.host_ops), \
+            report.to_table()

@@ -11,6 +11,10 @@ are the float ops of their dequantized operands, which byoc then runs as any suc
 
 Attention with a past key/value state, rotary embeddings or a 4D mask, and the other com.microsoft
 ops, are left as they are: import then refuses them by node.
+
+ONNX's own Attention (opset 23, which torch's exporter writes at that opset) is written here too,
+in the form its opset-18 exports take, where it is 4D without a past state; its function body,
+correct but cut into several dnnl regions, defines the other forms.
 """
 
 from __future__ import annotations
@@ -312,10 +316,63 @@ _WRITERS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
 }
 
 
+def _is_standard_attention(node: onnx.NodeProto) -> bool:
+    return node.domain in _STANDARD and node.op_type == "Attention"
+
+
 def _is_contrib(node: onnx.NodeProto) -> bool:
-    # onnxruntime registers SimplifiedLayerNormalization in the standard domain
+    # onnxruntime registers SimplifiedLayerNormalization in the standard domain; ONNX's own
+    # Attention (opset 23) is written here too, see _onnx_attention
     return (node.domain == _MICROSOFT and (node.op_type in _WRITERS or node.op_type in ("Attention", "QAttention"))) or \
-        (node.domain in _STANDARD and node.op_type == "SimplifiedLayerNormalization")
+        (node.domain in _STANDARD and node.op_type in ("SimplifiedLayerNormalization", "Attention"))
+
+
+def _onnx_attention(w: _Writer, node: onnx.NodeProto, known: dict[str, onnx.TypeProto.Tensor]) -> bool:
+    """ONNX's Attention (opset 23, as torch's exporter writes scaled_dot_product_attention) in
+    the form its opset-18 exports take: softmax(Q K^T * scale + mask) V, a row masked whole
+    giving 0 (its function body's rule; here through the softmax's NaN, so a NaN score gives 0
+    too). The function body itself (casts, and a reduction over the mask to find rows masked
+    whole) kept attention's products in separate dnnl regions. Written for 4D Q, K and V without
+    a past state, soft-capping or extra outputs, where the head counts are known; False for any
+    other form, which its function body then defines."""
+    attrs = _attrs(node)
+    q, k, v = node.input[:3]
+    dims = [[d.dim_value if d.HasField("dim_value") else None for d in known[name].shape.dim] if name in known else []
+            for name in (q, k, v)]
+    if len(node.input) > 4 and any(node.input[4:]) or any(node.output[1:]) or attrs.get("softcap", 0.0) \
+            or attrs.get("qk_matmul_output_mode", 0) or "q_num_heads" in attrs or any(len(d) != 4 for d in dims):
+        return False
+    heads, kv_heads, head_size = dims[0][1], dims[1][1], dims[0][3]
+    if not all(isinstance(n, int) for n in (heads, kv_heads, head_size)) or heads % kv_heads or dims[2][1] != kv_heads:
+        return False
+    if heads != kv_heads:  # grouped-query attention: each key and value head read by heads / kv_heads query heads
+        k, v = (_repeat_heads(w, x, heads // kv_heads) for x in (k, v))
+    scale = attrs.get("scale") or 1.0 / math.sqrt(head_size)
+    scores = w.op("Mul", [w.op("MatMul", [q, w.op("Transpose", [k], perm=[0, 1, 3, 2])]), w.const(scale)])
+    mask = _input(node, 3)
+    if mask:
+        if mask not in known:
+            return False
+        boolean = known[mask].elem_type == onnx.TensorProto.BOOL
+        scores = w.op("Add", [scores, w.op("Where", [mask, w.const(0.0), w.const(-np.inf)]) if boolean else mask])
+    if attrs.get("is_causal"):  # upper-left aligned: key j is seen by query i where j <= i
+        rows, columns = (w.sequence_range(x, 2) for x in (q, k))
+        later = w.op("Greater", [w.unsqueeze(columns, [0]), w.unsqueeze(rows, [1])])
+        scores = w.op("Add", [scores, w.op("Where", [later, w.const(-np.inf), w.const(0.0)])])
+    probabilities = w.op("Softmax", [scores], axis=-1)
+    safe = w.op("Where", [w.op("IsNaN", [probabilities]), w.const(0.0), probabilities])
+    w.op("MatMul", [safe, v], [node.output[0]])
+    return True
+
+
+def _repeat_heads(w: _Writer, x: str, times: int) -> str:
+    """(B, H, S, D) -> (B, H * times, S, D), each head repeated `times` times in a row."""
+    shape = w.op("Shape", [x])
+    spread = w.op("Concat", [w.op("Slice", [shape, w.const([0], np.int64), w.const([2], np.int64)]), w.const([times], np.int64),
+                             w.op("Slice", [shape, w.const([2], np.int64), w.const([4], np.int64)])], axis=0)
+    merged = w.op("Concat", [w.op("Slice", [shape, w.const([0], np.int64), w.const([1], np.int64)]), w.const([-1], np.int64),
+                             w.op("Slice", [shape, w.const([2], np.int64), w.const([4], np.int64)])], axis=0)
+    return w.op("Reshape", [w.op("Expand", [w.unsqueeze(x, [2]), spread]), merged])
 
 
 def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -324,10 +381,16 @@ def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
     if not any(_is_contrib(n) for n in model.graph.node):
         return model
     w = _Writer(model)
+    standard = [n for n in model.graph.node if _is_standard_attention(n)]
+    known = _inferred(model, {name for n in standard for name in n.input[:4]}) if standard else {}
     attention = set()
     for node in model.graph.node:
         if not _is_contrib(node):
             w.nodes.append(node)
+        elif _is_standard_attention(node):
+            w.base = node.name or node.output[0]
+            if not _onnx_attention(w, node, known):
+                w.nodes.append(node)  # a form not written here: its function body defines it
         elif node.op_type in ("Attention", "QAttention"):
             w.base = node.name or node.output[0]
             node = node if node.op_type == "Attention" else _dequantized_attention(w, node)
@@ -345,7 +408,7 @@ def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
             w.nodes.append(node)
             continue
         if _input(node, 3) and not {node.input[0], node.input[3]} <= shapes.keys():
-            shapes.update(_shapes(_with_nodes(model, w, nodes[index:]), node))
+            shapes.update(_shapes(_with_nodes(model, w, nodes[index:]), {node.input[0], node.input[3]}))
         w.base = node.name or node.output[0]
         _attention(w, node, shapes)
     return _with_nodes(model, w)
@@ -362,14 +425,18 @@ def _with_nodes(model: onnx.ModelProto, w: _Writer, rest: list[onnx.NodeProto] =
     return result
 
 
-def _shapes(model: onnx.ModelProto, node: onnx.NodeProto) -> dict[str, list]:
-    """The shapes (a size, a dimension's name or None each) of an attention's input and mask,
-    from onnx's shape inference over the standard ops."""
-    wanted = {node.input[0], node.input[3]}
+def _inferred(model: onnx.ModelProto, wanted: set[str]) -> dict[str, onnx.TypeProto.Tensor]:
+    """The tensor types of the values `wanted` that onnx's shape inference over the standard
+    ops gives a shape."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # shapes stay unknown, and a node that needs one is refused with the reason
         inferred = model
     values = (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output)
-    return {v.name: [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in v.type.tensor_type.shape.dim]
-            for v in values if v.name in wanted and v.type.tensor_type.HasField("shape")}
+    return {v.name: v.type.tensor_type for v in values if v.name in wanted and v.type.tensor_type.HasField("shape")}
+
+
+def _shapes(model: onnx.ModelProto, wanted: set[str]) -> dict[str, list]:
+    """The shapes (a size, a dimension's name or None each) of the values `wanted`."""
+    return {name: [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in tensor.shape.dim]
+            for name, tensor in _inferred(model, wanted).items()}
