@@ -339,8 +339,10 @@ def _onnx_attention(w: _Writer, node: onnx.NodeProto, known: dict[str, onnx.Type
     q, k, v = node.input[:3]
     dims = [[d.dim_value if d.HasField("dim_value") else None for d in known[name].shape.dim] if name in known else []
             for name in (q, k, v)]
-    if len(node.input) > 4 and any(node.input[4:]) or any(node.output[1:]) or attrs.get("softcap", 0.0) \
-            or attrs.get("qk_matmul_output_mode", 0) or "q_num_heads" in attrs or any(len(d) != 4 for d in dims):
+    other = {name: value for name, value in attrs.items() if name not in ("is_causal", "scale", "softmax_precision")}
+    if len(node.input) > 4 and any(node.input[4:]) or any(node.output[1:]) or any(_ATTENTION_DEFAULTS.get(name, object()) != value
+                                                                                  for name, value in other.items()) \
+            or any(len(d) != 4 for d in dims) or any(known[name].elem_type != onnx.TensorProto.FLOAT for name in (q, k, v)):
         return False
     heads, kv_heads, head_size = dims[0][1], dims[1][1], dims[0][3]
     if not all(isinstance(n, int) for n in (heads, kv_heads, head_size)) or heads % kv_heads or dims[2][1] != kv_heads:
@@ -354,6 +356,8 @@ def _onnx_attention(w: _Writer, node: onnx.NodeProto, known: dict[str, onnx.Type
         if mask not in known:
             return False
         boolean = known[mask].elem_type == onnx.TensorProto.BOOL
+        if not boolean and known[mask].elem_type != onnx.TensorProto.FLOAT:
+            return False
         scores = w.op("Add", [scores, w.op("Where", [mask, w.const(0.0), w.const(-np.inf)]) if boolean else mask])
     if attrs.get("is_causal"):  # upper-left aligned: key j is seen by query i where j <= i
         rows, columns = (w.sequence_range(x, 2) for x in (q, k))
@@ -363,6 +367,11 @@ def _onnx_attention(w: _Writer, node: onnx.NodeProto, known: dict[str, onnx.Type
     safe = w.op("Where", [w.op("IsNaN", [probabilities]), w.const(0.0), probabilities])
     w.op("MatMul", [safe, v], [node.output[0]])
     return True
+
+
+# Attributes of ONNX's Attention this writer leaves at their defaults (soft-capping, the scores
+# as an output, sliding windows of later opsets); head counts are given only for 3D inputs.
+_ATTENTION_DEFAULTS = {"softcap": 0.0, "qk_matmul_output_mode": 0, "left_window_size": -1, "right_window_size": -1}
 
 
 def _repeat_heads(w: _Writer, x: str, times: int) -> str:
