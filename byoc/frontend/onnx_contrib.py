@@ -391,7 +391,8 @@ def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     w = _Writer(model)
     standard = [n for n in model.graph.node if _is_standard_attention(n)]
-    known = _inferred(model, {name for n in standard for name in n.input[:4]}) if standard else {}
+    light = _weights_as_inputs(model) if standard or any(n.op_type in ("Attention", "QAttention") for n in model.graph.node) else model
+    known = _inferred(light, {name for n in standard for name in n.input[:4]}) if standard else {}
     attention = set()
     for node in model.graph.node:
         if not _is_contrib(node):
@@ -417,7 +418,7 @@ def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
             w.nodes.append(node)
             continue
         if _input(node, 3) and not {node.input[0], node.input[3]} <= shapes.keys():
-            shapes.update(_shapes(_with_nodes(model, w, nodes[index:]), {node.input[0], node.input[3]}))
+            shapes.update(_shapes(_with_nodes(light, w, nodes[index:]), {node.input[0], node.input[3]}))
         w.base = node.name or node.output[0]
         _attention(w, node, shapes)
     return _with_nodes(model, w)
@@ -432,6 +433,22 @@ def _with_nodes(model: onnx.ModelProto, w: _Writer, rest: list[onnx.NodeProto] =
     if not any(o.domain in _STANDARD for o in result.opset_import):
         result.opset_import.append(helper.make_opsetid("", _DEFAULT_OPSET))
     return result
+
+
+_SMALL_CONSTANT = 64  # elements: shapes, axes and scalars, whose values shape inference reads
+
+
+def _weights_as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` for shape inference alone: its large initializers (weights, whose values shape
+    inference never reads) declared as inputs of their type instead of copied, since each
+    attention with a mask may infer the model again (a BERT-base has 440 MB of weights)."""
+    declared = {value.name for value in model.graph.input}  # before IR version 4 weights are inputs too
+    small = [init for init in model.graph.initializer if math.prod(init.dims) <= _SMALL_CONSTANT]
+    large = [helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)) for init in model.graph.initializer
+             if math.prod(init.dims) > _SMALL_CONSTANT and init.name not in declared]
+    graph = helper.make_graph(model.graph.node, model.graph.name, [*model.graph.input, *large], model.graph.output, small,
+                              value_info=model.graph.value_info)
+    return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 
 def _inferred(model: onnx.ModelProto, wanted: set[str]) -> dict[str, onnx.TypeProto.Tensor]:
