@@ -41,7 +41,6 @@ from byoc.vendors.dnnl.predicates import (
     binary_broadcast,
     concat_same_rank,
     constant_pad,
-    constant_selection,
     conv_channels_first,
     dense_constant_weight,
     dense_residual,
@@ -56,6 +55,7 @@ from byoc.vendors.dnnl.predicates import (
     power_scalar,
     rms_normalized,
     rotary_halves,
+    scalar_selection,
     take_constant_index,
     trailing_reduction,
     window_slice,
@@ -290,7 +290,7 @@ dnnl.supports(*emitters.RESHAPES, emit=emitters.reshape)
 dnnl.supports("relax.strided_slice", check=window_slice, emit=emitters.strided_slice)
 dnnl.supports("relax.broadcast_to", emit=emitters.broadcast_to)
 dnnl.supports("relax.nn.pad", check=constant_pad, emit=emitters.pad)
-dnnl.supports("relax.where", check=constant_selection, emit=emitters.select)
+dnnl.supports("relax.where", check=scalar_selection, emit=emitters.select)
 dnnl.supports("relax.permute_dims", emit=emitters.permute_dims)
 
 register_backend(dnnl, origin="byoc (built-in)")

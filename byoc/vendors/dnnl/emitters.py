@@ -775,9 +775,9 @@ REDUCTIONS = {"relax.mean": "dnnl_reduction_mean", "relax.sum": "dnnl_reduction_
 
 
 def reduction(call: KernelCall) -> KernelCode:
-    """A mean or a sum over some axes. A mean over the spatial axes of NCHW,
-    kept, is global average pooling, which oneDNN runs with a JIT kernel (its reduction falls
-    back to a reference one there)."""
+    """A mean or a sum over some axes. A mean over the spatial axes of NCHW, kept, is global
+    average pooling, which oneDNN runs with a JIT kernel (its reduction falls back to a
+    reference one there)."""
     kernel = _Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
@@ -874,8 +874,9 @@ def binary(call: KernelCall) -> KernelCode:
 
 def select(call: KernelCall) -> KernelCode:
     """where(condition, x, c) with a one-number constant c, the condition a constant (GPT-Neo's
-    causal mask, every layer) or an input of the region (DeBERTa's padding mask): x clamped between two bounds made from the condition at
-    initialisation, min(x, high) then max with low as a post-op. Where the condition selects x,
+    causal mask, every layer) or an input of the region (DeBERTa's padding mask): x clamped
+    between two bounds made from the condition (at initialisation for a constant, before each
+    call for an input), min(x, high) then max with low as a post-op. Where the condition selects x,
     the bounds are -inf and +inf; where it selects c, both are c. That is where's result for
     every x but NaN. x and the result are seen as rows of the condition's size, the bounds as
     one row: oneDNN 3.2 runs a binary post-op broadcast over rows in its JIT kernel, and one

@@ -112,9 +112,9 @@ def _over_last_axis(*reductions: relax.Call) -> str | None:
 
 
 def trailing_reduction(call: relax.Call) -> str | None:
-    """A sum over the innermost axes: oneDNN 3.2 reduces those in its JIT
-    kernel, and any other axes in its reference code (ConvNeXt V2's sum over height and width,
-    channels last: 0.17 ms for 16 KB, and the model 1.8x slower than with the sums on the host)."""
+    """A sum over the innermost axes: oneDNN 3.2 reduces those in its JIT kernel, and any other
+    axes in its reference code (ConvNeXt V2's sum over height and width, channels last: 0.17 ms
+    for 16 KB, and the model 1.8x slower than with the sums on the host)."""
     rank, axes = len(_shape(call.args[0])), call.attrs.axis
     reduced = sorted(range(rank) if axes is None else {int(a) % rank for a in axes})
     return None if reduced == list(range(rank - len(reduced), rank)) else "a reduction over other than the innermost axes"
@@ -265,7 +265,7 @@ def constant_pad(call: relax.Call) -> str | None:
     return None if call.attrs.pad_mode == "constant" else f"pad mode {call.attrs.pad_mode!r}; constant padding is taken"
 
 
-def constant_selection(call: relax.Call) -> str | None:
+def scalar_selection(call: relax.Call) -> str | None:
     """where(condition, x, c) or where(condition, c, x): a condition fixed in the model (a
     causal mask) or given to the region (a padding mask the host computed from the model's
     input), a one-number constant c, and x of the result's shape (see `emitters.select`)."""
