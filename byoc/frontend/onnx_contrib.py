@@ -109,6 +109,12 @@ class _Writer:
         erf = self.op("Erf", [self.op("Div", [x, self.const(math.sqrt(2.0))])])
         self.op("Mul", [self.op("Mul", [x, self.const(0.5)]), self.op("Add", [erf, self.const(1.0)])], [output])
 
+    def causal_bias(self, queries: str, keys: str, value: float) -> str:
+        """`value` where key j comes after query i (j > i), 0 elsewhere: (queries, keys), from
+        their positions."""
+        later = self.op("Greater", [self.unsqueeze(keys, [0]), self.unsqueeze(queries, [1])])
+        return self.op("Where", [later, self.const(value), self.const(0.0)])
+
     def sequence_range(self, x: str, axis: int) -> str:
         """0 .. x.shape[axis] - 1, as int64."""
         length = self.op("Gather", [self.op("Shape", [x]), self.const(axis, np.int64)], axis=0)
@@ -253,17 +259,14 @@ def _mask_bias(w: _Writer, node: onnx.NodeProto, shapes: dict[str, list], filter
                 ends, starts = (w.unsqueeze(w.op("Gather", [pairs, w.const(row, np.int64)], axis=0), [1]) for row in (0, 1))
                 keep = w.op("And", [w.op("Less", [keys, ends]), w.op("Not", [w.op("Less", [keys, starts])])])
             keep = w.unsqueeze(keep, [1, 2])
-        elif rank == 2:  # raw mask (B, keys): 1 attends, 0 does not
-            keep = w.unsqueeze(w.op("Greater", [mask, w.op("CastLike", [w.const(0, np.int32), mask])]), [1, 2])
-        elif rank == 3:  # (B, S, keys)
-            keep = w.unsqueeze(w.op("Greater", [mask, w.op("CastLike", [w.const(0, np.int32), mask])]), [1])
+        elif rank in (2, 3):  # raw (B, keys), or per query (B, S, keys): 1 attends, 0 does not
+            keep = w.unsqueeze(w.op("Greater", [mask, w.op("CastLike", [w.const(0, np.int32), mask])]), [1, 2] if rank == 2 else [1])
         else:
             raise _refuse(node, f"a mask of rank {rank if rank is not None else 'unknown'} is not supported (1, 2 or 3)")
         bias = w.op("Where", [keep, w.const(0.0), w.const(filter_value)])
     if _attrs(node).get("unidirectional"):
         positions = w.sequence_range(x, 1)
-        later = w.op("Greater", [w.unsqueeze(positions, [0]), w.unsqueeze(positions, [1])])
-        causal = w.op("Where", [later, w.const(filter_value), w.const(0.0)])
+        causal = w.causal_bias(positions, positions, filter_value)
         bias = w.op("Add", [bias, causal]) if bias else causal
     return bias
 
@@ -359,10 +362,8 @@ def _onnx_attention(w: _Writer, node: onnx.NodeProto, known: dict[str, onnx.Type
         if not boolean and known[mask].elem_type != onnx.TensorProto.FLOAT:
             return False
         scores = w.op("Add", [scores, w.op("Where", [mask, w.const(0.0), w.const(-np.inf)]) if boolean else mask])
-    if attrs.get("is_causal"):  # upper-left aligned: key j is seen by query i where j <= i
-        rows, columns = (w.sequence_range(x, 2) for x in (q, k))
-        later = w.op("Greater", [w.unsqueeze(columns, [0]), w.unsqueeze(rows, [1])])
-        scores = w.op("Add", [scores, w.op("Where", [later, w.const(-np.inf), w.const(0.0)])])
+    if attrs.get("is_causal"):  # upper-left aligned
+        scores = w.op("Add", [scores, w.causal_bias(w.sequence_range(q, 2), w.sequence_range(k, 2), -np.inf)])
     probabilities = w.op("Softmax", [scores], axis=-1)
     safe = w.op("Where", [w.op("IsNaN", [probabilities]), w.const(0.0), probabilities])
     w.op("MatMul", [safe, v], [node.output[0]])
