@@ -20,6 +20,7 @@ import tvm
 from byoc.backend.options import Option
 from byoc.backend.spec import Backend
 from byoc.errors import PartitionError, QuantizationError
+from byoc.frontend.float16 import float16_in_float32
 from byoc.frontend.quantized import has_quantize_ops
 from byoc.ir.dims import dims_of
 from byoc.ir.types import calls_op
@@ -184,6 +185,7 @@ def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, b
                              "ethos_u quantize at compile time anyway)")
     if has_quantize_ops(mod):
         raise PartitionError(f"precision={precision!r}: the model is quantized already; partition it as it is")
+    mod, _ = float16_in_float32(mod)  # a float16 model is quantized from its float32 computation
     if options.get("calibration") is None:
         raise QuantizationError(f"precision={precision!r} calibrates activation ranges on the model: pass calibration=[inputs, "
                                 "...] (model inputs by name or by position), or --calibration N on the command line")

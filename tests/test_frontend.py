@@ -86,6 +86,28 @@ def test_invalid_graph_is_malformed(tmp_path):
         byoc.from_onnx(path)
 
 
+def _relu_then_neg(nodes) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_nodes_out_of_order_are_sorted_as_onnxruntime_sorts_them():
+    """onnxruntime's float16 converter appends the casts of the graph's inputs after their readers."""
+    model = _relu_then_neg([helper.make_node("Neg", ["y"], ["z"], name="neg"), helper.make_node("Relu", ["x"], ["y"], name="relu")])
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], np.float32)
+    mod = byoc.from_onnx(model)
+    assert [b.var.name for b in mod["main"].body.blocks[0].bindings] == ["relu", "neg"]
+    assert_fp32_close(byoc.build(byoc.partition_for(mod, "dnnl")).run(x), onnxruntime_outputs(model, {"x": x}))
+    assert [n.name for n in model.graph.node] == ["neg", "relu"]  # the caller's model is left as it was
+
+
+def test_a_cycle_is_malformed():
+    model = _relu_then_neg([helper.make_node("Neg", ["y"], ["z"]), helper.make_node("Relu", ["z"], ["y"])])
+    with pytest.raises(ModelLoadError, match="malformed"):
+        byoc.from_onnx(model)
+
+
 def _large_weight_model(weight: np.ndarray) -> onnx.ModelProto:
     node = helper.make_node("MatMul", ["x", "w"], ["y"], name="product")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, weight.shape[0]])],

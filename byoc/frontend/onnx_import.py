@@ -25,12 +25,14 @@ from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_indices import mark_shape_only
 from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.frontend.onnx_ops import CONVERTERS
+from byoc.frontend.onnx_order import topologically_sorted
 from byoc.frontend.onnx_qoperator import qdq_form
 from byoc.frontend.onnx_scales import warn_lost_scales
 from byoc.frontend.onnx_shapes import static_input_shapes
 from byoc.frontend.onnx_support import expand, unsupported_ops
 from byoc.ir.dims import with_dims
 from byoc.ir.outputs import with_output_names
+from byoc.ir.types import tensor_types
 
 
 class _NamingImporter(ONNXGraphImporter):
@@ -50,12 +52,33 @@ class _NamingImporter(ONNXGraphImporter):
             if result is None:
                 result = super()._convert_operator(op_name, inputs, attrs, opset)
         except Exception as error:
-            raise ModelLoadError(f"cannot convert ONNX node {node_name!r} ({op_name}): {error}") from error
+            result = self._in_float32(op_name, inputs, attrs, opset)
+            if result is None:
+                raise ModelLoadError(f"cannot convert ONNX node {node_name!r} ({op_name}): {error}") from error
         if isinstance(result, (relax.Call, relax.TupleGetItem)):
             result = self.bb.emit(result, name_hint=node_name)
         if isinstance(result, relax.Var) and not any(result.same_as(i) for i in inputs if i is not None):
             self.node_of_var.setdefault(result.id_, node_name)
         return result
+
+
+    def _in_float32(self, op_name: str, inputs, attrs, opset) -> relax.Expr | None:
+        """A float16 node whose converter failed, converted on its inputs cast to float32, its
+        result cast back: TVM's converters of Elu, Selu, HardSigmoid and others write their
+        constants in float32, which float16 operands refuse. None where that fails too."""
+        narrow = [i is not None and [str(t.dtype) for t in tensor_types(i.ty)] == ["float16"] for i in inputs]
+        if not any(narrow):
+            return None
+        wide = [self.bb.emit(relax.op.astype(i, "float32")) if n else i for i, n in zip(inputs, narrow)]
+        try:
+            own = CONVERTERS.get(op_name)
+            result = own(self.bb, wide, attrs, opset, self._tvm_converter) if own is not None else None
+            result = self.bb.normalize(result if result is not None else super()._convert_operator(op_name, wide, attrs, opset))
+        except Exception:
+            return None
+        if [str(t.dtype) for t in tensor_types(result.ty)] != ["float32"]:
+            return None
+        return relax.op.astype(result, "float16")
 
 
 def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
@@ -70,7 +93,9 @@ def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelPr
             raise ModelLoadError(f"cannot read {label}: no such file") from None
         except Exception as error:  # protobuf raises DecodeError and friends
             raise ModelLoadError(f"cannot read {label}: not a valid ONNX model ({error})") from error
-    model = standard_form(model)  # before the check: onnxruntime writes SimplifiedLayerNormalization in the ONNX domain
+    # Before the check: onnxruntime writes SimplifiedLayerNormalization in the ONNX domain, and
+    # its float16 converter writes graphs out of order.
+    model = standard_form(topologically_sorted(model))
     try:
         check_model(model)
     except onnx.checker.ValidationError as error:

@@ -6,6 +6,11 @@ PyTorch frontend (`from_exported_program`), with what the ONNX path gives:
 - ops TVM cannot convert refused before conversion, all of them at once, each with its node;
 - the same clean-up every backend shares.
 
+A float16 or bfloat16 module is exported as its float32 copy that takes and returns its dtypes
+(TVM's frontend multiplies in float32 whatever the operands' dtypes, and fails on a half
+module's bias adds): byoc computes such a model in float32 on CPU backends anyway (see
+byoc.frontend.float16), as PyTorch's own CPU kernels accumulate half products in float32.
+
 Shapes: the module is compiled for the shapes of `example_inputs`, or, with `dynamic_shapes`
 (torch.export's own form, `torch.export.Dim("batch", min=1, max=16)` per dynamic axis), for
 every shape in the ranges those dimensions declare: the module's named dimensions are the
@@ -14,6 +19,7 @@ Dims' names, as `from_onnx(..., dims=)` gives a file's (see docs/shapes.md).
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,11 +43,44 @@ def _torch():
     return torch
 
 
+# The attribute that holds a half module's float32 copy in the module exported for it; names
+# leave it out.
+_WIDENED = "float32_copy"
+
+
 def _qualified_name(node) -> str:
     """The innermost module of `node` and the node's own name: `fc1.linear`."""
     stack = node.meta.get("nn_module_stack") or {}
     path = next(reversed(stack.values()))[0] if stack else ""
+    path = "" if path == _WIDENED else path.removeprefix(f"{_WIDENED}.")
     return f"{path}.{node.name}" if path else node.name
+
+
+def _in_float32(module: Any, torch: Any) -> Any:
+    """`module` itself, or, where its weights are float16 or bfloat16, a module that computes
+    with a float32 copy of them: it takes inputs of that dtype, and returns its results in it."""
+    narrow = {t.dtype for t in (*module.parameters(), *module.buffers()) if t.dtype in (torch.float16, torch.bfloat16)}
+    if not narrow:
+        return module
+    if len(narrow) > 1:
+        raise ModelLoadError(f"{type(module).__name__} mixes float16 and bfloat16 weights; convert it to one of them")
+    dtype = narrow.pop()
+    import copy
+
+    pytree = torch.utils._pytree
+
+    def forward(self, *args, **kwargs):
+        wide = pytree.tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == dtype else t, (args, kwargs))
+        result = getattr(self, _WIDENED)(*wide[0], **wide[1])
+        return pytree.tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t, result)
+
+    # torch.export binds inputs (and dynamic_shapes) by the names the module's forward takes.
+    signature = inspect.signature(module.forward)
+    forward.__signature__ = signature.replace(parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                                                          *signature.parameters.values()])
+    wrapper = type(type(module).__name__, (torch.nn.Module,), {"forward": forward})()
+    setattr(wrapper, _WIDENED, copy.deepcopy(module).float().eval())
+    return wrapper
 
 
 def _importer():
@@ -87,7 +126,8 @@ def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], c
     try:
         with torch.no_grad():
             args, kwargs = ((), dict(example_inputs)) if isinstance(example_inputs, Mapping) else (tuple(example_inputs), None)
-            program = torch.export.export(module, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes).run_decompositions()
+            program = torch.export.export(_in_float32(module, torch), args, kwargs=kwargs,
+                                          dynamic_shapes=dynamic_shapes).run_decompositions()
     except Exception as error:
         # A transformers model built with its default config returns its key/value cache,
         # which torch.export cannot flatten.

@@ -16,6 +16,7 @@ from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
 from byoc.backend.views import RegionSummary
 from byoc.errors import PartitionError
+from byoc.frontend.float16 import NARROW, float16_in_float32
 from byoc.frontend.quantized import for_partitioning
 from byoc.ir.dims import copy_dims, dims_of, representative
 from byoc.ir.shape_only import shape_only_calls
@@ -83,6 +84,12 @@ def _partition(mod: tvm.IRModule, backends, placement: Mapping[str, str] | None,
     quantized = [b for b in ordered if b.limits.quantized]
     mod = for_partitioning(mod, takes_quantized=bool(quantized), int8_weights=any(b.limits.int8_weights for b in quantized),
                            as_written=bool(quantized) and all(b.limits.quantized_as_written for b in quantized))
+    # A float16 model computes in float32 unless its first backend takes float16; what such a
+    # backend leaves to the host computes in float32 after outlining (byoc.frontend.float16).
+    widened = 0
+    takes_float16 = ordered[0].limits.dtypes is None or NARROW in ordered[0].limits.dtypes
+    if not takes_float16:
+        mod, widened = float16_in_float32(mod)
     rules = [backend.cost.with_options(**options) for backend in ordered]
     host_ops = frozenset().union(*(r.host_ops for r in rules))
     reasons = HostReasons()
@@ -103,7 +110,7 @@ def _partition(mod: tvm.IRModule, backends, placement: Mapping[str, str] | None,
                 node.reasons.append("outside a dataflow block (control flow or side effects)")
     _keep_heaviest(candidates, rules)
     symbols = _SymbolSupply(grouped)
-    record = PartitionRecord(backends=[b.name for b in ordered])
+    record = PartitionRecord(backends=[b.name for b in ordered], float16_in_float32=widened)
     plans = {index: BlockPlan(graph, []) for index, graph in graphs.items() if isinstance(grouped["main"].body.blocks[index], relax.DataflowBlock)}
     for candidate in candidates:
         graph = graphs[candidate.block]
@@ -121,6 +128,8 @@ def _partition(mod: tvm.IRModule, backends, placement: Mapping[str, str] | None,
     for index, graph in graphs.items():
         _record_host_ops(graph, plans.get(index), reasons, record)
     partitioned = outline_regions(grouped, plans)
+    if takes_float16:
+        partitioned, record.float16_in_float32 = float16_in_float32(partitioned)
     partitioned = _tag_targets(partitioned, ordered)
     return partitioned.with_attr(PARTITION_ATTR, json.dumps(record.to_dict()))
 

@@ -73,6 +73,9 @@ class PartitionRecord:
     host_ops: list[HostOpRecord] = field(default_factory=list)
     total_ops: int = 0
     total_macs: int = 0
+    # Ops of a float16 model computed in float32, as no backend here takes float16
+    # (byoc.frontend.float16).
+    float16_in_float32: int = 0
 
     def to_dict(self) -> dict:
         return {"version": RECORD_VERSION, **asdict(self)}
@@ -85,4 +88,5 @@ class PartitionRecord:
             host_ops=[HostOpRecord(**h) for h in data["host_ops"]],
             total_ops=data["total_ops"],
             total_macs=data["total_macs"],
+            float16_in_float32=data.get("float16_in_float32", 0),
         )

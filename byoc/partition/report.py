@@ -45,6 +45,8 @@ class PartitionReport:
     dims: dict[str, str] = field(default_factory=dict)
     shape_specialised: list[str] = field(default_factory=list)
     symbolic_shapes: list[str] = field(default_factory=list)
+    # Ops of a float16 model computed in float32 (see byoc.frontend.float16).
+    float16_in_float32: int = 0
 
     @classmethod
     def from_record(cls, record: PartitionRecord, estimates=None, build_fallbacks=None) -> PartitionReport:
@@ -56,7 +58,7 @@ class PartitionReport:
         returned = [op for r in record.regions if r.symbol in fallbacks
                     for op in r.as_host_ops(f"{r.backend}: region {r.symbol} fell back at build time: {fallbacks[r.symbol]}")]
         return cls(record.backends, regions, [*record.host_ops, *returned], record.total_ops, record.total_macs,
-                   dict(estimates or {}), fallbacks)
+                   dict(estimates or {}), fallbacks, float16_in_float32=record.float16_in_float32)
 
     @property
     def offloaded_ops(self) -> int:
@@ -101,6 +103,7 @@ class PartitionReport:
                         for r in self.regions],
             "host_ops": [vars(h) for h in self.host_ops],
             "build_fallbacks": self.build_fallbacks,
+            "float16_in_float32": self.float16_in_float32,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -128,6 +131,9 @@ class PartitionReport:
             f"offload ratio: {self.offload_ratio_nodes:.1%} of {self.total_ops} ops, "
             f"{self.offload_ratio_macs:.1%} of {self.total_macs:,} MACs, in {len(self.regions)} region(s)",
             *self._shape_lines(),
+            *([f"float16 computed in float32 ({self.float16_in_float32} ops; no backend here takes float16, as on "
+               "onnxruntime's CPU provider); the model's float16 inputs and outputs are cast where they are read and "
+               "made"] if self.float16_in_float32 else []),
             "",
         ]
         header = ("region", "backend", "ops", "MACs", "inputs", "outputs", "constants", "first node")

@@ -25,8 +25,9 @@ def _mark(spec: TensorSpec, second: bool) -> np.generic:
     dtype = np.dtype(spec.dtype)
     if dtype == np.bool_:
         return dtype.type(second)
-    if dtype.kind == "f":
-        return dtype.type(-3.0e38 if second else 1.5e-7)
+    if dtype.kind == "f":  # near the dtype's lowest, and its smallest normal number times 3
+        info = np.finfo(dtype)
+        return dtype.type(-0.9 * float(info.max) if second else 3 * float(info.tiny))
     return dtype.type(np.iinfo(dtype).min + (7 if second else 3))
 
 

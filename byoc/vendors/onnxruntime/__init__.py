@@ -1,6 +1,7 @@
 """The `onnxruntime` backend: ONNX Runtime's CPU execution provider, through JSON graphs.
 
-Data sheet: float32, int32, int64 and bool tensors; every op of the translation table in
+Data sheet: float32, float16, int32, int64 and bool tensors (a float16 model goes as its file
+does: the CPU provider computes in float32 the float16 ops it has no kernel for); every op of the translation table in
 `byoc.codegen_json.to_onnx` (convolutions and pooling in 1 to 3 dimensions, matrix products,
 element-wise, comparison and logical ops, GELU, reductions, softmax, layer and batch
 normalisation, gathers and scatters, slices, reshapes and transposes, casts), within the type
@@ -67,7 +68,7 @@ onnxruntime = Backend(
     name="onnxruntime",
     priority=5,
     description=f"ONNX Runtime {ort.__version__}, CPU execution provider",
-    limits=Limits(dtypes=("float32", "int32", "int64", "bool"), quantized=("int8", "uint8"), quantized_as_written=True),
+    limits=Limits(dtypes=("float32", "float16", "int32", "int64", "bool"), quantized=("int8", "uint8"), quantized_as_written=True),
     cost=CostRules(fallback_without_macs=True),
     codegen=JsonRuntime(build_engine=build_engine, version=f"onnxruntime-{ort.__version__}"),
     build_options=BUILD_OPTIONS,
