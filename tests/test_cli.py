@@ -7,7 +7,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import byoc
 from byoc.cli import main
+from byoc.errors import InputError
 
 
 def test_models_lists_the_zoo_and_the_exported_architectures(capsys):
@@ -167,3 +169,32 @@ def test_run_generates_the_inputs_left_out_in_the_shape_the_given_ones_fix(tmp_p
     assert "output 0 (y): shape (2, 5) float32" in capsys.readouterr().out
     assert main(["run", artifact]) == 0
     assert "output 0 (y): shape (4, 16) float32" in capsys.readouterr().out
+
+
+def test_an_input_the_model_never_reads_is_taken_by_name_and_ignored(tmp_path, capsys):
+    """As onnxruntime takes it: serving code feeds every input the file declares."""
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in ("x", "token_type_ids")]
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="y")], "g", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path, artifact, given = tmp_path / "unused.onnx", str(tmp_path / "unused.byoc"), tmp_path / "t.npy"
+    onnx.save(model, path)
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], np.float32)
+    feeds = {"x": x, "token_type_ids": np.zeros((2, 3), np.float32)}
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(path), "dnnl"))
+    assert [s.name for s in compiled.inputs] == ["x"]
+    for model_run in (compiled, _reloaded(compiled, tmp_path)):
+        np.testing.assert_array_equal(model_run.run(**feeds)[0], np.maximum(x, 0))
+        with pytest.raises(InputError, match="unknown input\\(s\\) \\['z'\\]"):
+            model_run.run(x=x, z=x)
+    assert main(["compile", str(path), "--vendor", "onnxruntime", "-o", artifact]) == 0
+    np.save(given, feeds["token_type_ids"])
+    capsys.readouterr()
+    assert main(["run", artifact, "--input", f"token_type_ids={given}"]) == 0
+    assert main(["inspect", artifact]) == 0
+    assert "declared, never read (taken by name and ignored): token_type_ids" in capsys.readouterr().out
+
+
+def _reloaded(compiled, tmp_path):
+    compiled.export(tmp_path / "exported.byoc")
+    return byoc.load(tmp_path / "exported.byoc")

@@ -82,9 +82,9 @@ def run_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inputs(specs, given: list[str], dims=None) -> dict[str, np.ndarray]:
+def _inputs(specs, given: list[str], dims=None, ignored=()) -> dict[str, np.ndarray]:
     """Inputs from `--input` files, the others seeded random (a dynamic dimension at the value
-    partitioning decided for)."""
+    partitioning decided for); files for inputs the model never reads (`ignored`) are left out."""
     files = {}
     for item in given:
         name, sep, path = item.partition("=")
@@ -94,6 +94,7 @@ def _inputs(specs, given: list[str], dims=None) -> dict[str, np.ndarray]:
             files[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as error:
             raise InputError(f"input {name!r}: cannot read {path!r} ({error})") from error
+    files = {name: array for name, array in files.items() if name not in ignored}
     unknown = sorted(set(files) - {s.name for s in specs})
     if unknown:
         raise InputError(f"unknown input(s) {unknown}; the model's inputs are {[s.name for s in specs]}")
@@ -109,7 +110,7 @@ def _inputs(specs, given: list[str], dims=None) -> dict[str, np.ndarray]:
 
 def run_artifact(args: argparse.Namespace) -> int:
     model = load(args.artifact, strict_engines=args.strict_engines, backend_options=backend_options(args))
-    inputs = _inputs(model.inputs, args.input, model.parts.dims)
+    inputs = _inputs(model.inputs, args.input, model.parts.dims, model.parts.ignored_inputs)
     outputs = model.run(**inputs)
     for index, (spec, value) in enumerate(zip(model.outputs, outputs)):
         summary = f"min {value.min():.4g}, max {value.max():.4g}" if value.size else "empty"
@@ -131,6 +132,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     print(f"artifact {args.artifact}: target {manifest['target']}, TVM {manifest['tvm_version']}")
     for what in ("inputs", "outputs"):
         print(f"{what}: " + ", ".join(f"{s['name']} {tuple(s['shape'])} {s['dtype']}" for s in manifest[what]))
+    if manifest.get("ignored_inputs"):
+        print(f"declared, never read (taken by name and ignored): {', '.join(manifest['ignored_inputs'])}")
     print(f"constants: {len(set(manifest['constants'].values()))} unique of {len(manifest['constants'])} named")
     width = max([16, *(len(r["symbol"]) + 2 for r in manifest["regions"])])
     print(f"{'region':<{width}}{'backend':<14}{'format':<24}{'payload':>12}{'constants':>11}{'est. cycles':>13}  vendor")

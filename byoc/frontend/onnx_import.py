@@ -31,6 +31,7 @@ from byoc.frontend.onnx_scales import warn_lost_scales
 from byoc.frontend.onnx_shapes import static_input_shapes
 from byoc.frontend.onnx_support import expand, unsupported_ops
 from byoc.ir.dims import with_dims
+from byoc.ir.ignored_inputs import with_ignored_inputs
 from byoc.ir.outputs import with_output_names
 from byoc.ir.types import tensor_types
 
@@ -122,9 +123,12 @@ def from_onnx(
     `(low, opt, high)`, is the shape partitioning decides for; by default the highest).
     `constants` binds inputs to fixed values (and overrides initializers), which makes them
     constants of the model. Inputs that have an initializer are constants; inputs that no node
-    reads are dropped.
+    reads are dropped (the compiled model takes a value for them by name and ignores it).
     """
-    model = qdq_form(bind_inputs(load_onnx_model(source), constants))
+    loaded = load_onnx_model(source)
+    model = qdq_form(bind_inputs(loaded, constants))
+    kept = {value.name for value in model.graph.input} | {init.name for init in loaded.graph.initializer} | set(constants or ())
+    ignored = [value.name for value in loaded.graph.input if value.name not in kept]
     warn_lost_scales(model)
     input_shapes, ranges = static_input_shapes(model, shapes or {}, dims)
     refused = unsupported_ops(model)
@@ -141,7 +145,8 @@ def from_onnx(
     _declare_input_dtypes(importer, model)
     label = f"model {model.graph.name!r}"
     mod = named_module(lambda: with_dims(importer.from_onnx(model.graph, opset), ranges), importer.node_of_var, label, clean)
-    return with_output_names(with_dims(mod, ranges), [value.name for value in model.graph.output])
+    mod = with_output_names(with_dims(mod, ranges), [value.name for value in model.graph.output])
+    return with_ignored_inputs(mod, ignored)
 
 
 def _declare_input_dtypes(importer: ONNXGraphImporter, model: onnx.ModelProto) -> None:

@@ -113,6 +113,7 @@ def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
         ],
         "partition": parts.partition,
         "build_fallbacks": parts.build_fallbacks,
+        **({"ignored_inputs": parts.ignored_inputs} if parts.ignored_inputs else {}),
         "direct_call": parts.direct_call.to_dict() if parts.direct_call is not None else None,
         **({"dims": {name: r.to_list() for name, r in parts.dims.items()},
             "specialised": [{**region.describe(), "template": _template_file(region.symbol) if region.template is not None else None}
@@ -363,6 +364,7 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         dims={name: DimRange(*values) for name, values in manifest.get("dims", {}).items()},
         specialised=specialised,
         max_shapes=manifest.get("max_shapes", DEFAULT_MAX_SHAPES),
+        ignored_inputs=list(manifest.get("ignored_inputs", [])),
     )
     if parts.direct_call is not None:
         parts.direct_call.check(parts.artifacts, parts.inputs, parts.outputs, label, parts.specialised)

@@ -210,3 +210,6 @@ class ModelParts:
     dims: dict[str, DimRange] = field(default_factory=dict)
     specialised: list[SpecialisedRegion] = field(default_factory=list)
     max_shapes: int = DEFAULT_MAX_SHAPES
+    # Inputs the model declares and never reads: `run` takes them by name and ignores them
+    # (see byoc.ir.ignored_inputs).
+    ignored_inputs: list[str] = field(default_factory=list)

@@ -21,6 +21,7 @@ from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, RequantizationWarning, UnknownBackendError
 from byoc.host import host_pipeline
 from byoc.ir.dims import DimRange, dims_of, function_dimensions, symbolic_names
+from byoc.ir.ignored_inputs import ignored_inputs
 from byoc.ir.outputs import output_names
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
@@ -446,6 +447,7 @@ def build(
             dims=dims,
             specialised=list(specialised.values()),
             max_shapes=max_shapes,
+            ignored_inputs=ignored_inputs(mod),
         )
         try:
             model = CompiledModel(parts, backends, cache, engines=records)
