@@ -27,6 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from byoc.errors import ModelLoadError
+from byoc.frontend.onnx_nbits import dequantized_weight
 
 _MICROSOFT = "com.microsoft"
 _STANDARD = ("", "ai.onnx")
@@ -306,7 +307,26 @@ def _dequantized_attention(w: _Writer, node: onnx.NodeProto) -> onnx.NodeProto:
     return helper.make_node("Attention", inputs, node.output, name=node.name, domain=_MICROSOFT, **attrs)
 
 
+def _matmul_nbits(w: _Writer, node: onnx.NodeProto) -> None:
+    """A MatMul on the weights dequantized once (see byoc.frontend.onnx_nbits), then the bias."""
+    attrs = _attrs(node)
+    bits, block_size = int(attrs.get("bits", 4)), int(attrs["block_size"])
+    if bits not in (2, 4, 8):
+        raise _refuse(node, f"{bits}-bit codes are not supported (2, 4 and 8 are)")
+    operands = [_input(node, index) for index in range(1, 5)]
+    missing = [name for name in operands if name and name not in w.initializers]
+    if missing:
+        raise _refuse(node, f"its weights, scales and zero points must be constants; {missing} are computed at run time")
+    packed, scales, zero_points, groups = (numpy_helper.to_array(w.initializers[name]) if name else None for name in operands)
+    weight = dequantized_weight(packed, scales, zero_points, groups, int(attrs["K"]), int(attrs["N"]), bits, block_size)
+    bias = _input(node, 5)
+    product = w.op("MatMul", [node.input[0], w.const(weight, weight.dtype)], [node.output[0]] if not bias else 1)
+    if bias:
+        w.op("Add", [product, bias], [node.output[0]])
+
+
 _WRITERS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
+    "MatMulNBits": _matmul_nbits,
     "SkipLayerNormalization": _skip_layer_norm,
     "SkipSimplifiedLayerNormalization": _skip_simplified_layer_norm,
     "SimplifiedLayerNormalization": _simplified_layer_norm,

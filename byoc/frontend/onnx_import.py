@@ -24,6 +24,7 @@ from byoc.frontend.onnx_contrib import standard_form
 from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_indices import mark_shape_only
 from byoc.frontend.onnx_inputs import bind_inputs
+from byoc.frontend.onnx_nbits import dequantized_weights
 from byoc.frontend.onnx_ops import CONVERTERS
 from byoc.frontend.onnx_order import topologically_sorted
 from byoc.frontend.onnx_qoperator import qdq_form
@@ -96,7 +97,7 @@ def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelPr
             raise ModelLoadError(f"cannot read {label}: not a valid ONNX model ({error})") from error
     # Before the check: onnxruntime writes SimplifiedLayerNormalization in the ONNX domain, and
     # its float16 converter writes graphs out of order.
-    model = standard_form(topologically_sorted(model))
+    model = dequantized_weights(standard_form(topologically_sorted(model)))
     try:
         check_model(model)
     except onnx.checker.ValidationError as error:

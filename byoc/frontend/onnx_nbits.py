@@ -1,0 +1,88 @@
+"""Weights quantized in blocks or in fewer than 8 bits, as float weights.
+
+Files quantized for small memory (`MatMulNBitsQuantizer`, the `model_q4.onnx` of exported model
+repositories) store each dense layer's weights as 2-, 4- or 8-bit codes in blocks along K, each
+block with its scale and zero point: as onnxruntime's com.microsoft MatMulNBits, or, in QDQ
+form, as an int4/uint4 initializer read by a DequantizeLinear with a `block_size` (opset 21).
+onnxruntime's CPU kernel dequantizes them and multiplies in float (or, at accuracy level 4, in
+int8 with the activations quantized per block). byoc's vendors have no such kernel, and TVM
+neither reads int4 tensors nor dequantizes by block, so the weights are dequantized here, once,
+as the kernel does, and the product is a MatMul on float weights: the numbers of onnxruntime's
+float path, at float weights' size in memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+# Integer types TVM cannot hold: a DequantizeLinear of such a constant is folded before import.
+_SUB_BYTE = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.INT2, onnx.TensorProto.UINT2})
+
+
+def unpacked(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """The first `count` codes of each row of `packed` (uint8), `bits` each, low bits first."""
+    per_byte = 8 // bits
+    shifts = (np.arange(per_byte, dtype=np.uint8) * bits).astype(np.uint8)
+    codes = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return codes.reshape(packed.shape[0], -1)[:, :count]
+
+
+def dequantized_weight(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, groups: np.ndarray | None,
+                       k: int, n: int, bits: int, block_size: int) -> np.ndarray:
+    """The [K, N] weights of a MatMulNBits, in the scales' dtype: code minus zero point (by
+    default 2^(bits-1)), times scale, per block of `block_size` along K (or per the group
+    `groups` gives each row of K). Zero points are packed codes (uint8) or numbers of the
+    scales' dtype."""
+    blocks = math.ceil(k / block_size)
+    codes = unpacked(packed.reshape(n, -1), bits, k).astype(np.float32)
+    scale = scales.reshape(n, blocks).astype(np.float32)
+    if zero_points is None:
+        zero = np.full((n, blocks), 2 ** (bits - 1), np.float32)
+    elif zero_points.dtype == np.uint8:
+        zero = unpacked(zero_points.reshape(n, -1), bits, blocks).astype(np.float32)
+    else:
+        zero = zero_points.reshape(n, blocks).astype(np.float32)
+    group = np.arange(k) // block_size if groups is None else groups.astype(np.int64).reshape(k)
+    weight = (codes - zero[:, group]) * scale[:, group]
+    return np.ascontiguousarray(weight.T).astype(scales.dtype)
+
+
+def _block_size(node: onnx.NodeProto) -> int:
+    return next((int(helper.get_attribute_value(a)) for a in node.attribute if a.name == "block_size"), 0)
+
+
+def dequantized_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each DequantizeLinear of constants that TVM cannot read (sub-byte codes, or
+    scales per block) replaced by its float result, computed by onnx's reference evaluator;
+    `model` itself where it has none."""
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    folded = [node for node in graph.node if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx")
+              and all(name in initializers for name in node.input if name)
+              and (initializers[node.input[0]].data_type in _SUB_BYTE or _block_size(node) > 0)]
+    if not folded:
+        return model
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    done = {id(node) for node in folded}
+    del result.graph.node[:]
+    result.graph.node.extend(node for node in graph.node if id(node) not in done)
+    for node in folded:
+        operands = [initializers[name] for name in node.input if name]
+        single = helper.make_model(helper.make_graph([node], "dequantize", [], [helper.make_tensor_value_info(node.output[0], 0, None)],
+                                                     operands), opset_imports=[helper.make_opsetid("", opset)])
+        values = ReferenceEvaluator(single).run(None, {})[0]
+        result.graph.initializer.append(numpy_helper.from_array(np.asarray(values), node.output[0]))
+    # The codes, scales and zero points nothing else reads go (TVM would read the codes).
+    read = {name for node in result.graph.node for name in node.input} | {value.name for value in graph.output}
+    unread = {name for node in folded for name in node.input if name and name not in read}
+    kept = [init for init in result.graph.initializer if init.name not in unread]
+    del result.graph.initializer[:]
+    result.graph.initializer.extend(kept)
+    return result
