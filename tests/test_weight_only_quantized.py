@@ -115,3 +115,17 @@ def test_weights_computed_at_run_time_are_refused_by_node():
     with pytest.raises(ModelLoadError, match="'proj' \\(com.microsoft MatMulNBits\\): its weights, scales and zero points must "
                                              "be constants; \\['codes'\\] are computed at run time"):
         byoc.from_onnx(model)
+
+
+@pytest.mark.parametrize("quant_type", [0, 1], ids=["FP4", "NF4"])
+def test_matmul_bnb4_weights_are_bitsandbytes_codes_scaled_per_block(quant_type):
+    from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
+
+    logging.getLogger("onnxruntime.quantization.matmul_bnb4_quantizer").setLevel(logging.WARNING)
+    quantizer = MatMulBnb4Quantizer(_dense_model(), quant_type, 64)
+    quantizer.process()
+    model, x = quantizer.model.model, _x()
+    assert [n.op_type for n in model.graph.node].count("MatMulBnb4") == 2
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    assert byoc.report(partitioned).offload_ratio_macs == 1.0
+    assert _rel_l2(byoc.build(partitioned).run(x=x)[0], _onnxruntime(model, x)) < 1e-6

@@ -27,7 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from byoc.errors import ModelLoadError
-from byoc.frontend.onnx_nbits import dequantized_weight
+from byoc.frontend.onnx_nbits import BNB4_CODES, bnb4_weight, dequantized_weight
 
 _MICROSOFT = "com.microsoft"
 _STANDARD = ("", "ai.onnx")
@@ -325,8 +325,23 @@ def _matmul_nbits(w: _Writer, node: onnx.NodeProto) -> None:
         w.op("Add", [product, bias], [node.output[0]])
 
 
+def _matmul_bnb4(w: _Writer, node: onnx.NodeProto) -> None:
+    """A MatMul on bitsandbytes' 4-bit weights dequantized once (see byoc.frontend.onnx_nbits)."""
+    attrs = _attrs(node)
+    quant_type = int(attrs["quant_type"])
+    if quant_type not in BNB4_CODES:
+        raise _refuse(node, f"quant_type {quant_type} is neither FP4 (0) nor NF4 (1)")
+    missing = [name for name in node.input[1:3] if name not in w.initializers]
+    if missing:
+        raise _refuse(node, f"its weights and scales must be constants; {missing} are computed at run time")
+    packed, absmax = (numpy_helper.to_array(w.initializers[name]) for name in node.input[1:3])
+    weight = bnb4_weight(packed, absmax, int(attrs["K"]), int(attrs["N"]), int(attrs["block_size"]), quant_type)
+    w.op("MatMul", [node.input[0], w.const(weight, weight.dtype)], [node.output[0]])
+
+
 _WRITERS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
     "MatMulNBits": _matmul_nbits,
+    "MatMulBnb4": _matmul_bnb4,
     "SkipLayerNormalization": _skip_layer_norm,
     "SkipSimplifiedLayerNormalization": _skip_simplified_layer_norm,
     "SimplifiedLayerNormalization": _simplified_layer_norm,

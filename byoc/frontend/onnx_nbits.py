@@ -2,8 +2,8 @@
 
 Files quantized for small memory (`MatMulNBitsQuantizer`, the `model_q4.onnx` of exported model
 repositories) store each dense layer's weights as 2-, 4- or 8-bit codes in blocks along K, each
-block with its scale and zero point: as onnxruntime's com.microsoft MatMulNBits, or, in QDQ
-form, as an int4/uint4 initializer read by a DequantizeLinear with a `block_size` (opset 21).
+block with its scale and zero point: as onnxruntime's com.microsoft MatMulNBits (or MatMulBnb4,
+bitsandbytes' FP4 and NF4 codes scaled per block), or, in QDQ form, as an int4/uint4 initializer read by a DequantizeLinear with a `block_size` (opset 21).
 onnxruntime's CPU kernel dequantizes them and multiplies in float (or, at accuracy level 4, in
 int8 with the activations quantized per block). byoc's vendors have no such kernel, and TVM
 neither reads int4 tensors nor dequantizes by block, so the weights are dequantized here, once,
@@ -50,6 +50,27 @@ def dequantized_weight(packed: np.ndarray, scales: np.ndarray, zero_points: np.n
     group = np.arange(k) // block_size if groups is None else groups.astype(np.int64).reshape(k)
     weight = (codes - zero[:, group]) * scale[:, group]
     return np.ascontiguousarray(weight.T).astype(scales.dtype)
+
+
+# The 4-bit codes of bitsandbytes (com.microsoft MatMulBnb4's quant_type 0 and 1), as onnxruntime's
+# kernel reads them: each a fraction of its block's absolute maximum.
+BNB4_CODES = {
+    0: np.array([0.0, 5.208333333e-03, 0.66666667, 1.0, 0.33333333, 0.5, 0.16666667, 0.25,  # FP4
+                 -0.0, -5.208333333e-03, -0.66666667, -1.0, -0.33333333, -0.5, -0.16666667, -0.25], np.float32),
+    1: np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,  # NF4
+                 -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                 0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                 0.7229568362236023, 1.0], np.float32),
+}
+
+
+def bnb4_weight(packed: np.ndarray, absmax: np.ndarray, k: int, n: int, block_size: int, quant_type: int) -> np.ndarray:
+    """The [K, N] weights of a MatMulBnb4, in absmax's dtype: the weights as [N, K], flattened,
+    two codes a byte (high bits first), each block of `block_size` codes scaled by its
+    absolute maximum."""
+    codes = np.stack([packed.reshape(-1) >> 4, packed.reshape(-1) & 15], axis=-1).reshape(-1)[:n * k]
+    values = BNB4_CODES[quant_type][codes] * np.repeat(absmax.reshape(-1).astype(np.float32), block_size)[:n * k]
+    return np.ascontiguousarray(values.reshape(n, k).T).astype(absmax.dtype)
 
 
 def _block_size(node: onnx.NodeProto) -> int:
