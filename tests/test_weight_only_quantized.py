@@ -129,3 +129,25 @@ def test_matmul_bnb4_weights_are_bitsandbytes_codes_scaled_per_block(quant_type)
     partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
     assert byoc.report(partitioned).offload_ratio_macs == 1.0
     assert _rel_l2(byoc.build(partitioned).run(x=x)[0], _onnxruntime(model, x)) < 1e-6
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_a_quantized_embedding_is_a_gather_from_the_dequantized_table(symmetric):
+    """GatherBlockQuantized: the quantizer's embeddings, uint4 codes by block along the width."""
+    rng = np.random.default_rng(3)
+    table = numpy_helper.from_array((rng.standard_normal((50, K)) * 0.1).astype(np.float32), "table")
+    weight = numpy_helper.from_array((rng.standard_normal((K, N)) * 0.1).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["e"], axis=0), helper.make_node("MatMul", ["e", "w"], ["y"])],
+                              "embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, ROWS])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, ROWS, N])], [table, weight])
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    quantizer = MatMulNBitsQuantizer(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), bits=4, block_size=32,
+                                     is_symmetric=symmetric, op_types_to_quantize=("MatMul", "Gather"),
+                                     quant_axes=(("Gather", 1), ("MatMul", 0)))
+    quantizer.process()
+    model = quantizer.model.model
+    assert {n.op_type for n in model.graph.node} == {"GatherBlockQuantized", "MatMulNBits"}
+    ids = rng.integers(0, 50, (2, ROWS)).astype(np.int64)
+    got = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl")).run(ids=ids)[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    assert _rel_l2(got, want) < 1e-6

@@ -27,7 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from byoc.errors import ModelLoadError
-from byoc.frontend.onnx_nbits import BNB4_CODES, bnb4_weight, dequantized_weight
+from byoc.frontend.onnx_nbits import BNB4_CODES, block_dequantized, bnb4_weight, dequantized_weight
 
 _MICROSOFT = "com.microsoft"
 _STANDARD = ("", "ai.onnx")
@@ -339,8 +339,27 @@ def _matmul_bnb4(w: _Writer, node: onnx.NodeProto) -> None:
     w.op("MatMul", [node.input[0], w.const(weight, weight.dtype)], [node.output[0]])
 
 
+def _gather_block_quantized(w: _Writer, node: onnx.NodeProto) -> None:
+    """A Gather from the table dequantized once (a quantized embedding, see byoc.frontend.onnx_nbits)."""
+    attrs = _attrs(node)
+    operands = [_input(node, 0), _input(node, 2), _input(node, 3)]
+    missing = [name for name in operands if name and name not in w.initializers]
+    if missing:
+        raise _refuse(node, f"its table, scales and zero points must be constants; {missing} are computed at run time")
+    data_type = w.initializers[operands[0]].data_type
+    if data_type not in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
+        raise _refuse(node, f"a table of {onnx.TensorProto.DataType.Name(data_type)} is not supported (int4 and uint4 are)")
+    data, scales, zero_points = (numpy_helper.to_array(w.initializers[name]) if name else None for name in operands)
+    axis = int(attrs.get("quantize_axis", 1)) % data.ndim
+    # without zero points, uint4 codes are centred on 8 (onnxruntime's kernel)
+    table = block_dequantized(data, scales, zero_points, axis, int(attrs.get("block_size", 128)),
+                              8 if data_type == onnx.TensorProto.UINT4 else 0)
+    w.op("Gather", [w.const(table, table.dtype), node.input[1]], [node.output[0]], axis=int(attrs.get("gather_axis", 0)))
+
+
 _WRITERS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
     "MatMulNBits": _matmul_nbits,
+    "GatherBlockQuantized": _gather_block_quantized,
     "MatMulBnb4": _matmul_bnb4,
     "SkipLayerNormalization": _skip_layer_norm,
     "SkipSimplifiedLayerNormalization": _skip_simplified_layer_norm,

@@ -20,6 +20,8 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from byoc.frontend.onnx_inputs import subgraph_reads
+
 # Integer types TVM cannot hold: a DequantizeLinear of such a constant is folded before import.
 _SUB_BYTE = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.INT2, onnx.TensorProto.UINT2})
 
@@ -73,37 +75,49 @@ def bnb4_weight(packed: np.ndarray, absmax: np.ndarray, k: int, n: int, block_si
     return np.ascontiguousarray(values.reshape(n, k).T).astype(absmax.dtype)
 
 
+def block_dequantized(data: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, axis: int, block_size: int,
+                      default_zero: int) -> np.ndarray:
+    """(data - zero point) * scale, in the scales' dtype, each block of `block_size` elements along
+    `axis` with its own scale and zero point (`default_zero` where none are given)."""
+    count = data.shape[axis]
+    spread = lambda values: np.repeat(values.astype(np.float32), block_size, axis=axis).take(range(count), axis=axis)  # noqa: E731
+    zero = spread(zero_points) if zero_points is not None else np.float32(default_zero)
+    return ((data.astype(np.float32) - zero) * spread(scales)).astype(scales.dtype)
+
+
 def _block_size(node: onnx.NodeProto) -> int:
     return next((int(helper.get_attribute_value(a)) for a in node.attribute if a.name == "block_size"), 0)
 
 
 def dequantized_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with each DequantizeLinear of constants that TVM cannot read (sub-byte codes, or
-    scales per block) replaced by its float result, computed by onnx's reference evaluator;
-    `model` itself where it has none."""
+    scales per block) replaced by its float result, computed by onnx's reference evaluator, and
+    the sub-byte constants no node reads any more dropped (TVM would read them); `model` itself
+    where it has none."""
     graph = model.graph
     initializers = {init.name: init for init in graph.initializer}
     folded = [node for node in graph.node if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx")
               and all(name in initializers for name in node.input if name)
               and (initializers[node.input[0]].data_type in _SUB_BYTE or _block_size(node) > 0)]
-    if not folded:
+    done = {id(node) for node in folded}
+    kept_nodes = [node for node in graph.node if id(node) not in done]
+    read = {name for node in kept_nodes for name in (*node.input, *subgraph_reads(node))} | {value.name for value in graph.output}
+    unread = {name for node in folded for name in node.input if name and name not in read}
+    unread |= {init.name for init in graph.initializer if init.data_type in _SUB_BYTE and init.name not in read}
+    if not folded and not unread:
         return model
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    result = onnx.ModelProto()
-    result.CopyFrom(model)
-    done = {id(node) for node in folded}
-    del result.graph.node[:]
-    result.graph.node.extend(node for node in graph.node if id(node) not in done)
+    values = []
     for node in folded:
         operands = [initializers[name] for name in node.input if name]
         single = helper.make_model(helper.make_graph([node], "dequantize", [], [helper.make_tensor_value_info(node.output[0], 0, None)],
                                                      operands), opset_imports=[helper.make_opsetid("", opset)])
-        values = ReferenceEvaluator(single).run(None, {})[0]
-        result.graph.initializer.append(numpy_helper.from_array(np.asarray(values), node.output[0]))
-    # The codes, scales and zero points nothing else reads go (TVM would read the codes).
-    read = {name for node in result.graph.node for name in node.input} | {value.name for value in graph.output}
-    unread = {name for node in folded for name in node.input if name and name not in read}
-    kept = [init for init in result.graph.initializer if init.name not in unread]
+        values.append(numpy_helper.from_array(np.asarray(ReferenceEvaluator(single).run(None, {})[0]), node.output[0]))
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.graph.node[:]
+    result.graph.node.extend(kept_nodes)
+    kept = [init for init in graph.initializer if init.name not in unread] + values
     del result.graph.initializer[:]
     result.graph.initializer.extend(kept)
     return result
