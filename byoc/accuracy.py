@@ -1,4 +1,5 @@
-"""Accuracy of a compiled model against a float32 reference (onnxruntime on the ONNX model).
+"""Accuracy of a compiled model against onnxruntime on the ONNX model (float32, or the model's own
+float16 or quantized computation).
 
 For int8 and float16 vendors the error is the point: it is stated as the largest absolute
 error, the relative L2 error over all samples, for classifiers how often the top-1 class
@@ -44,7 +45,7 @@ class AccuracyReport:
         top1 = f"{self.top1_agreement:.0%}" if self.top1_agreement is not None else "n/a"
         selection = "" if self.selection_agreement is None else f", selections agree {self.selection_agreement:.0%}"
         return (
-            f"accuracy against float32 over {self.samples} seeded random input(s): max abs error {self.max_abs_error:.4g}, "
+            f"accuracy against onnxruntime on the model over {self.samples} seeded random input(s): max abs error {self.max_abs_error:.4g}, "
             f"relative L2 {self.relative_l2:.2%} (SQNR {self.sqnr_db:.1f} dB), top-1 agreement {top1}{selection}"
         )
 
