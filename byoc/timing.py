@@ -159,6 +159,17 @@ def has_vnni() -> bool:
     return bool({"avx512_vnni", "avx_vnni"} & _cpu_flags())
 
 
+# oneDNN's instruction sets below AVX-512 (core), as ONEDNN_MAX_CPU_ISA names them.
+_BELOW_AVX512_CORE = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"})
+
+
+def onednn_has_avx512_core() -> bool:
+    """Whether oneDNN runs its AVX-512 kernels here: the CPU has AVX-512 F, BW, VL and DQ, and
+    no `ONEDNN_MAX_CPU_ISA` below them is set."""
+    cap = onednn_isa_cap()
+    return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags() and (cap is None or cap.upper() not in _BELOW_AVX512_CORE)
+
+
 def instruction_set() -> str:
     """The widest vector instruction set of this CPU that oneDNN and onnxruntime choose kernels
     by, whether it has VNNI (see `has_vnni`) and AMX (matrix tiles: oneDNN runs int8 and bf16

@@ -110,3 +110,38 @@ def test_erf_on_the_host_is_the_vectorized_approximation_and_within_fp32_error()
     exact = np.vectorize(math.erf)(x.astype(np.float64))
     assert np.max(np.abs(got - exact)) < 1e-6
     np.testing.assert_allclose(got, onnxruntime_outputs(model, {"x": x})[0], atol=1e-6)
+
+
+def _cast_on_host(shape, source: str, target: str):
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, source))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            y = builder.emit_output(relax.op.astype(x, target))
+        builder.emit_func_output(y)
+    return byoc.build(builder.get())  # everything on the host
+
+
+def test_float16_casts_on_the_host_are_exact_for_every_value():
+    """A float16 model computed in float32 casts its inputs and outputs on the host, which TVM
+    does by a library call per element (no F16C on the host's target): byoc's kernel converts
+    in integer arithmetic, as IEEE rounds (to nearest even, subnormals, infinities, NaN)."""
+    assert "relax.astype" in HOST_LEGALIZATIONS
+    every_half = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    wide = _cast_on_host(every_half.shape, "float16", "float32").run(every_half)[0]
+    finite = ~np.isnan(every_half)
+    np.testing.assert_array_equal(wide[finite].view(np.uint32), every_half[finite].astype(np.float32).view(np.uint32))
+    assert np.isnan(wide[~finite]).all()
+
+    rng = np.random.default_rng(0)
+    edges = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x477FE000, 0x477FF000, 0x477FEFFF, 0x38800000,
+                      0x387FFFFF, 0x33800000, 0x33000000, 0x33000001, 0x337FFFFF], np.uint32)  # ties, overflow, subnormals
+    values = np.concatenate([rng.integers(0, 1 << 32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                             edges.view(np.float32), every_half.astype(np.float32),
+                             every_half.astype(np.float32) * np.float32(1 + 2 ** -11)])  # halfway between neighbours
+    narrow = _cast_on_host(values.shape, "float32", "float16").run(values)[0]
+    with np.errstate(over="ignore"):
+        expected = values.astype(np.float16)
+    finite = ~np.isnan(expected)
+    np.testing.assert_array_equal(narrow[finite].view(np.uint16), expected[finite].view(np.uint16))
+    assert np.isnan(narrow[~finite]).all()

@@ -75,6 +75,9 @@ class Limits:
     # Whether a where's boolean condition may be computed by the host at run time (a padding
     # mask), not only fixed in the model: a backend whose code reads it on the CPU (dnnl).
     run_time_conditions: bool = False
+    # Dtypes taken only by a cast (relax.astype) from or to one of `dtypes`: a float16 model's
+    # inputs and outputs, computed in float32 in between (byoc.frontend.float16).
+    cast_dtypes: tuple[str, ...] = ()
 
     def violation(self, call: relax.Call, inside: Callable[[relax.Expr], bool] | None = None, output: bool = True) -> str | None:
         """Why `call` breaks these limits, or None. In a composite, values that never leave it
@@ -89,6 +92,8 @@ class Limits:
         if output:
             operands += [("output", i, t) for i, t in enumerate(tensor_types(call.ty))]
         dtypes = (*self.dtypes, *self.quantized) if self.dtypes is not None and op_name in _QUANTIZED_DATA_OPS else self.dtypes
+        if dtypes is not None and op_name == "relax.astype":
+            dtypes = (*dtypes, *self.cast_dtypes)
         for role, index, ty in operands:
             if self.static_shapes and not has_static_shape(ty):
                 return f"{role} {index} has a dynamic shape"

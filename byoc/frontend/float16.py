@@ -24,7 +24,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from byoc.ir.rewrite import VarSubstitution
+from byoc.ir.rewrite import VarSubstitution, bound_value
 from byoc.ir.types import constant_array, is_tensor_constant, tensor_types
 
 NARROW = "float16"
@@ -197,8 +197,12 @@ class _Widening:
         """`value` (a tensor or a tuple) cast field by field to the dtypes of `ty`."""
         emit: Callable = self.builder.emit_output if output else self.builder.emit
         if isinstance(ty, relax.TupleType):
-            fields = [self._as_type(self.builder.emit(relax.TupleGetItem(value, i), name_hint=f"{value.name}_{i}"), field, False)
-                      for i, field in enumerate(ty.fields)]
+            # the fields themselves where the tuple was made here, so that each cast follows
+            # its value into the region that makes it
+            made = bound_value(value, self.builder)
+            parts = list(made.fields) if isinstance(made, relax.Tuple) else \
+                [self.builder.emit(relax.TupleGetItem(value, i), name_hint=f"{value.name}_{i}") for i in range(len(ty.fields))]
+            fields = [self._as_type(part, field, False) for part, field in zip(parts, ty.fields)]
             return emit(relax.Tuple(fields), name_hint=value.name)
         if isinstance(ty, relax.TensorType) and _dtypes(value.ty) != [str(ty.dtype)]:
             return emit(relax.op.astype(value, str(ty.dtype)), name_hint=f"{value.name}_{ty.dtype}")

@@ -45,6 +45,7 @@ from byoc.vendors.dnnl.predicates import (
     dense_constant_weight,
     dense_residual,
     expected_constants,
+    float_cast,
     fused_conv,
     layer_norm_last_axis,
     masked_rows_to_zero,
@@ -80,7 +81,7 @@ dnnl = Backend(
     codegen=onednn,
     priority=10,
     description="Intel oneDNN on the CPU (C API, fused post-ops, blocked layouts inside regions)",
-    limits=Limits(dtypes=("float32",), max_rank=6, quantized=("int8", "uint8"), run_time_conditions=True),
+    limits=Limits(dtypes=("float32",), max_rank=6, quantized=("int8", "uint8"), run_time_conditions=True, cast_dtypes=("float16",)),
     cost=CostRules(fallback_without_macs=True),
     processing=[UnsignedActivationsPass()],  # int8 activations computed as uint8, exactly (byoc.processing.unsigned)
     build_options=[Option("layout", "activation layouts inside a region: follow the producer's, let each primitive "
@@ -292,6 +293,7 @@ dnnl.supports("relax.broadcast_to", emit=emitters.broadcast_to)
 dnnl.supports("relax.nn.pad", check=constant_pad, emit=emitters.pad)
 dnnl.supports("relax.where", check=scalar_selection, emit=emitters.select)
 dnnl.supports("relax.permute_dims", emit=emitters.permute_dims)
+dnnl.supports("relax.astype", check=float_cast, emit=emitters.cast)
 
 register_backend(dnnl, origin="byoc (built-in)")
 

@@ -1332,6 +1332,17 @@ def requantize(call: KernelCall) -> KernelCode:
     return kernel.code(create, (attr,))
 
 
+def cast(call: KernelCall) -> KernelCode:
+    """A float16 model's input or output cast (see byoc.frontend.float16): a reorder between
+    float32 and float16, which oneDNN converts with the CPU's own instructions, in parallel."""
+    kernel = _Kernel(call)
+    x, out = call.arg(call.nodes[0], 0), call.outputs[0]
+    kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
+    kernel.result(out)
+    return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {kernel.like_md(x, out.dtype)}, "
+                       "byoc_engine, NULL)")
+
+
 def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[CBuffer, Scales] | CBuffer | float,
                          activations: list[dict], result: Scales) -> KernelCode:
     """One binary add on int8 data: `a` (int8, its scale a source scale) plus `b` (int8 with its

@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_shape
+from byoc.timing import onednn_has_avx512_core
 
 
 def _shape(expr: relax.Expr) -> tuple[int, ...]:
@@ -287,3 +288,12 @@ def scalar_selection(call: relax.Call) -> str | None:
     if len(mask) > len(out) or (mask and tuple(mask) != out[len(out) - len(mask):]):
         return f"the condition {_shape(condition)} must be the result's last dimensions {out}, broadcast over the others"
     return None
+
+
+def float_cast(call: relax.Call) -> str | None:
+    """A float16 model's input or output cast. oneDNN 3.2 converts float16 by a JIT kernel only
+    with AVX-512; below it, its reference reorder took 92 ms for GPT-2's logits (128 x 50257),
+    the host's kernel 14 ms (byoc.host.half)."""
+    if {dtype_name(call.args[0].ty), dtype_name(call.ty)} != {"float32", "float16"}:
+        return "casts between float32 and float16 only"
+    return None if onednn_has_avx512_core() else "float16 casts need AVX-512 (oneDNN 3.2's other reorders of float16 are slow)"

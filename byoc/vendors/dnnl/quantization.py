@@ -15,7 +15,7 @@ import numpy as np
 
 from byoc.codegen_c.library import CBuffer, KernelCall
 
-DNNL_TYPES = {"float32": "dnnl_f32", "int8": "dnnl_s8", "uint8": "dnnl_u8", "int32": "dnnl_s32"}
+DNNL_TYPES = {"float32": "dnnl_f32", "int8": "dnnl_s8", "uint8": "dnnl_u8", "int32": "dnnl_s32", "float16": "dnnl_f16"}
 
 
 @dataclass(frozen=True)
