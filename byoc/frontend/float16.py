@@ -1,4 +1,4 @@
-"""A float16 model computed in float32 where no backend takes float16.
+"""A float16 model computed in float32 where its first backend takes no float16.
 
 Models come in float16 for GPUs (`convert_float_to_float16`, `model.half()` before export,
 the `model_fp16.onnx` of exported model repositories). A CPU backend takes float32 only, so
@@ -11,7 +11,10 @@ float32), the model's float16 inputs are cast up where they are read, and its fl
 are cast back, so the model keeps its interface. The result is at least as accurate as
 float16 throughout (float16 rounding and overflow happen only at the outputs).
 
-A backend that takes float16 itself (TensorRT) gets the model as it is.
+Partitioning decides (`byoc.partition.pipeline`): a model whose backend of highest priority
+takes float16 itself (TensorRT; onnxruntime, which then runs the file as it is) is partitioned as
+it is, and what that backend leaves to the host computes in float32 after outlining, its
+regions' calls given float16 as before.
 """
 
 from __future__ import annotations
