@@ -252,3 +252,41 @@ def test_onnx_attention_as_onnxruntime_computes_it(case):
         report = byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
         assert len(report.regions) == 1 and not any("relax.matmul" in h.ops or "relax.nn.softmax" in h.ops for h in report.host_ops), \
             report.to_table()
+
+
+# What onnxruntime's optimizer writes into a model saved at its extended level
+# (`SessionOptions.optimized_model_filepath`): Conv, Gemm and MatMul with what it fused into them.
+@pytest.mark.parametrize("activation, params", [("", []), ("Relu", []), ("LeakyRelu", [0.2]), ("Clip", [-0.5, 0.7]),
+                                                ("HardSigmoid", [0.3, 0.4]), ("Sigmoid", [])])
+@pytest.mark.parametrize("with_sum", [False, True])
+def test_fused_conv(activation, params, with_sum):
+    attrs = {"activation": activation, **({"activation_params": params} if params else {})} if activation else {}
+    node = helper.make_node("FusedConv", ["x", "w", "b", *(["z"] if with_sum else [])], ["y"], domain="com.microsoft",
+                            name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1], **attrs)
+    inputs = [_tensor("x", F, [1, 3, 8, 8])] + ([_tensor("z", F, [1, 4, 8, 8])] if with_sum else [])
+    model = _model([node], inputs, [_tensor("y", F, [1, 4, 8, 8])], [_weights("w", 4, 3, 3, 3, seed=2), _weights("b", 4, seed=3)])
+    _check(model, {"x": _x(1, 3, 8, 8), **({"z": _x(1, 4, 8, 8, seed=4)} if with_sum else {})})
+
+
+def test_fused_gemm_and_fused_matmul():
+    nodes = [helper.make_node("FusedGemm", ["x", "w", "b"], ["g"], domain="com.microsoft", transB=1, alpha=0.5,
+                              activation="LeakyRelu", activation_alpha=0.1),
+             helper.make_node("Reshape", ["g", "shape"], ["r"]),
+             helper.make_node("FusedMatMul", ["r", "r"], ["s"], domain="com.microsoft", transB=1, alpha=0.25),
+             helper.make_node("FusedMatMul", ["s", "r"], ["y"], domain="com.microsoft", transA=1)]
+    initializers = [_weights("w", 12, H, seed=2), _weights("b", 12, seed=3),
+                    numpy_helper.from_array(np.array([2, 3, 4], np.int64), "shape")]
+    model = _model(nodes, [_tensor("x", F, [2, H])], [_tensor("y", F, [2, 3, 4])], initializers)
+    _check(model, {"x": _x(2, H)})
+
+
+def test_fused_ops_byoc_cannot_write_are_refused_by_node():
+    conv = helper.make_node("FusedConv", ["x", "w"], ["y"], domain="com.microsoft", name="conv", kernel_shape=[1, 1],
+                            activation="Softplus")
+    model = _model([conv], [_tensor("x", F, [1, 3, 4, 4])], [_tensor("y", F, [1, 2, 4, 4])], [_weights("w", 2, 3, 1, 1)])
+    with pytest.raises(ModelLoadError, match="'conv' \\(com.microsoft FusedConv\\): the fused activation 'Softplus' is not supported"):
+        byoc.from_onnx(model)
+    product = helper.make_node("FusedMatMul", ["x", "x"], ["y"], domain="com.microsoft", name="product", transBatchA=1)
+    model = _model([product], [_tensor("x", F, [2, 3, 3])], [_tensor("y", F, [2, 3, 3])])
+    with pytest.raises(ModelLoadError, match="'product' \\(com.microsoft FusedMatMul\\): transposed batch axes"):
+        byoc.from_onnx(model)

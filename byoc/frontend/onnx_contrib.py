@@ -9,6 +9,12 @@ model imports as its unfused export would, and vendors fuse it their own way. Th
 forms, as `quantize_dynamic` writes an optimized model (QAttention, QEmbedLayerNormalization),
 are the float ops of their dequantized operands, which byoc then runs as any such model.
 
+A model onnxruntime saved after optimizing it (`SessionOptions.optimized_model_filepath`) holds
+FusedConv, FusedGemm and FusedMatMul: a Conv or Gemm with the activation (and, for FusedConv, the
+added tensor) it fused into it, and a MatMul with its operands' transposes and a scale. Each is
+written as those ops. Weights quantized in blocks (MatMulNBits, MatMulBnb4, GatherBlockQuantized)
+are dequantized once (see byoc.frontend.onnx_nbits).
+
 Attention with a past key/value state, rotary embeddings or a 4D mask, and the other com.microsoft
 ops, are left as they are: import then refuses them by node.
 
@@ -47,6 +53,7 @@ class _Writer:
         self.added: list[onnx.TensorProto] = []
         self.base = ""
         self.count = 0
+        self.ranks: dict[str, int] = {}  # of the values whose rank a writer needs (FusedMatMul's transposed operands)
 
     def name(self, hint: str) -> str:
         self.count += 1
@@ -357,7 +364,79 @@ def _gather_block_quantized(w: _Writer, node: onnx.NodeProto) -> None:
     w.op("Gather", [w.const(table, table.dtype), node.input[1]], [node.output[0]], axis=int(attrs.get("gather_axis", 0)))
 
 
+def _activation(w: _Writer, node: onnx.NodeProto, x: str, kind: str, alpha: float | None = None, beta: float | None = None) -> None:
+    """The activation onnxruntime fused into a Conv or Gemm (its `activation` attribute) on `x`,
+    into the node's output."""
+    if kind in ("Relu", "Tanh", "Sigmoid"):
+        w.op(kind, [x], [node.output[0]])
+    elif kind == "LeakyRelu":
+        w.op(kind, [x], [node.output[0]], alpha=0.01 if alpha is None else alpha)
+    elif kind == "HardSigmoid":
+        w.op(kind, [x], [node.output[0]], alpha=0.2 if alpha is None else alpha, beta=0.5 if beta is None else beta)
+    elif kind == "Clip" and alpha is not None and beta is not None:
+        w.op(kind, [x, w.const(alpha), w.const(beta)], [node.output[0]])
+    else:
+        raise _refuse(node, f"the fused activation {kind!r} is not supported (Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid, Clip are)")
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def _fused_conv(w: _Writer, node: onnx.NodeProto) -> None:
+    """Conv (+ Z) + activation, as onnxruntime's optimizer saves a Conv it fused (FusedConv)."""
+    attrs = _attrs(node)
+    kind, params = _text(attrs.pop("activation", "")), list(attrs.pop("activation_params", []))
+    x, weight, bias, addend = (_input(node, i) for i in range(4))
+    last = not kind and not addend
+    result = w.op("Conv", [x, weight, *([bias] if bias else [])], [node.output[0]] if last else 1, **attrs)
+    if addend:
+        result = w.op("Add", [result, addend], [node.output[0]] if not kind else 1)
+    if kind:
+        _activation(w, node, result, kind, *(params + [None, None])[:2])
+
+
+def _fused_gemm(w: _Writer, node: onnx.NodeProto) -> None:
+    """Gemm + activation (FusedGemm)."""
+    attrs = _attrs(node)
+    kind = _text(attrs.pop("activation", ""))
+    alpha, beta = attrs.pop("activation_alpha", None), attrs.pop("activation_beta", None)
+    attrs.pop("activation_gamma", None)
+    result = w.op("Gemm", [name for name in node.input if name], [node.output[0]] if not kind else 1, **attrs)
+    if kind:
+        _activation(w, node, result, kind, alpha, beta)
+
+
+def _transposing(node: onnx.NodeProto) -> bool:
+    """A FusedMatMul that transposes an operand: written once the operand's rank is inferred."""
+    return node.domain == _MICROSOFT and node.op_type == "FusedMatMul" and any(_attrs(node).get(f) for f in ("transA", "transB"))
+
+
+def _fused_matmul(w: _Writer, node: onnx.NodeProto) -> None:
+    """alpha * op(A) op(B) (FusedMatMul: a MatMul with the transposes and the scale onnxruntime
+    fused into it), where op swaps the last two axes; transposes of the batch axes are refused."""
+    attrs = _attrs(node)
+    if attrs.get("transBatchA") or attrs.get("transBatchB"):
+        raise _refuse(node, "transposed batch axes (transBatchA, transBatchB) are not supported")
+    operands = []
+    for name, flag in zip(node.input[:2], ("transA", "transB")):
+        if not attrs.get(flag):
+            operands.append(name)
+            continue
+        rank = w.ranks.get(name)
+        if rank is None or rank < 2:
+            raise _refuse(node, f"{flag} needs the rank of {name!r}, which shape inference does not give")
+        operands.append(w.op("Transpose", [name], perm=[*range(rank - 2), rank - 1, rank - 2]))
+    alpha = float(attrs.get("alpha", 1.0))
+    product = w.op("MatMul", operands, [node.output[0]] if alpha == 1.0 else 1)
+    if alpha != 1.0:
+        w.op("Mul", [product, w.const(alpha)], [node.output[0]])
+
+
 _WRITERS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
+    "FusedConv": _fused_conv,
+    "FusedGemm": _fused_gemm,
+    "FusedMatMul": _fused_matmul,
     "MatMulNBits": _matmul_nbits,
     "GatherBlockQuantized": _gather_block_quantized,
     "MatMulBnb4": _matmul_bnb4,
@@ -446,7 +525,8 @@ def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     w = _Writer(model)
     standard = [n for n in model.graph.node if _is_standard_attention(n)]
-    light = _weights_as_inputs(model) if standard or any(n.op_type in ("Attention", "QAttention") for n in model.graph.node) else model
+    light = _weights_as_inputs(model) if standard or any(n.op_type in ("Attention", "QAttention") or _transposing(n)
+                                                         for n in model.graph.node) else model
     known = _inferred(light, {name for n in standard for name in n.input[:4]}) if standard else {}
     attention = set()
     for node in model.graph.node:
@@ -456,21 +536,28 @@ def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
             w.base = node.name or node.output[0]
             if not _onnx_attention(w, node, known):
                 w.nodes.append(node)  # a form not written here: its function body defines it
-        elif node.op_type in ("Attention", "QAttention"):
+        elif node.op_type in ("Attention", "QAttention") or _transposing(node):
             w.base = node.name or node.output[0]
-            node = node if node.op_type == "Attention" else _dequantized_attention(w, node)
+            node = node if node.op_type != "QAttention" else _dequantized_attention(w, node)
             attention.add(len(w.nodes))
             w.nodes.append(node)
         else:
             w.base = node.name or node.output[0]
             _WRITERS[node.op_type](w, node)
-    # A mask's form depends on shapes, which onnx's inference gives once the attentions before
-    # it are written in standard ops.
+    # A mask's form, and the transposes of a FusedMatMul, depend on shapes, which onnx's
+    # inference gives once the ops before them are written in standard ops.
     nodes, w.nodes = w.nodes, []
     shapes: dict[str, list] = {}
     for index, node in enumerate(nodes):
         if index not in attention:
             w.nodes.append(node)
+            continue
+        if node.op_type == "FusedMatMul":
+            wanted = set(node.input[:2]) - shapes.keys()
+            if wanted:
+                shapes.update(_shapes(_with_nodes(light, w, nodes[index:]), wanted))
+            w.base, w.ranks = node.name or node.output[0], {name: len(shape) for name, shape in shapes.items()}
+            _fused_matmul(w, node)
             continue
         if _input(node, 3) and not {node.input[0], node.input[3]} <= shapes.keys():
             shapes.update(_shapes(_with_nodes(light, w, nodes[index:]), {node.input[0], node.input[3]}))
