@@ -669,3 +669,37 @@ def test_conv_integer_of_weights_computed_at_run_time_is_imported(vendor):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
     got = byoc.build(byoc.partition_for(byoc.from_onnx(model), vendor)).run(inputs)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_a_quantize_dynamic_model_saved_optimized_by_onnxruntime_is_one_int8_region(tmp_path):
+    """onnxruntime fuses `quantize_dynamic`'s dense layers into com.microsoft DynamicQuantizeMatMul
+    and, where products share a quantized input, MatMulIntegerToFloat, and saves them so
+    (`optimized_model_filepath`): both are written back as the input quantized at run time times
+    the int8 weights, which dnnl runs as int8 products."""
+    from onnx import TensorProto, helper
+    from onnxruntime.quantization import quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal((32, 32)) * 0.2).astype(np.float32), f"w{i}") for i in range(3)]
+    bias = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["p0"]), helper.make_node("MatMul", ["x", "w1"], ["p1"]),  # one input, two products
+             helper.make_node("Add", ["p0", "p1"], ["s"]), helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["p2"]), helper.make_node("Add", ["p2", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32])], [*weights, bias])
+    source, quantized, saved = (str(tmp_path / name) for name in ("dense.onnx", "dynamic.onnx", "saved.onnx"))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source)
+    quantize_dynamic(source, quantized)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = saved
+    ort.InferenceSession(quantized, options, providers=["CPUExecutionProvider"])
+    fused = Counter(n.op_type for n in onnx.load(saved).graph.node if n.domain == "com.microsoft")
+    assert fused.keys() & {"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}, fused
+    partitioned = byoc.partition_for(byoc.from_onnx(saved), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
+    x = rng.standard_normal((8, 32)).astype(np.float32)
+    got = byoc.build(partitioned).run(x=x)[0]
+    want = ort.InferenceSession(saved, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

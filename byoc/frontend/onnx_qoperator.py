@@ -240,6 +240,41 @@ def _dynamic(op_type: str, weight_axis: int) -> Callable[[_Writer, onnx.NodeProt
     return rewrite
 
 
+def _dynamic_product(w: _Writer, node: onnx.NodeProto, x: str, weight: str, weight_scale: str, weight_zero: str, bias: str) -> bool:
+    """DequantizeLinear(DynamicQuantizeLinear(x)) times DequantizeLinear(weight) (+ bias): the
+    form `_dynamic` writes, which a vendor takes whole as one int8 product quantizing its input."""
+    weights, scales = w.array(weight), w.array(weight_scale)
+    if weights is None or scales is None or weights.ndim != 2 or scales.size not in (1, weights.shape[1]):
+        return False
+    base = node.name or node.output[0]
+    q, scale, zero = (f"{base}/{x}_{part}" for part in ("quantized", "scale", "zero_point"))
+    w.nodes.append(helper.make_node("DynamicQuantizeLinear", [x], [q, scale, zero], name=f"{base}/DynamicQuantizeLinear"))
+    source = w.dequantize(q, scale, zero, base)
+    dequantized = w.dequantize(weight, weight_scale, weight_zero, base, axis=1 if scales.size > 1 else None)
+    product = f"{base}/product" if bias else node.output[0]
+    w.nodes.append(helper.make_node("MatMul", [source, dequantized], [product], name=base))
+    if bias:
+        w.nodes.append(helper.make_node("Add", [product, bias], [node.output[0]], name=f"{base}/bias"))
+    return True
+
+
+def _dynamic_quantize_matmul(w: _Writer, node: onnx.NodeProto) -> bool:
+    """com.microsoft DynamicQuantizeMatMul (onnxruntime's fusion of `quantize_dynamic`'s dense layer,
+    in a model it saved optimized): the input quantized at run time, times int8 weights."""
+    x, weight, scale, zero, bias = (list(node.input) + [""] * 5)[:5]
+    return _dynamic_product(w, node, x, weight, scale, zero, bias)
+
+
+def _matmul_integer_to_float(w: _Writer, node: onnx.NodeProto) -> bool:
+    """com.microsoft MatMulIntegerToFloat of DynamicQuantizeLinear's result (onnxruntime's fusion
+    where several products share one quantized input): the same product, of the float input."""
+    a, weight, a_scale, scale, a_zero, zero, bias = (list(node.input) + [""] * 7)[:7]
+    quantize = w.producers.get(a)
+    if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or list(quantize.output[:3]) != [a, a_scale, a_zero]:
+        return False
+    return _dynamic_product(w, node, quantize.input[0], weight, scale, zero, bias)
+
+
 def _first(*rewrites: Callable[[_Writer, onnx.NodeProto], bool]) -> Callable[[_Writer, onnx.NodeProto], bool]:
     def rewrite(w: _Writer, node: onnx.NodeProto) -> bool:
         return any(r(w, node) for r in rewrites)
@@ -256,6 +291,8 @@ _REWRITES: dict[tuple[str, str], Callable[[_Writer, onnx.NodeProto], bool]] = {
     (_MICROSOFT, "QLinearMul"): _binary("Mul"),
     (_MICROSOFT, "QLinearGlobalAveragePool"): _global_average_pool,
     (_MICROSOFT, "QGemm"): _gemm,
+    (_MICROSOFT, "DynamicQuantizeMatMul"): _dynamic_quantize_matmul,
+    (_MICROSOFT, "MatMulIntegerToFloat"): _matmul_integer_to_float,
 }
 
 
