@@ -703,3 +703,27 @@ def test_a_quantize_dynamic_model_saved_optimized_by_onnxruntime_is_one_int8_reg
     got = byoc.build(partitioned).run(x=x)[0]
     want = ort.InferenceSession(saved, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_quantized_softmax_and_where_as_onnxruntime_saves_them():
+    """com.microsoft QLinearSoftmax and QLinearWhere (a quantize_static transformer that
+    onnxruntime saved optimized): dequantize, the float op, quantize."""
+    from onnx import TensorProto, helper
+
+    scalar = lambda name, value, dtype: numpy_helper.from_array(np.array(value, dtype), name)  # noqa: E731
+    constants = [scalar("xs", 0.05, np.float32), scalar("xz", 128, np.uint8), scalar("ys", 1 / 256, np.float32),
+                 scalar("yz", 0, np.uint8), scalar("zs", 1 / 256, np.float32), scalar("zz", 0, np.uint8)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["q"]),
+             helper.make_node("QLinearSoftmax", ["q", "xs", "xz", "ys", "yz"], ["p"], domain="com.microsoft", axis=-1, opset=13),
+             helper.make_node("QLinearWhere", ["keep", "p", "ys", "yz", "q", "xs", "xz", "zs", "zz"], ["w"], domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["w", "zs", "zz"], ["y"])]
+    graph = helper.make_graph(nodes, "softmax", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8]),
+                                                 helper.make_tensor_value_info("keep", TensorProto.BOOL, [2, 4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8])], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.standard_normal((2, 4, 8)).astype(np.float32), "keep": rng.random((2, 4, 8)) > 0.3}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    for vendor in ("dnnl", "onnxruntime"):
+        got = byoc.build(byoc.partition_for(byoc.from_onnx(model), vendor)).run(**inputs)[0]
+        np.testing.assert_allclose(got, want, atol=1 / 256 + 1e-6)  # one step of the output's scale

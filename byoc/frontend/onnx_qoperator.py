@@ -133,6 +133,25 @@ def _global_average_pool(w: _Writer, node: onnx.NodeProto) -> bool:
     return True
 
 
+def _softmax(w: _Writer, node: onnx.NodeProto) -> bool:
+    """com.microsoft QLinearSoftmax; its `opset` attribute is the Softmax it fused, whose axis
+    flattened the tensor before opset 13: both agree over the last axis alone."""
+    attrs = _attrs(node)
+    axis = int(attrs.get("axis", -1))
+    if int(attrs.get("opset", 13)) < 13 and axis != -1:
+        return False
+    x, xs, xz, ys, yz = node.input
+    w.quantized("Softmax", [w.dequantize(x, xs, xz, node.name or node.output[0])], node, ys, yz, axis=axis)
+    return True
+
+
+def _where(w: _Writer, node: onnx.NodeProto) -> bool:
+    condition, x, xs, xz, y, ys, yz, zs, zz = node.input
+    base = node.name or node.output[0]
+    w.quantized("Where", [condition, w.dequantize(x, xs, xz, base), w.dequantize(y, ys, yz, base)], node, zs, zz)
+    return True
+
+
 def _gemm(w: _Writer, node: onnx.NodeProto) -> bool:
     a, a_s, a_z, b, b_s, b_z, *rest = node.input
     c, ys, yz = (rest + ["", "", ""])[:3]
@@ -291,6 +310,8 @@ _REWRITES: dict[tuple[str, str], Callable[[_Writer, onnx.NodeProto], bool]] = {
     (_MICROSOFT, "QLinearMul"): _binary("Mul"),
     (_MICROSOFT, "QLinearGlobalAveragePool"): _global_average_pool,
     (_MICROSOFT, "QGemm"): _gemm,
+    (_MICROSOFT, "QLinearSoftmax"): _softmax,
+    (_MICROSOFT, "QLinearWhere"): _where,
     (_MICROSOFT, "DynamicQuantizeMatMul"): _dynamic_quantize_matmul,
     (_MICROSOFT, "MatMulIntegerToFloat"): _matmul_integer_to_float,
 }
