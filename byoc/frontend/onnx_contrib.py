@@ -26,7 +26,7 @@ correct but cut into several dnnl regions, defines the other forms.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import onnx
@@ -53,7 +53,6 @@ class _Writer:
         self.added: list[onnx.TensorProto] = []
         self.base = ""
         self.count = 0
-        self.ranks: dict[str, int] = {}  # of the values whose rank a writer needs (FusedMatMul's transposed operands)
 
     def name(self, hint: str) -> str:
         self.count += 1
@@ -130,7 +129,9 @@ class _Writer:
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    """A node's attributes as Python values, text as str (onnx gives bytes)."""
+    values = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return {name: value.decode() if isinstance(value, bytes) else value for name, value in values.items()}
 
 
 def _input(node: onnx.NodeProto, index: int) -> str:
@@ -314,17 +315,23 @@ def _dequantized_attention(w: _Writer, node: onnx.NodeProto) -> onnx.NodeProto:
     return helper.make_node("Attention", inputs, node.output, name=node.name, domain=_MICROSOFT, **attrs)
 
 
+def _constant_arrays(w: _Writer, node: onnx.NodeProto, names: list[str], what: str) -> list[np.ndarray | None]:
+    """The values of the initializers `names` ("" for an input left out: None), or the node
+    refused where any is computed at run time; `what` names them in the refusal."""
+    missing = [name for name in names if name and name not in w.initializers]
+    if missing:
+        raise _refuse(node, f"its {what} must be constants; {missing} are computed at run time")
+    return [numpy_helper.to_array(w.initializers[name]) if name else None for name in names]
+
+
 def _matmul_nbits(w: _Writer, node: onnx.NodeProto) -> None:
     """A MatMul on the weights dequantized once (see byoc.frontend.onnx_nbits), then the bias."""
     attrs = _attrs(node)
     bits, block_size = int(attrs.get("bits", 4)), int(attrs["block_size"])
     if bits not in (2, 4, 8):
         raise _refuse(node, f"{bits}-bit codes are not supported (2, 4 and 8 are)")
-    operands = [_input(node, index) for index in range(1, 5)]
-    missing = [name for name in operands if name and name not in w.initializers]
-    if missing:
-        raise _refuse(node, f"its weights, scales and zero points must be constants; {missing} are computed at run time")
-    packed, scales, zero_points, groups = (numpy_helper.to_array(w.initializers[name]) if name else None for name in operands)
+    packed, scales, zero_points, groups = _constant_arrays(w, node, [_input(node, index) for index in range(1, 5)],
+                                                           "weights, scales and zero points")
     weight = dequantized_weight(packed, scales, zero_points, groups, int(attrs["K"]), int(attrs["N"]), bits, block_size)
     bias = _input(node, 5)
     product = w.op("MatMul", [node.input[0], w.const(weight, weight.dtype)], [node.output[0]] if not bias else 1)
@@ -338,10 +345,7 @@ def _matmul_bnb4(w: _Writer, node: onnx.NodeProto) -> None:
     quant_type = int(attrs["quant_type"])
     if quant_type not in BNB4_CODES:
         raise _refuse(node, f"quant_type {quant_type} is neither FP4 (0) nor NF4 (1)")
-    missing = [name for name in node.input[1:3] if name not in w.initializers]
-    if missing:
-        raise _refuse(node, f"its weights and scales must be constants; {missing} are computed at run time")
-    packed, absmax = (numpy_helper.to_array(w.initializers[name]) for name in node.input[1:3])
+    packed, absmax = _constant_arrays(w, node, list(node.input[1:3]), "weights and scales")
     weight = bnb4_weight(packed, absmax, int(attrs["K"]), int(attrs["N"]), int(attrs["block_size"]), quant_type)
     w.op("MatMul", [node.input[0], w.const(weight, weight.dtype)], [node.output[0]])
 
@@ -349,14 +353,11 @@ def _matmul_bnb4(w: _Writer, node: onnx.NodeProto) -> None:
 def _gather_block_quantized(w: _Writer, node: onnx.NodeProto) -> None:
     """A Gather from the table dequantized once (a quantized embedding, see byoc.frontend.onnx_nbits)."""
     attrs = _attrs(node)
-    operands = [_input(node, 0), _input(node, 2), _input(node, 3)]
-    missing = [name for name in operands if name and name not in w.initializers]
-    if missing:
-        raise _refuse(node, f"its table, scales and zero points must be constants; {missing} are computed at run time")
-    data_type = w.initializers[operands[0]].data_type
+    data, scales, zero_points = _constant_arrays(w, node, [_input(node, 0), _input(node, 2), _input(node, 3)],
+                                                 "table, scales and zero points")
+    data_type = w.initializers[node.input[0]].data_type
     if data_type not in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
         raise _refuse(node, f"a table of {onnx.TensorProto.DataType.Name(data_type)} is not supported (int4 and uint4 are)")
-    data, scales, zero_points = (numpy_helper.to_array(w.initializers[name]) if name else None for name in operands)
     axis = int(attrs.get("quantize_axis", 1)) % data.ndim
     # without zero points, uint4 codes are centred on 8 (onnxruntime's kernel)
     table = block_dequantized(data, scales, zero_points, axis, int(attrs.get("block_size", 128)),
@@ -379,14 +380,10 @@ def _activation(w: _Writer, node: onnx.NodeProto, x: str, kind: str, alpha: floa
         raise _refuse(node, f"the fused activation {kind!r} is not supported (Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid, Clip are)")
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value or "")
-
-
 def _fused_conv(w: _Writer, node: onnx.NodeProto) -> None:
     """Conv (+ Z) + activation, as onnxruntime's optimizer saves a Conv it fused (FusedConv)."""
     attrs = _attrs(node)
-    kind, params = _text(attrs.pop("activation", "")), list(attrs.pop("activation_params", []))
+    kind, params = attrs.pop("activation", ""), list(attrs.pop("activation_params", []))
     x, weight, bias, addend = (_input(node, i) for i in range(4))
     last = not kind and not addend
     result = w.op("Conv", [x, weight, *([bias] if bias else [])], [node.output[0]] if last else 1, **attrs)
@@ -399,7 +396,7 @@ def _fused_conv(w: _Writer, node: onnx.NodeProto) -> None:
 def _fused_gemm(w: _Writer, node: onnx.NodeProto) -> None:
     """Gemm + activation (FusedGemm)."""
     attrs = _attrs(node)
-    kind = _text(attrs.pop("activation", ""))
+    kind = attrs.pop("activation", "")
     alpha, beta = attrs.pop("activation_alpha", None), attrs.pop("activation_beta", None)
     attrs.pop("activation_gamma", None)
     result = w.op("Gemm", [name for name in node.input if name], [node.output[0]] if not kind else 1, **attrs)
@@ -412,9 +409,10 @@ def _transposing(node: onnx.NodeProto) -> bool:
     return node.domain == _MICROSOFT and node.op_type == "FusedMatMul" and any(_attrs(node).get(f) for f in ("transA", "transB"))
 
 
-def _fused_matmul(w: _Writer, node: onnx.NodeProto) -> None:
+def _fused_matmul(w: _Writer, node: onnx.NodeProto, ranks: Mapping[str, int] | None = None) -> None:
     """alpha * op(A) op(B) (FusedMatMul: a MatMul with the transposes and the scale onnxruntime
-    fused into it), where op swaps the last two axes; transposes of the batch axes are refused."""
+    fused into it), where op swaps the last two axes (of the rank `ranks` gives the operand);
+    transposes of the batch axes are refused."""
     attrs = _attrs(node)
     if attrs.get("transBatchA") or attrs.get("transBatchB"):
         raise _refuse(node, "transposed batch axes (transBatchA, transBatchB) are not supported")
@@ -423,7 +421,7 @@ def _fused_matmul(w: _Writer, node: onnx.NodeProto) -> None:
         if not attrs.get(flag):
             operands.append(name)
             continue
-        rank = w.ranks.get(name)
+        rank = (ranks or {}).get(name)
         if rank is None or rank < 2:
             raise _refuse(node, f"{flag} needs the rank of {name!r}, which shape inference does not give")
         operands.append(w.op("Transpose", [name], perm=[*range(rank - 2), rank - 1, rank - 2]))
@@ -556,8 +554,8 @@ def standard_form(model: onnx.ModelProto) -> onnx.ModelProto:
             wanted = set(node.input[:2]) - shapes.keys()
             if wanted:
                 shapes.update(_shapes(_with_nodes(light, w, nodes[index:]), wanted))
-            w.base, w.ranks = node.name or node.output[0], {name: len(shape) for name, shape in shapes.items()}
-            _fused_matmul(w, node)
+            w.base = node.name or node.output[0]
+            _fused_matmul(w, node, {name: len(shapes[name]) for name in node.input[:2] if name in shapes})
             continue
         if _input(node, 3) and not {node.input[0], node.input[3]} <= shapes.keys():
             shapes.update(_shapes(_with_nodes(light, w, nodes[index:]), {node.input[0], node.input[3]}))

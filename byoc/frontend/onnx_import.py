@@ -49,10 +49,7 @@ class _NamingImporter(ONNXGraphImporter):
     def _convert_operator(self, op_name, inputs, attrs, opset):
         node_name = attrs.get("tvm_custom", {}).get("name") or op_name
         try:
-            own = CONVERTERS.get(op_name)
-            result = own(self.bb, inputs, attrs, opset, self._tvm_converter) if own is not None else None
-            if result is None:
-                result = super()._convert_operator(op_name, inputs, attrs, opset)
+            result = self._converted(op_name, inputs, attrs, opset)
         except Exception as error:
             result = self._in_float32(op_name, inputs, attrs, opset)
             if result is None:
@@ -63,6 +60,11 @@ class _NamingImporter(ONNXGraphImporter):
             self.node_of_var.setdefault(result.id_, node_name)
         return result
 
+    def _converted(self, op_name: str, inputs, attrs, opset) -> relax.Expr:
+        """byoc's converter of `op_name` where it has one that takes the node, else TVM's."""
+        own = CONVERTERS.get(op_name)
+        result = own(self.bb, inputs, attrs, opset, self._tvm_converter) if own is not None else None
+        return result if result is not None else super()._convert_operator(op_name, inputs, attrs, opset)
 
     def _in_float32(self, op_name: str, inputs, attrs, opset) -> relax.Expr | None:
         """A float16 node whose converter failed, converted on its inputs cast to float32, its
@@ -73,9 +75,7 @@ class _NamingImporter(ONNXGraphImporter):
             return None
         wide = [self.bb.emit(relax.op.astype(i, "float32")) if n else i for i, n in zip(inputs, narrow)]
         try:
-            own = CONVERTERS.get(op_name)
-            result = own(self.bb, wide, attrs, opset, self._tvm_converter) if own is not None else None
-            result = self.bb.normalize(result if result is not None else super()._convert_operator(op_name, wide, attrs, opset))
+            result = self.bb.normalize(self._converted(op_name, wide, attrs, opset))
         except Exception:
             return None
         if [str(t.dtype) for t in tensor_types(result.ty)] != ["float32"]:

@@ -99,6 +99,8 @@ def dequantized_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     folded = [node for node in graph.node if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx")
               and all(name in initializers for name in node.input if name)
               and (initializers[node.input[0]].data_type in _SUB_BYTE or _block_size(node) > 0)]
+    if not folded and not any(init.data_type in _SUB_BYTE for init in graph.initializer):
+        return model
     done = {id(node) for node in folded}
     kept_nodes = [node for node in graph.node if id(node) not in done]
     read = {name for node in kept_nodes for name in (*node.input, *subgraph_reads(node))} | {value.name for value in graph.output}

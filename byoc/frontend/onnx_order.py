@@ -9,19 +9,10 @@ nodes that read them. byoc sorts them as onnxruntime does, so the file runs in b
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
 
 import onnx
 
-
-def _reads(node: onnx.NodeProto) -> Iterator[str]:
-    """The names `node` reads, with those its subgraphs (If and Loop bodies) read: outer values
-    among them (names a subgraph makes itself are never made by an outer node)."""
-    yield from (name for name in node.input if name)
-    for attribute in node.attribute:
-        for graph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
-            for inner in graph.node:
-                yield from _reads(inner)
+from byoc.frontend.onnx_inputs import subgraph_reads
 
 
 def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -30,7 +21,8 @@ def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:
     checker to name."""
     graph = model.graph
     made_by = {name: index for index, node in enumerate(graph.node) for name in node.output if name}
-    needs = [{made_by[name] for name in _reads(node) if name in made_by and made_by[name] != index}
+    # a node reads its inputs, and what its subgraphs (If and Loop bodies) read from outside them
+    needs = [{made_by[name] for name in (*node.input, *subgraph_reads(node)) if name in made_by and made_by[name] != index}
              for index, node in enumerate(graph.node)]
     if all(all(producer < index for producer in needed) for index, needed in enumerate(needs)):
         return model

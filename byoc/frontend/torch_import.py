@@ -19,6 +19,7 @@ Dims' names, as `from_onnx(..., dims=)` gives a file's (see docs/shapes.md).
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 from collections.abc import Mapping, Sequence
@@ -65,8 +66,6 @@ def _in_float32(module: Any, torch: Any) -> Any:
     if len(narrow) > 1:
         raise ModelLoadError(f"{type(module).__name__} mixes float16 and bfloat16 weights; convert it to one of them")
     dtype = narrow.pop()
-    import copy
-
     pytree = torch.utils._pytree
 
     def forward(self, *args, **kwargs):

@@ -73,7 +73,7 @@ class PartitionRecord:
     host_ops: list[HostOpRecord] = field(default_factory=list)
     total_ops: int = 0
     total_macs: int = 0
-    # Ops of a float16 model computed in float32, as no backend here takes float16
+    # Ops of a float16 model computed in float32 where no backend runs them in float16
     # (byoc.frontend.float16).
     float16_in_float32: int = 0
 

@@ -209,7 +209,8 @@ class CompiledModel:
         if args and named:
             raise InputError("give inputs either by position or by name, not both")
         if named:
-            named = {name: value for name, value in named.items() if name not in self.parts.ignored_inputs}
+            if self.parts.ignored_inputs:
+                named = {name: value for name, value in named.items() if name not in self.parts.ignored_inputs}
             if len(named) != len(expected) or not all(spec.name in named for spec in expected):
                 unknown = sorted(set(named) - {spec.name for spec in expected})
                 if unknown:

@@ -293,7 +293,7 @@ dnnl.supports("relax.broadcast_to", emit=emitters.broadcast_to)
 dnnl.supports("relax.nn.pad", check=constant_pad, emit=emitters.pad)
 dnnl.supports("relax.where", check=scalar_selection, emit=emitters.select)
 dnnl.supports("relax.permute_dims", emit=emitters.permute_dims)
-dnnl.supports("relax.astype", check=float_cast, emit=emitters.cast)
+dnnl.supports("relax.astype", check=float_cast, emit=emitters.reorder)
 
 register_backend(dnnl, origin="byoc (built-in)")
 

@@ -1313,15 +1313,19 @@ def _transposed_result(kernel: _Kernel, call: KernelCall) -> str | None:
     return _transposed_layout(kernel, tuple(transposed), _order(readers[0], len(out.shape)), out.dtype)
 
 
-def requantize(call: KernelCall) -> KernelCode:
-    """A quantize or dequantize on its own (a region's input quantized, a float op between
-    int8 kernels): a reorder between float32 and int8 with the node's scale and zero point. Both
-    (`requantize`: int8 data read with one scale and written with another, as between a softmax
-    and the product that reads it) are one reorder from int8 to int8 with both."""
+def reorder(call: KernelCall) -> KernelCode:
+    """One reorder between data types. A quantize or dequantize on its own (a region's input
+    quantized, a float op between int8 kernels): between float32 and int8 with the node's scale
+    and zero point. Both (`requantize`: int8 data read with one scale and written with another,
+    as between a softmax and the product that reads it): from int8 to int8 with both. A float16
+    model's input or output cast (see byoc.frontend.float16): between float32 and float16, which
+    oneDNN converts with the CPU's own instructions, in parallel."""
     kernel = _Kernel(call)
     x, out = call.arg(call.nodes[0], 0), call.outputs[0]
     attr = kernel.post_ops([], [], len(out.shape))
     for node in call.nodes:
+        if node["op"] not in ("relax.quantize", "relax.dequantize"):
+            continue
         scales = scales_of(call, node)
         arg = "DNNL_ARG_DST" if node["op"] == "relax.quantize" else "DNNL_ARG_SRC"
         kernel.scales(attr, arg, scales, 1 << (scales.axis % len(x.shape)) if scales.per_channel else 0)
@@ -1330,17 +1334,6 @@ def requantize(call: KernelCall) -> KernelCode:
     kernel.result(out)
     create = f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {dst_md}, byoc_engine, {attr})"
     return kernel.code(create, (attr,))
-
-
-def cast(call: KernelCall) -> KernelCode:
-    """A float16 model's input or output cast (see byoc.frontend.float16): a reorder between
-    float32 and float16, which oneDNN converts with the CPU's own instructions, in parallel."""
-    kernel = _Kernel(call)
-    x, out = call.arg(call.nodes[0], 0), call.outputs[0]
-    kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
-    kernel.result(out)
-    return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {kernel.like_md(x, out.dtype)}, "
-                       "byoc_engine, NULL)")
 
 
 def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[CBuffer, Scales] | CBuffer | float,

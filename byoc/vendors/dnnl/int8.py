@@ -409,8 +409,8 @@ def declare(backend: Backend) -> None:
         backend.pattern(f"q{name}_constant", *_quantized_with(f"relax.{name}", "constant"), check=quantized_with_constant,
                         emit=emitters.quantized_with_constant)
     backend.pattern("qmax_pool2d", *_quantized_pool(), check=quantized_max_pool, emit=emitters.pooling)
-    backend.pattern("requantize", *_requantized(), check=_source_and_result, emit=emitters.requantize)
-    backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.requantize)
+    backend.pattern("requantize", *_requantized(), check=_source_and_result, emit=emitters.reorder)
+    backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.reorder)
 
 
 def declare_results(backend: Backend) -> None:
