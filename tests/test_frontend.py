@@ -362,3 +362,58 @@ def test_a_transposed_chain_that_adds_a_unit_axis_adds_it_first():
     inputs = {"k": rng.standard_normal((1, 2, 2, 8, 16), np.float32), "q": rng.standard_normal((1, 4, 8, 16), np.float32)}
     assert_fp32_close([np.asarray(o) for o in byoc.build(byoc.partition_for(mod, "reference")).run(inputs)],
                       onnxruntime_outputs(model, inputs))
+
+
+def _one_node_model(node, inputs, output, opset=13, initializers=()):
+    graph = helper.make_graph([node], "g", inputs, [output], initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_a_prelu_slope_that_does_not_broadcast_is_named():
+    """From opset 7 PRelu's slope broadcasts from the last axis; one that does not is an error
+    naming the node and both shapes (TVM's converter raised an IndexError)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])
+    slope = onnx.numpy_helper.from_array(np.full(3, 0.25, np.float32), "slope")
+    model = _one_node_model(helper.make_node("PRelu", ["x", "slope"], ["y"], name="act"), [x], y, initializers=[slope])
+    with pytest.raises(ModelLoadError, match=r"'act' \(PRelu\).*slope of shape \(3,\) does not broadcast to its input's \(2, 3, 4\)"):
+        byoc.from_onnx(model)
+
+
+@pytest.mark.parametrize("op, position, message", [
+    ("SequenceAt", 3, r"SequenceAt position 3 is out of range for a sequence of 3 tensors \(\[-3, 2\]\)"),
+    ("SequenceErase", -4, r"SequenceErase position -4 is out of range"),
+])
+def test_sequence_positions_out_of_range_are_named(op, position, message):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3] if op == "SequenceAt" else [4, 3])
+    nodes = [helper.make_node("SequenceConstruct", ["x", "x", "x"], ["s"]),
+             helper.make_node("Constant", [], ["p"], value=onnx.numpy_helper.from_array(np.array(position, np.int64))),
+             helper.make_node(op, ["s", "p"], ["t"], name="pick")]
+    if op == "SequenceErase":
+        nodes.append(helper.make_node("ConcatFromSequence", ["t"], ["y"], axis=0))
+    else:
+        nodes[-1].output[0] = "y"
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(ModelLoadError, match=message):
+        byoc.from_onnx(model)
+
+
+def test_sequences_split_from_a_tensor_are_read_through_their_type():
+    """SplitToSequence binds its tuple to a variable, which TVM's sequence converters cannot take
+    the length of; negative positions count from the back as ONNX (and Python) count them."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 2])
+    const = lambda name, v: helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(v, np.int64)))  # noqa: E731
+    nodes = [helper.make_node("SplitToSequence", ["x"], ["s"], axis=0),
+             const("minus_one", -1), const("zero", 0),
+             helper.make_node("SequenceAt", ["s", "zero"], ["first"]),
+             helper.make_node("SequenceInsert", ["s", "first", "minus_one"], ["s2"]),
+             helper.make_node("SequenceErase", ["s2", "zero"], ["s3"]),
+             helper.make_node("ConcatFromSequence", ["s3"], ["y"], axis=0)]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 13)])
+    data = np.arange(12, dtype=np.float32).reshape(6, 2)
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    expected = onnxruntime_outputs(model, {"x": data})
+    assert_fp32_close(compiled.run(data), expected)
+    np.testing.assert_array_equal(expected[0], data[[1, 2, 3, 4, 0, 5]])

@@ -1,8 +1,9 @@
 """onnx's backend test suite (`onnx.backend.test.BackendTest`) through byoc, per float vendor,
-and onnx's real-network light graphs against onnxruntime.
+onnx's model test cases (PyTorch exports and sequence graphs), and onnx's real-network light
+graphs against onnxruntime.
 
 `make test` runs a representative slice; `make conformance` (BYOC_CONFORMANCE=all) runs every
-float32 node case and every light graph. The pass rate per vendor is printed at the end.
+float32 node case, every model test case and every light graph. The pass rate per vendor is printed at the end.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 
 import pytest
 
+from byoc.testing import conformance
 from byoc.testing.backend_test import onnx_backend_test
 from byoc.testing.kit import evaluate, model_case
 from byoc.testing.onnx_models import light_model_names
@@ -44,3 +46,27 @@ def test_light_graph_matches_onnxruntime(vendor, light, byoc_results):
     assert result.error is None, result.error
     assert result.violation is None, f"{result.violation}\n{result.report}"
     assert result.report.offload_ratio_macs == 1.0, result.report.to_table()
+
+
+# onnx's model test cases (PyTorch modules and operators as its exporter wrote them, mostly at
+# opset 6, and hand-written graphs of sequences): all of them under BYOC_CONFORMANCE=all, one per
+# kind of fix in `make test` (opset-6 Slice and PRelu, negative sequence positions, a sequence
+# bound to a variable, and a convolution).
+MODEL_SLICE = ("test_operator_index", "test_PReLU_2d_multiparam", "test_sequence_model3", "test_sequence_model6", "test_Conv2d")
+MODEL_CASES = [case.name for case in conformance.model_cases()] if FULL else list(MODEL_SLICE)
+
+
+@pytest.mark.parametrize("vendor", FLOAT_VENDORS)
+@pytest.mark.parametrize("name", MODEL_CASES)
+def test_onnx_model_case(vendor, name):
+    """Matches onnx's expected outputs within the case's tolerance, the vendor taking every op it
+    claims; a case whose ops the frontend refuses up front (strings, gradients) is refused, and a
+    listed failure fails with its reason."""
+    case = conformance.model_case(name)
+    result = conformance.check_case(case, vendor)
+    if conformance.not_handled_reason(case) is not None:
+        assert result.status == conformance.NOT_HANDLED
+    elif conformance.expected_failure(name, vendor):
+        assert result.status in (conformance.EXPECTED, conformance.NOT_HANDLED), result
+    else:
+        assert result.status in (conformance.PASS, conformance.NOT_TAKEN), result.detail

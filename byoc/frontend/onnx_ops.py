@@ -35,7 +35,11 @@ static-shape compiler. Each returns None to leave the op to TVM's converter.
 - NonMaxSuppression without its optional inputs: ONNX's defaults (TVM assumes other ones).
 - LayerNormalization: Y stays one `relax.nn.layer_norm` (backends fuse it); the optional Mean
   and InvStdDev outputs, which TVM returns as 0-d placeholders, are computed.
+- Slice before opset 10 (bounds as attributes): TVM's converter reads only the later inputs.
+- PRelu before opset 7, one slope per channel (axis 1, as opset 6 defines it); a slope that does
+  not broadcast is an error naming the shapes (TVM's converter raised an IndexError).
 - Gather and the other ops that index: see `onnx_indices` (indices out of range are errors).
+- The sequence ops: see `onnx_sequences` (negative positions as ONNX counts them).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from tvm import relax
 
 from byoc.errors import ModelLoadError
 from byoc.frontend.onnx_indices import INDEX_CONVERTERS
+from byoc.frontend.onnx_sequences import SEQUENCE_CONVERTERS
 from byoc.ir.types import constant_array, has_static_shape, is_tensor_constant, static_shape
 
 # TVM's converter for an op, for byoc converters that correct or complete it.
@@ -173,6 +178,32 @@ def split(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
     starts = np.cumsum([0, *sizes])
     return relax.Tuple([bb.emit(relax.op.strided_slice(data, axes=[axis], begin=[int(b)], end=[int(e)]))
                         for b, e in zip(starts[:-1], starts[1:])])
+
+
+def slice_v1(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
+    """Slice before opset 10 gives starts, ends and axes as attributes; TVM's converter reads
+    only the inputs of the later form."""
+    if opset >= 10:
+        return None
+    bounds = [relax.const(np.array(attrs[name], "int64"), "int64") if name in attrs else None for name in ("starts", "ends", "axes")]
+    rest = {k: v for k, v in attrs.items() if k not in ("starts", "ends", "axes")}
+    return tvm("Slice", [inputs[0], *bounds, None], rest)
+
+
+def prelu(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
+    """Before opset 7 PRelu's slope is one value or one per channel (axis 1); from opset 7 it
+    broadcasts from the last axis. TVM's converter assumes the later form and fails on a slope
+    that does not broadcast with an IndexError."""
+    x, slope = inputs
+    if not (has_static_shape(x.ty) and has_static_shape(slope.ty)):
+        return None
+    shape, slopes = static_shape(x.ty, "the input of PRelu"), static_shape(slope.ty, "the slope of PRelu")
+    if opset < 7 and len(slopes) == 1 and len(shape) > 1 and slopes[0] == shape[1] != 1:
+        return relax.op.nn.prelu(x, slope, axis=1)
+    if len(slopes) > len(shape) or any(s not in (1, d) for s, d in zip(slopes[::-1], shape[::-1])):
+        raise ModelLoadError(f"PRelu's slope of shape {tuple(slopes)} does not broadcast to its input's {tuple(shape)} "
+                             "(from opset 7 the slope broadcasts from the last axis)")
+    return None
 
 
 def pad(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
@@ -449,6 +480,8 @@ CONVERTERS: dict[str, Converter] = {
     "RMSNormalization": rms_normalization,
     "Pow": power,
     "Split": split,
+    "Slice": slice_v1,
+    "PRelu": prelu,
     "Pad": pad,
     "ReduceMax": _reduce_extreme("ReduceMax", -math.inf),
     "ReduceMin": _reduce_extreme("ReduceMin", math.inf),
@@ -458,4 +491,5 @@ CONVERTERS: dict[str, Converter] = {
     "Dropout": dropout,
     "LayerNormalization": layer_normalization,
     **INDEX_CONVERTERS,
+    **SEQUENCE_CONVERTERS,
 }

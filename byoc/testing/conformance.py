@@ -12,14 +12,17 @@ stated over the handled cases. Handled cases known to fail are listed with a rea
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 from onnx.backend.test.case.test_case import TestCase
 from onnx.backend.test.loader import load_model_tests
 from onnx.backend.test.runner import Runner
@@ -82,6 +85,41 @@ def integer_node_cases() -> tuple[TestCase, ...]:
     """onnx's node test cases on int32/int64 (and bool) tensors only, by name order: what
     catches a vendor that computes int64 in int32, with `edge_data_sets`."""
     return tuple(sorted((c for c in _all_node_cases() if is_integer_case(c.model)), key=lambda c: c.name))
+
+
+# onnx's model test cases that ship with the package: modules and operators exported from
+# PyTorch (mostly opset 6), and small graphs written by hand (sequences, strings, gradients).
+MODEL_KINDS = ("pytorch-converted", "pytorch-operator", "simple")
+
+
+def _data_set(directory: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def read(prefix: str) -> list[np.ndarray]:
+        files = sorted(directory.glob(f"{prefix}_*.pb"), key=lambda f: int(f.stem.rsplit("_", 1)[1]))
+        return [onnx.numpy_helper.to_array(onnx.load_tensor(str(f))) for f in files]
+
+    return read("input"), read("output")
+
+
+@functools.cache
+def model_cases() -> tuple[TestCase, ...]:
+    """onnx's model test cases of MODEL_KINDS whose inputs and outputs are tensors, each with its
+    model and data sets loaded (onnx's loader leaves both on disk), by name order."""
+    cases = []
+    for kind in MODEL_KINDS:
+        for case in load_model_tests(kind=kind):
+            model = onnx.load(str(Path(case.model_dir) / "model.onnx"))
+            if any(not v.type.HasField("tensor_type") for v in [*model.graph.input, *model.graph.output]):
+                continue
+            data_sets = [_data_set(d) for d in sorted(Path(case.model_dir).glob("test_data_set_*"))]
+            cases.append(dataclasses.replace(case, model=model, data_sets=data_sets))
+    return tuple(sorted(cases, key=lambda c: c.name))
+
+
+def model_case(name: str) -> TestCase:
+    for case in model_cases():
+        if case.name == name:
+            return case
+    raise KeyError(f"no onnx model test case {name!r}")
 
 
 def node_case(name: str) -> TestCase:
