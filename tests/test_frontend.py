@@ -417,3 +417,71 @@ def test_sequences_split_from_a_tensor_are_read_through_their_type():
     expected = onnxruntime_outputs(model, {"x": data})
     assert_fp32_close(compiled.run(data), expected)
     np.testing.assert_array_equal(expected[0], data[[1, 2, 3, 4, 0, 5]])
+
+
+def _cast_model(source, target, op="Cast"):
+    x = helper.make_tensor_value_info("x", source, [2, 3])
+    y = helper.make_tensor_value_info("y", target, [2, 3])
+    return _one_node_model(helper.make_node(op, ["x"], ["y"], name="narrow", to=target), [x], y, opset=21)
+
+
+def test_bfloat16_tensors_go_in_and_out_of_a_compiled_model():
+    """numpy's DLPack takes no bfloat16: inputs and outputs pass as ml_dtypes' bfloat16 arrays."""
+    import ml_dtypes
+
+    data = np.array([[0.1, -2.5, 3e38], [np.inf, np.nan, -0.0]], np.float32)
+    down = byoc.build(byoc.partition_for(byoc.from_onnx(_cast_model(TensorProto.FLOAT, TensorProto.BFLOAT16)), "dnnl"))
+    narrow = down.run(data)[0]
+    assert narrow.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(narrow.view(np.uint16), data.astype(ml_dtypes.bfloat16).view(np.uint16))
+    up = byoc.build(byoc.partition_for(byoc.from_onnx(_cast_model(TensorProto.BFLOAT16, TensorProto.FLOAT)), "dnnl"))
+    np.testing.assert_array_equal(up.run(narrow)[0], narrow.astype(np.float32))
+
+
+@pytest.mark.parametrize("target, message", [
+    (TensorProto.FLOAT8E4M3FN, "float8e4m3fn tensors are not supported"),
+    (TensorProto.INT4, "int4 tensors are not supported outside the weights of a DequantizeLinear"),
+])
+def test_float8_and_sub_byte_tensors_are_refused_by_node(target, message):
+    """TVM converts float8 wrongly (no error) and fails to build sub-byte tensors: refused up
+    front, naming the node."""
+    with pytest.raises(ModelLoadError, match=f"node 'narrow' \\(Cast\\): {message}"):
+        byoc.from_onnx(_cast_model(TensorProto.FLOAT, target))
+
+
+def test_topk_of_a_type_the_sort_library_lacks_is_refused():
+    x = helper.make_tensor_value_info("x", TensorProto.UINT16, [3, 4])
+    v = helper.make_tensor_value_info("v", TensorProto.UINT16, [3, 2])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [3, 2])
+    k = onnx.numpy_helper.from_array(np.array([2], np.int64), "k")
+    graph = helper.make_graph([helper.make_node("TopK", ["x", "k"], ["v", "i"], name="best", axis=1)], "g", [x], [v, i], [k])
+    with pytest.raises(ModelLoadError, match=r"node 'best' \(TopK\): TopK of uint16 is not supported"):
+        byoc.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+@pytest.mark.parametrize("dtype, bounds", [(np.int8, {"min": 0}), (np.uint8, {"max": 200}), (np.int32, {})])
+def test_an_integer_clip_without_a_bound_is_bounded_by_its_type(dtype, bounds):
+    """An absent bound of an integer Clip is the type's limit (it was infinity, which failed to
+    build: "Cannot convert infinity to BigInt")."""
+    tensor = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    names = [""] * 2
+    inits = []
+    for index, key in enumerate(("min", "max")):
+        if key in bounds:
+            names[index] = key
+            inits.append(onnx.numpy_helper.from_array(np.array(bounds[key], dtype), key))
+    x = helper.make_tensor_value_info("x", tensor, [2, 4])
+    y = helper.make_tensor_value_info("y", tensor, [2, 4])
+    model = _one_node_model(helper.make_node("Clip", ["x", *names], ["y"]), [x], y, initializers=inits)
+    data = np.array([[-128, -1, 0, 1], [100, 127, 5, -7]]).astype(dtype)
+    got = byoc.build(byoc.from_onnx(model)).run(data)[0]
+    np.testing.assert_array_equal(got, onnxruntime_outputs(model, {"x": data})[0])
+
+
+def test_eyelike_gives_the_dtype_it_is_asked_for():
+    x = helper.make_tensor_value_info("x", TensorProto.INT32, [3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3, 4])
+    model = _one_node_model(helper.make_node("EyeLike", ["x"], ["y"], dtype=TensorProto.DOUBLE, k=1), [x], y)
+    got = byoc.build(byoc.from_onnx(model)).run(np.zeros((3, 4), np.int32))[0]
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, np.eye(3, 4, k=1))

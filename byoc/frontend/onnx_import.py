@@ -67,12 +67,14 @@ class _NamingImporter(ONNXGraphImporter):
         return result if result is not None else super()._convert_operator(op_name, inputs, attrs, opset)
 
     def _in_float32(self, op_name: str, inputs, attrs, opset) -> relax.Expr | None:
-        """A float16 node whose converter failed, converted on its inputs cast to float32, its
-        result cast back: TVM's converters of Elu, Selu, HardSigmoid and others write their
-        constants in float32, which float16 operands refuse. None where that fails too."""
-        narrow = [i is not None and [str(t.dtype) for t in tensor_types(i.ty)] == ["float16"] for i in inputs]
-        if not any(narrow):
+        """A float16 (or bfloat16) node whose converter failed, converted on its inputs cast to
+        float32, its result cast back: TVM's converters of Elu, Selu, HardSigmoid and others write
+        their constants in float32, which float16 operands refuse. None where that fails too."""
+        kinds = {str(t.dtype) for i in inputs if i is not None for t in tensor_types(i.ty)} & {"float16", "bfloat16"}
+        if len(kinds) != 1:
             return None
+        half = kinds.pop()
+        narrow = [i is not None and [str(t.dtype) for t in tensor_types(i.ty)] == [half] for i in inputs]
         wide = [self.bb.emit(relax.op.astype(i, "float32")) if n else i for i, n in zip(inputs, narrow)]
         try:
             result = self.bb.normalize(self._converted(op_name, wide, attrs, opset))
@@ -80,7 +82,7 @@ class _NamingImporter(ONNXGraphImporter):
             return None
         if [str(t.dtype) for t in tensor_types(result.ty)] != ["float32"]:
             return None
-        return relax.op.astype(result, "float16")
+        return relax.op.astype(result, half)
 
 
 def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:

@@ -85,6 +85,11 @@ def clip(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
         low, high = (default if b is None else _scalar_constant(b) for b, default in zip(bounds, (-math.inf, math.inf)))
         if low is None or high is None:
             return None
+    dtype = str(inputs[0].ty.dtype)
+    if dtype.startswith(("int", "uint")):  # an absent bound of an integer Clip is the type's limit, not infinity
+        limits = np.iinfo(dtype)
+        low, high = max(low, limits.min), min(high, limits.max, np.iinfo(np.int64).max)
+        return relax.op.clip(inputs[0], relax.prim_value(int(low)), relax.prim_value(int(high)))
     return relax.op.clip(inputs[0], relax.prim_value(float(low)), relax.prim_value(float(high)))
 
 
@@ -351,7 +356,7 @@ def eye_like(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
 
     rows, columns = static_shape(inputs[0].ty, "the input of EyeLike")
     dtype = tensor_dtype_to_np_dtype(attrs["dtype"]) if "dtype" in attrs else np.dtype(str(inputs[0].ty.dtype))
-    return relax.const(np.eye(rows, columns, k=int(attrs.get("k", 0)), dtype=dtype))
+    return relax.const(np.eye(rows, columns, k=int(attrs.get("k", 0)), dtype=dtype), str(dtype))
 
 
 def space_to_depth(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:

@@ -28,7 +28,21 @@ _INTEGERS = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.Tenso
                        onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
 
 
-_REFUSED_BY_TYPE = frozenset({"Pow", "ReduceMax", "ReduceMin"})
+_REFUSED_BY_TYPE = frozenset({"Pow", "ReduceMax", "ReduceMin", "TopK"})
+# TVM's sort library (TopK on the host) fails at run time on these ("Unsupported input dtype").
+_UNSORTABLE = frozenset({onnx.TensorProto.INT16, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
+
+# Element types no node may read or write. Sub-byte weights of a dequantization are folded at
+# load (`onnx_nbits`); anywhere else TVM's host code fails to build on them ("dtype.bits % 8").
+# TVM converts float8 wrongly (zero became 2^-7 and NaN 480 on onnx's Cast cases, no error).
+_FLOAT8 = ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0")
+_SUB_BYTE = ("INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1")
+_REFUSED_TYPES = {
+    **{getattr(onnx.TensorProto, n): f"{n.lower()} tensors are not supported (TVM's float8 conversions give wrong values at zero "
+                                      "and NaN)" for n in _FLOAT8 if hasattr(onnx.TensorProto, n)},
+    **{getattr(onnx.TensorProto, n): f"{n.lower()} tensors are not supported outside the weights of a DequantizeLinear (TVM's "
+                                      "host code takes whole bytes per element)" for n in _SUB_BYTE if hasattr(onnx.TensorProto, n)},
+}
 
 
 def _element_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -45,13 +59,35 @@ def _element_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
+def _declares_refused_type(graph: onnx.GraphProto) -> bool:
+    """Whether a refused element type appears where it can be seen without type inference: the
+    graph's values and weights, a Cast's target, a subgraph's."""
+    values = [*graph.input, *graph.output, *graph.value_info]
+    if any(v.type.tensor_type.elem_type in _REFUSED_TYPES for v in values if v.type.HasField("tensor_type")):
+        return True
+    if any(init.data_type in _REFUSED_TYPES for init in graph.initializer):
+        return True
+    for node in graph.node:
+        if node.op_type == "Cast" and any(a.name == "to" and a.i in _REFUSED_TYPES for a in node.attribute):
+            return True
+        if any(_declares_refused_type(sub) for a in node.attribute for sub in ([a.g] if a.HasField("g") else list(a.graphs))):
+            return True
+    return False
+
+
 def _refused_form(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
     """Why a form of an op that has a converter is still not imported, or None."""
+    refused_type = next((_REFUSED_TYPES[t] for t in (types.get(v) for v in [*node.input, *node.output] if v) if t in _REFUSED_TYPES), None)
+    if refused_type is not None:
+        return refused_type
     first = types.get(node.input[0]) if node.input else None
     if node.op_type == "Pow" and first in _INTEGERS:
         return "integer Pow is not supported (TVM's power takes floating-point operands only)"
     if node.op_type in ("ReduceMax", "ReduceMin") and first == onnx.TensorProto.BOOL:
         return f"{node.op_type} of bool is not supported (TVM's reductions have no bool identity value)"
+    if node.op_type == "TopK" and first in _UNSORTABLE:
+        return (f"TopK of {onnx.TensorProto.DataType.Name(first).lower()} is not supported (TVM's sort library takes float, 8-bit "
+                "and 32- or 64-bit signed integer keys)")
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
         return "its Indices output is not supported (TVM's max pooling returns no indices)"
     if node.op_type == "BatchNormalization" and any(a.name == "training_mode" and a.i for a in node.attribute):
@@ -85,7 +121,7 @@ def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
     bodies expanded; empty when it imports them all."""
     refused = []
     expanded = expand(model)
-    typed = any(node.op_type in _REFUSED_BY_TYPE for node in _nodes(expanded.graph))
+    typed = any(node.op_type in _REFUSED_BY_TYPE for node in _nodes(expanded.graph)) or _declares_refused_type(expanded.graph)
     types = _element_types(expanded) if typed else {}  # inference copies the model: only where it decides
     for node in _nodes(expanded.graph):
         name = node.name or (node.output[0] if node.output else node.op_type)

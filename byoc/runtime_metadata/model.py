@@ -25,6 +25,7 @@ from byoc.host.index_ranges import engine_index_error, take_index_error
 from byoc.partition.reasons import SHAPE_ONLY
 from byoc.partition.record import PartitionRecord
 from byoc.partition.report import PartitionReport
+from byoc.runtime_metadata.arrays import numpy_view
 from byoc.runtime_metadata.artifact import read_artifact, write_artifact
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
@@ -128,7 +129,7 @@ class CompiledModel:
         entry = getattr(self._local, "entry", None)
         if entry is None:
             buffers = [tvm.runtime.empty(s.shape, s.dtype) for s in self.inputs]
-            entry = self._local.entry = (self._vm()["main"], buffers, [np.from_dlpack(b) for b in buffers])
+            entry = self._local.entry = (self._vm()["main"], buffers, [numpy_view(b) for b in buffers])
         return entry
 
     def _direct_entry(self, values: Mapping[str, int] | None = None) -> tuple[Callable[[], None], list[np.ndarray], list[np.ndarray]]:
@@ -157,13 +158,13 @@ class CompiledModel:
             artifact = next(a for a in self.parts.artifacts if a.symbol == symbol)
             function = self.regions.get(symbol) or self.host.get_function(symbol, query_imports=True)
         tensors = [tvm.runtime.empty(shape_at(s.shape, values), s.dtype) for s in [*artifact.inputs, *artifact.outputs]]
-        views = [np.from_dlpack(t) for t in tensors]
+        views = [numpy_view(t) for t in tensors]
         count = len(artifact.inputs)
         if direct.shape_values:  # values of the shape alone: the host's, computed once for these dimensions
             computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
             for position, index in direct.shape_values.items():
                 tensors[position] = computed[index]
-                views[position] = np.from_dlpack(computed[index])
+                views[position] = numpy_view(computed[index])
         fed = [view for position, view in enumerate(views[:count]) if position not in direct.shape_values]
         if isinstance(function, RegionRuntime):  # an engine, on numpy views of the same buffers
             inputs, outputs = views[:count], views[count:]
@@ -309,7 +310,7 @@ class CompiledModel:
         entry = entries.get(shapes)
         if entry is None:
             buffers = [tvm.runtime.empty(shape, spec.dtype) for shape, spec in zip(shapes, self.inputs)]
-            entry = entries[shapes] = (self._local.main, buffers, [np.from_dlpack(b) for b in buffers])
+            entry = entries[shapes] = (self._local.main, buffers, [numpy_view(b) for b in buffers])
             while len(entries) > _KEPT_INPUT_SHAPES:
                 entries.popitem(last=False)
         else:
@@ -399,7 +400,7 @@ def _as_arrays(result) -> list[np.ndarray]:
     view of a kept input buffer or of a constant): a shape the model returns (ONNX Shape of a
     static tensor) is an int64 vector, a scalar a 0-d array."""
     if isinstance(result, tvm.runtime.Tensor):
-        return [np.from_dlpack(result).copy()]
+        return [numpy_view(result).copy()]
     if isinstance(result, tvm.runtime.ShapeTuple):
         return [np.array(list(result), dtype=np.int64)]
     if isinstance(result, (int, float, bool)):
@@ -410,7 +411,7 @@ def _as_arrays(result) -> list[np.ndarray]:
     for index in range(_ARRAY_SIZE(result)):
         value = _ARRAY_GET_ITEM(result, index)
         if isinstance(value, tvm.runtime.Tensor):
-            arrays.append(np.from_dlpack(value).copy())
+            arrays.append(numpy_view(value).copy())
         else:
             arrays.extend(_as_arrays(value))
     return arrays
