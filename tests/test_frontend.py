@@ -441,10 +441,11 @@ def test_bfloat16_tensors_go_in_and_out_of_a_compiled_model():
 @pytest.mark.parametrize("target, message", [
     (TensorProto.FLOAT8E4M3FN, "float8e4m3fn tensors are not supported"),
     (TensorProto.INT4, "int4 tensors are not supported outside the weights of a DequantizeLinear"),
+    (TensorProto.STRING, "string tensors are not supported"),
 ])
-def test_float8_and_sub_byte_tensors_are_refused_by_node(target, message):
-    """TVM converts float8 wrongly (no error) and fails to build sub-byte tensors: refused up
-    front, naming the node."""
+def test_float8_sub_byte_and_string_tensors_are_refused_by_node(target, message):
+    """TVM converts float8 wrongly (no error), fails to build sub-byte tensors and has no string
+    tensors: refused up front, naming the node."""
     with pytest.raises(ModelLoadError, match=f"node 'narrow' \\(Cast\\): {message}"):
         byoc.from_onnx(_cast_model(TensorProto.FLOAT, target))
 

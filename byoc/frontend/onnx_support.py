@@ -42,6 +42,7 @@ _REFUSED_TYPES = {
                                       "and NaN)" for n in _FLOAT8 if hasattr(onnx.TensorProto, n)},
     **{getattr(onnx.TensorProto, n): f"{n.lower()} tensors are not supported outside the weights of a DequantizeLinear (TVM's "
                                       "host code takes whole bytes per element)" for n in _SUB_BYTE if hasattr(onnx.TensorProto, n)},
+    onnx.TensorProto.STRING: "string tensors are not supported (TVM's tensors hold numbers only)",
 }
 
 
