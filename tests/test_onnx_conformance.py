@@ -62,11 +62,30 @@ def test_onnx_model_case(vendor, name):
     """Matches onnx's expected outputs within the case's tolerance, the vendor taking every op it
     claims; a case whose ops the frontend refuses up front (strings, gradients) is refused, and a
     listed failure fails with its reason."""
-    case = conformance.model_case(name)
+    _passes_or_is_refused(conformance.model_case(name), vendor)
+
+
+# onnx's node cases on other types (float16, bfloat16, float64, small and unsigned integers;
+# float8, sub-byte and string tensors are refused up front): all under BYOC_CONFORMANCE=all, in
+# `make test` one per kind of fix (bfloat16 outputs, bfloat16 Elu, an int8 Clip without bounds,
+# EyeLike's dtype, float16 attention, a float8 refusal, a float64 maximum).
+OTHER_SLICE = ("test_cast_FLOAT_to_BFLOAT16", "test_celu_bfloat16", "test_clip_default_int8_inbounds", "test_eyelike_with_dtype",
+               "test_attention_4d_fp16", "test_cast_FLOAT_to_FLOAT8E4M3FN", "test_max_float64")
+OTHER_CASES = [case.name for case in conformance.other_type_node_cases()] if FULL else list(OTHER_SLICE)
+
+
+@pytest.mark.parametrize("vendor", FLOAT_VENDORS)
+@pytest.mark.parametrize("name", OTHER_CASES)
+def test_onnx_other_type_node_case(vendor, name):
+    """As the model cases: a pass, a refusal up front, or a listed failure, never another error."""
+    _passes_or_is_refused(conformance.node_case(name), vendor)
+
+
+def _passes_or_is_refused(case, vendor):
     result = conformance.check_case(case, vendor)
     if conformance.not_handled_reason(case) is not None:
         assert result.status == conformance.NOT_HANDLED
-    elif conformance.expected_failure(name, vendor):
+    elif conformance.expected_failure(case.name, vendor):
         assert result.status in (conformance.EXPECTED, conformance.NOT_HANDLED), result
     else:
         assert result.status in (conformance.PASS, conformance.NOT_TAKEN), result.detail

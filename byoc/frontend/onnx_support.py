@@ -86,6 +86,9 @@ def _refused_form(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
         return "integer Pow is not supported (TVM's power takes floating-point operands only)"
     if node.op_type in ("ReduceMax", "ReduceMin") and first == onnx.TensorProto.BOOL:
         return f"{node.op_type} of bool is not supported (TVM's reductions have no bool identity value)"
+    if node.op_type in ("QuantizeLinear", "DequantizeLinear") and any(a.name == "block_size" and a.i for a in node.attribute):
+        return ("blocked quantization of a tensor computed at run time is not supported (blocked scales are taken on constant "
+                "weights, dequantized at import)")
     if node.op_type == "TopK" and first in _UNSORTABLE:
         return (f"TopK of {onnx.TensorProto.DataType.Name(first).lower()} is not supported (TVM's sort library takes float, 8-bit "
                 "and 32- or 64-bit signed integer keys)")

@@ -122,11 +122,23 @@ def model_case(name: str) -> TestCase:
     raise KeyError(f"no onnx model test case {name!r}")
 
 
+@functools.cache
+def other_type_node_cases() -> tuple[TestCase, ...]:
+    """onnx's node test cases on tensors of other types (float16, bfloat16, float64, 8- and
+    16-bit and unsigned integers, float8, strings), by name order: run apart from the float32
+    and integer cases, whose pass rates vendors are compared by."""
+    def tensors_only(case: TestCase) -> bool:
+        return all(v.type.HasField("tensor_type") for v in [*case.model.graph.input, *case.model.graph.output])
+
+    return tuple(sorted((c for c in _all_node_cases() if tensors_only(c) and not is_float32_case(c.model) and not is_integer_case(c.model)),
+                        key=lambda c: c.name))
+
+
 def node_case(name: str) -> TestCase:
-    for case in (*float32_node_cases(), *integer_node_cases()):
+    for case in (*float32_node_cases(), *integer_node_cases(), *other_type_node_cases()):
         if case.name == name:
             return case
-    raise KeyError(f"no float32 or integer node case {name!r}")
+    raise KeyError(f"no node case {name!r}")
 
 
 def select(pattern: str | None = None, ops: Sequence[str] | None = None, integers: bool = True) -> list[TestCase]:
@@ -201,6 +213,10 @@ def _vendor_options(vendor: str | None, options: dict[str, Any] | None) -> dict[
     return {**(options or {}), **(FORCED_OFFLOAD if vendor else {})}
 
 
+def _array(value: np.ndarray | onnx.TensorProto) -> np.ndarray:
+    return onnx.numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else value
+
+
 def run_case(case: TestCase, vendor: str | None, options: dict[str, Any] | None = None, as_weights: bool = False) -> None:
     """Run `case` through the ONNX backend for `vendor` (None: the host alone), the vendor
     taking every op it claims (FORCED_OFFLOAD) and its regions built strictly (a region that
@@ -216,7 +232,9 @@ def run_case(case: TestCase, vendor: str | None, options: dict[str, Any] | None 
     constants = weight_inputs(case.model) if as_weights else []
     rep = backend_for([vendor] if vendor else [], strict=True, **options).prepare(case.model, constant_inputs=constants)
     for inputs, expected in [*case.data_sets, *edge_data_sets(case)]:
-        got = list(rep.run(list(inputs)))
+        # onnx keeps some cases' data as TensorProto (bfloat16, float8)
+        inputs, expected = [_array(a) for a in inputs], [_array(a) for a in expected]
+        got = list(rep.run(inputs))
         if tolerance.precision == "fp32":
             Runner.assert_similar_outputs(list(expected), got, case.rtol, case.atol)
         else:

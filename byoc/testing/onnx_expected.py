@@ -41,4 +41,7 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_sequence_model8": "a zero-length input: byoc compiles shapes whose every dimension is positive",
 }
 
-VENDOR_EXPECTED_FAILURES: dict[str, dict[str, str]] = {}
+VENDOR_EXPECTED_FAILURES: dict[str, dict[str, str]] = {
+    # float16 is computed in float32 where dnnl is first (`frontend.float16`): the float32 case's failure
+    "dnnl": {"test_mod_float_edge_cases_fmod_0_float16": EXPECTED_FAILURES["test_mod_float_edge_cases_fmod_0_float32"]},
+}
