@@ -198,3 +198,20 @@ def test_an_input_the_model_never_reads_is_taken_by_name_and_ignored(tmp_path, c
 def _reloaded(compiled, tmp_path):
     compiled.export(tmp_path / "exported.byoc")
     return byoc.load(tmp_path / "exported.byoc")
+
+
+def test_run_reads_bfloat16_inputs_that_numpy_saved_as_raw_bytes(tmp_path, capsys):
+    """`np.save` writes an ml_dtypes bfloat16 array as |V2; `byoc run` reads it as the bfloat16
+    input it is."""
+    import ml_dtypes
+
+    x = helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "up.onnx")
+    data = np.arange(6, dtype=np.float32).reshape(2, 3).astype(ml_dtypes.bfloat16)
+    np.save(tmp_path / "x.npy", data)
+    artifact = str(tmp_path / "up.byoc")
+    assert main(["compile", str(tmp_path / "up.onnx"), "--vendor", "dnnl", "-o", artifact]) == 0
+    assert main(["run", artifact, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / "out")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output0.npy"), data.astype(np.float32))

@@ -15,6 +15,7 @@ from byoc.errors import InputError
 from byoc.frontend.onnx_shapes import parse_buckets
 from byoc.models import random_inputs
 from byoc.partition import report
+from byoc.runtime_metadata.arrays import ML_DTYPES
 from byoc.runtime_metadata.artifact import read_manifest
 from byoc.runtime_metadata.build import build
 from byoc.runtime_metadata.model import load
@@ -98,6 +99,10 @@ def _inputs(specs, given: list[str], dims=None, ignored=()) -> dict[str, np.ndar
     unknown = sorted(set(files) - {s.name for s in specs})
     if unknown:
         raise InputError(f"unknown input(s) {unknown}; the model's inputs are {[s.name for s in specs]}")
+    for spec in specs:
+        wanted, array = ML_DTYPES.get(str(spec.dtype)), files.get(spec.name)
+        if wanted is not None and array is not None and array.dtype.kind == "V" and array.dtype.itemsize == wanted.itemsize:
+            files[spec.name] = array.view(wanted)  # .npy keeps ml_dtypes' types (bfloat16) as raw bytes: |V2
     # A dimension a given file fixes holds for the generated inputs too (a forgotten mask gets
     # the ids' shape); the others are at the value partitioning decided for.
     sizes = {dim: r.opt for dim, r in (dims or {}).items()}
