@@ -318,3 +318,34 @@ def test_precision_int8_calibrates_over_shapes_and_serves_every_shape(model, ses
         ours, onnxruntimes = (float(np.linalg.norm(got - exact) / np.linalg.norm(exact))
                               for got in (compiled.run(inputs)[0], theirs.run(None, inputs)[0]))
         assert ours <= onnxruntimes, (shape, ours, onnxruntimes)
+
+
+def test_a_sum_of_dimensions_reshaped_into_a_shape_stays_a_shape():
+    """A decoder exported with its key/value cache builds the attention mask's shape from
+    past + sequence: Squeeze(Shape(...)) twice, an Add, a Reshape to one element, a Concat, an
+    Expand. TVM's Reshape converter refused the scalar ("Reshape expects the input data to be a
+    Tensor"), so no decoder with a cache imported with dynamic axes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def length(name, source, axis):
+        return [helper.make_node("Shape", [source], [f"{name}_s"], start=axis, end=axis + 1),
+                helper.make_node("Squeeze", [f"{name}_s"], [name])]
+
+    nodes = [*length("p", "past", 1), *length("q", "x", 1), helper.make_node("Add", ["p", "q"], ["total"]),
+             helper.make_node("Reshape", ["total", "minus_one"], ["total_1"]),
+             helper.make_node("Shape", ["x"], ["b"], start=0, end=1),
+             helper.make_node("Concat", ["b", "total_1", "width"], ["shape"], axis=0),
+             helper.make_node("Expand", ["bias", "shape"], ["spread"]),
+             helper.make_node("Concat", ["past", "x"], ["state"], axis=1), helper.make_node("Add", ["state", "spread"], ["y"])]
+    constants = [numpy_helper.from_array(np.array([-1], np.int64), "minus_one"), numpy_helper.from_array(np.array([8], np.int64), "width"),
+                 numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(1, 1, 8), "bias")]
+    graph = helper.make_graph(nodes, "cache", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8]),
+                                               helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", "past", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "total", 8])], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 4), "seq": (1, 8), "past": (1, 32)}), "dnnl"))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for batch, seq, past in [(1, 1, 7), (3, 8, 1), (2, 1, 32)]:
+        feeds = {"x": rng.standard_normal((batch, seq, 8)).astype(np.float32), "past": rng.standard_normal((batch, past, 8)).astype(np.float32)}
+        np.testing.assert_allclose(compiled.run(**feeds)[0], session.run(None, feeds)[0], atol=TOLERANCE)

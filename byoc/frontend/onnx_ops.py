@@ -35,6 +35,7 @@ static-shape compiler. Each returns None to leave the op to TVM's converter.
 - NonMaxSuppression without its optional inputs: ONNX's defaults (TVM assumes other ones).
 - LayerNormalization: Y stays one `relax.nn.layer_norm` (backends fuse it); the optional Mean
   and InvStdDev outputs, which TVM returns as 0-d placeholders, are computed.
+- Reshape of a dimension to one element: a shape value (see `reshape`).
 - Slice before opset 10 (bounds as attributes): TVM's converter reads only the later inputs.
 - PRelu before opset 7, one slope per channel (axis 1, as opset 6 defines it); a slope that does
   not broadcast is an error naming the shapes (TVM's converter raised an IndexError).
@@ -183,6 +184,19 @@ def split(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
     starts = np.cumsum([0, *sizes])
     return relax.Tuple([bb.emit(relax.op.strided_slice(data, axes=[axis], begin=[int(b)], end=[int(e)]))
                         for b, e in zip(starts[:-1], starts[1:])])
+
+
+def reshape(bb, inputs, attrs, opset, tvm_converter) -> relax.Expr | None:
+    """A dimension (a scalar shape value: Squeeze of Shape, and sums of such) reshaped to one
+    element, as torch's exporter writes `past + seq` before concatenating it into a shape: a
+    one-dimension shape value, which TVM's Concat and Expand follow (its converter refuses to
+    reshape a scalar that is not a tensor)."""
+    data = inputs[0]
+    # TVM's converters pass a dimension as a PrimExpr (past + seq) or as a PrimValue around one
+    dimension = data if tvm.ir.is_prim_expr(data) else getattr(data, "value", None) if isinstance(data.ty, tvm.ir.PrimType) else None
+    if dimension is None or _scalar_constant(inputs[1]) not in (1.0, -1.0):
+        return None
+    return relax.ShapeExpr([dimension])
 
 
 def slice_v1(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
@@ -486,6 +500,7 @@ CONVERTERS: dict[str, Converter] = {
     "Pow": power,
     "Split": split,
     "Slice": slice_v1,
+    "Reshape": reshape,
     "PRelu": prelu,
     "Pad": pad,
     "ReduceMax": _reduce_extreme("ReduceMax", -math.inf),
