@@ -486,3 +486,24 @@ def test_eyelike_gives_the_dtype_it_is_asked_for():
     got = byoc.build(byoc.from_onnx(model)).run(np.zeros((3, 4), np.int32))[0]
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got, np.eye(3, 4, k=1))
+
+
+def test_a_compiled_model_takes_its_inputs_by_the_names_in_the_file(tmp_path, capsys):
+    """TVM renames inputs to identifiers (`input.1` -> `input_1`, `past_key_values.0.key` ->
+    `past_key_values_0_key`); the compiled model, its artifact and the command line keep the
+    file's names, as onnxruntime does."""
+    from byoc.cli import main
+
+    names = ["input.1", "past_key_values.0.key"]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in names]
+    y = helper.make_tensor_value_info("logits.out", TensorProto.FLOAT, [2, 3])
+    model = _one_node_model(helper.make_node("Add", names, ["logits.out"]), inputs, y)
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    assert [spec.name for spec in compiled.inputs] == names and [spec.name for spec in compiled.outputs] == ["logits.out"]
+    a, b = np.ones((2, 3), np.float32), np.full((2, 3), 2, np.float32)
+    np.testing.assert_array_equal(compiled.run(**{"input.1": a, "past_key_values.0.key": b})[0], a + b)
+    path = tmp_path / "add.byoc"
+    compiled.export(path)
+    np.save(tmp_path / "b.npy", b)
+    assert main(["run", str(path), "--input", f"past_key_values.0.key={tmp_path / 'b.npy'}"]) == 0
+    assert "output 0 (logits.out)" in capsys.readouterr().out

@@ -9,6 +9,7 @@ is converted (a Conv with bias becomes conv2d + add, say) are then given the sam
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 
 import onnx
@@ -33,7 +34,7 @@ from byoc.frontend.onnx_shapes import static_input_shapes
 from byoc.frontend.onnx_support import expand, unsupported_ops
 from byoc.ir.dims import with_dims
 from byoc.ir.ignored_inputs import with_ignored_inputs
-from byoc.ir.outputs import with_output_names
+from byoc.ir.outputs import with_input_names, with_output_names
 from byoc.ir.types import tensor_types
 
 
@@ -41,6 +42,15 @@ class _NamingImporter(ONNXGraphImporter):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.node_of_var: dict[int, str] = {}
+        self.original_names: dict[str, str] = {}  # sanitized input name -> the file's
+
+    def _sanitize_name(self, name: str) -> str:
+        with warnings.catch_warnings():  # "Renaming name ...": the compiled model keeps the file's names
+            warnings.simplefilter("ignore")
+            new_name = super()._sanitize_name(name)
+        if new_name != name:
+            self.original_names[new_name] = name
+        return new_name
 
     def _tvm_converter(self, op_name: str, inputs, attrs):
         """TVM's converter for `op_name`, for byoc converters that build on it."""
@@ -148,7 +158,7 @@ def from_onnx(
     _declare_input_dtypes(importer, model)
     label = f"model {model.graph.name!r}"
     mod = named_module(lambda: with_dims(importer.from_onnx(model.graph, opset), ranges), importer.node_of_var, label, clean)
-    mod = with_output_names(with_dims(mod, ranges), [value.name for value in model.graph.output])
+    mod = with_input_names(with_output_names(with_dims(mod, ranges), [value.name for value in model.graph.output]), importer.original_names)
     return with_ignored_inputs(mod, ignored)
 
 

@@ -22,7 +22,7 @@ from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, R
 from byoc.host import host_pipeline
 from byoc.ir.dims import DimRange, dims_of, function_dimensions, symbolic_names
 from byoc.ir.ignored_inputs import ignored_inputs
-from byoc.ir.outputs import output_names
+from byoc.ir.outputs import input_name, output_names
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
@@ -93,7 +93,7 @@ def model_io(mod: tvm.IRModule) -> tuple[list[TensorSpec], list[TensorSpec]]:
     count = int(main.attrs["num_input"]) if main.attrs is not None and "num_input" in main.attrs else len(main.params)
     # A dimension is its size, or its name where it is dynamic (`batch`); an output dimension
     # that is an expression of them is -1.
-    inputs = [TensorSpec(p.name, tuple(_input_dim(d, p) for d in p.ty.shape.values) if symbolic_names(p.ty)
+    inputs = [TensorSpec(input_name(mod, p.name), tuple(_input_dim(d, p) for d in p.ty.shape.values) if symbolic_names(p.ty)
                          else static_shape(p.ty, f"input {p.name!r}"), str(p.ty.dtype)) for p in main.params[:count]]
     outputs = []
     types = tensor_types(main.ret_ty)
