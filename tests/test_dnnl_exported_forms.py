@@ -513,3 +513,20 @@ def test_sums_over_the_innermost_axes_run_on_onednn(tmp_path):
                     inputs, ("y", [1, 1, 16]), _weights(w=(16, 16)) + [middle])
     (summed,) = [h for h in byoc.report(byoc.partition_for(byoc.from_onnx(across), "dnnl")).host_ops if "relax.sum" in h.ops]
     assert any("innermost axes" in reason for reason in summed.reasons), summed.reasons
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_heads_of_one_token_times_a_broadcast_table(tokens):
+    """A decoding step's new token: its projection split into heads and transposed moves unit
+    axes only, then is multiplied by the rotary table broadcast over the heads. Described with
+    the moved axes' strides, the transposed view made oneDNN 3.2's binary read its broadcast
+    operand wrongly (values of 1e24 at one token, none at three)."""
+    nodes = [helper.make_node("MatMul", ["h", "w"], ["q"]), helper.make_node("Reshape", ["q", "heads"], ["q4"]),
+             helper.make_node("Transpose", ["q4"], ["x"], perm=[0, 2, 1, 3]), helper.make_node("Mul", ["x", "cos"], ["y"])]
+    heads = numpy_helper.from_array(np.array([1, -1, 2, 32], np.int64), "heads")
+    model = _model(nodes, {"h": np.zeros((1, tokens, 64)), "cos": np.zeros((1, 1, tokens, 32))}, ("y", [1, 2, tokens, 32]),
+                   [heads, *_weights(w=(64, 64))])
+    inputs = {"h": RNG.standard_normal((1, tokens, 64)).astype(np.float32), "cos": RNG.standard_normal((1, 1, tokens, 32)).astype(np.float32)}
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    for _ in range(3):  # the misread depends on what lies past the table
+        assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))

@@ -1283,8 +1283,12 @@ def permute_dims(call: KernelCall) -> KernelCode:
     products_only = "1" if _read_by_products(call, node) else "0"
 
     def view(kernel: _Kernel, x: CBuffer, out: CBuffer, _transposed: str) -> tuple[str, str]:
-        seen = _permuted_md(kernel, kernel.md_of(x), inverse)
-        return f"{products_only} || dnnl_memory_desc_equal({seen}, {kernel.md(out.shape, 'plain', out.dtype)})", seen
+        seen, plain = _permuted_md(kernel, kernel.md_of(x), inverse), kernel.md(out.shape, "plain", out.dtype)
+        # Where the transpose moves unit axes only, the data is in plain layout and is described so: with the
+        # moved axes' strides kept, oneDNN 3.2's binary misread its broadcast operand (a decoding step's
+        # queries times the rotary table, at one new token: values of 1e24).
+        same = f"dnnl_memory_desc_equal({seen}, {plain})"
+        return f"{products_only} || {same}", f"({same} ? {plain} : {seen})"
 
     return _relayout(call, lambda kernel, x, out: _transposed_layout(kernel, out.shape, order, out.dtype), view=view)
 
