@@ -153,3 +153,38 @@ def test_the_command_line_takes_an_exported_architecture_by_name(cache, monkeypa
     assert main(["partition", "hf:gpt_neo", "--vendor", "onnxruntime"]) == 0
     out = capsys.readouterr().out
     assert "in 1 region(s)" in out, out
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_decoding_step_with_its_cache_generates_as_onnxruntime_does(name, cache):
+    """The step text generation calls per token (`byoc.models.decoder_step`: past keys and values
+    in, present ones out), compiled once for every batch, prompt and cache length in range:
+    one dnnl region with every MAC, and greedy decoding of a prompt gives onnxruntime's tokens,
+    each step's logits within 1e-4 of its. Decoding one token at a time made the Llama family's
+    rotated keys garbage on dnnl (see test_heads_of_one_token_times_a_broadcast_table)."""
+    import onnxruntime as ort
+
+    from byoc.models import decoder_step
+
+    model = decoder_step.export(name, cache_dir=cache)
+    dims = {"batch": (1, 4), "sequence": (1, 16), "past": (1, 64), "total": (2, 80)}
+    partitioned = byoc.partition_for(byoc.from_onnx(model, dims=dims), "dnnl")
+    report = byoc.report(partitioned)
+    assert len(report.regions) == 1 and report.offload_ratio_macs == 1.0, report.to_table()
+    compiled = byoc.build(partitioned)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [value.name for value in model.graph.input]
+    # A first step attends to one masked cache position (the cache holds at least one).
+    feeds = decoder_step.step_inputs(model, batch=2, sequence=5, past=1)
+    feeds["attention_mask"][:, 0] = 0
+    for _ in range(4):
+        got, want = compiled.run(**feeds), session.run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, atol=1e-4)
+        tokens = want[0][:, -1].argmax(-1)
+        np.testing.assert_array_equal(got[0][:, -1].argmax(-1), tokens)
+        batch = tokens.shape[0]
+        feeds = {"input_ids": tokens[:, None].astype(np.int64),
+                 "attention_mask": np.concatenate([feeds["attention_mask"], np.ones((batch, 1), np.int64)], axis=1),
+                 **dict(zip(names[2:], want[1:]))}
