@@ -108,6 +108,12 @@ class QuantizedModelWarning(UserWarning):
     still runs as its file says, and the warning names the nodes."""
 
 
+class ShapeVariantWarning(UserWarning):
+    """A region generated per shape meets more new shapes than it keeps: each generates and
+    compiles code again (a decoder's cache length changes every step). The warning names the
+    region, its dimensions and what one variant costs."""
+
+
 class PlacementError(PartitionError):
     """Measured placement cannot run as asked: a model it cannot cut, an RPC tracker that does
     not answer, a key with no device; names the tracker, key or backend."""

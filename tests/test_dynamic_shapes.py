@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import onnx
@@ -143,9 +144,18 @@ def test_a_region_the_engine_cannot_take_symbolically_is_generated_per_shape(mod
 
 
 def test_variants_built_on_first_use_are_bounded(model):
+    """At most max_shapes variants are kept; meeting more says, once, that each new shape
+    compiles again and what to do instead (a decoder's cache length changes every step)."""
+    from byoc.errors import ShapeVariantWarning
+
     built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl"), max_shapes=1)
-    for shape in [(1, 3), (1, 4), (1, 5)]:
-        built.run(input_ids=_tokens(shape))
+    built.run(input_ids=_tokens((1, 3)))
+    with pytest.warns(ShapeVariantWarning, match=r"region dnnl_0 \(dnnl\): more shapes than the 1 it keeps .* each new value of "
+                      r"batch, sequence generates and compiles it again .*onnxruntime"):
+        built.run(input_ids=_tokens((1, 4)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ShapeVariantWarning)
+        built.run(input_ids=_tokens((1, 5)))
     assert built.inspect()["shape_specialised"]["dnnl_0"]["built_here"] == ["batch1_sequence5"]
 
 

@@ -121,15 +121,16 @@ class CompiledModel:
             vm = self._local.vm = create_vm(self.host, self.regions.values(), self.parts.artifacts, self._by_name)
         return vm
 
-    def _entry(self) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray]]:
-        """This thread's `main`, the input buffers it keeps and numpy views of them. Inputs are
+    def _entry(self) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray], list[bool]]:
+        """This thread's `main`, the input buffers it keeps, numpy views of them, and which of its
+        outputs a run allocates (see `_outputs`). Inputs are
         copied into kept buffers (a fresh allocation per run pays page faults: 0.1 ms or more for
         a 224x224 image; TVM takes no numpy memory that is not 64-byte aligned), through views
         (Tensor.copyfrom took 7 us a call, looking `main` up 16 us: a fifth of a tiny GPT-2's run)."""
         entry = getattr(self._local, "entry", None)
         if entry is None:
             buffers = [tvm.runtime.empty(s.shape, s.dtype) for s in self.inputs]
-            entry = self._local.entry = (self._vm()["main"], buffers, [numpy_view(b) for b in buffers])
+            entry = self._local.entry = (self._vm()["main"], buffers, [numpy_view(b) for b in buffers], self._allocated_outputs())
         return entry
 
     def _direct_entry(self, values: Mapping[str, int] | None = None) -> tuple[Callable[[], None], list[np.ndarray], list[np.ndarray]]:
@@ -261,10 +262,8 @@ class CompiledModel:
                 return self._run_dynamic(arrays)
             if self.parts.direct_call is not None:
                 return self._run_direct(arrays)
-            main, buffers, views = self._entry()
-            for view, array in zip(views, arrays):
-                np.copyto(view, array)
-            return _as_arrays(main(*buffers))
+            main, buffers, views, fresh = self._entry()
+            return _outputs(main, _fed(buffers, views, arrays), fresh)
         except Exception as error:
             index_error = take_index_error()  # a stale one (from a profile run) does not match this error
             if index_error is not None and str(index_error) in str(error):
@@ -289,10 +288,8 @@ class CompiledModel:
         each shape-specialised region the variant for these dimensions."""
         token = set_current_dims(self.dims_of_inputs(arrays))
         try:
-            main, buffers, views = self._dynamic_entry(tuple(a.shape for a in arrays))
-            for view, array in zip(views, arrays):
-                np.copyto(view, array)
-            return _as_arrays(main(*buffers))
+            main, buffers, views, fresh = self._dynamic_entry(tuple(a.shape for a in arrays))
+            return _outputs(main, _fed(buffers, views, arrays), fresh)
         finally:
             reset_current_dims(token)
 
@@ -300,7 +297,15 @@ class CompiledModel:
         """A VirtualMachine of its own, for calls made while another runs `main`."""
         return create_vm(self.host, self.regions.values(), self.parts.artifacts, self._by_name)
 
-    def _dynamic_entry(self, shapes: tuple) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray]]:
+    def _allocated_outputs(self) -> list[bool]:
+        """This thread's record of which outputs of `main` a run allocates (see `_outputs`): one
+        for every shape, found on the first run (a decoder's every step is a shape of its own)."""
+        allocated = getattr(self._local, "allocated", None)
+        if allocated is None:
+            allocated = self._local.allocated = []
+        return allocated
+
+    def _dynamic_entry(self, shapes: tuple) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray], list[bool]]:
         """This thread's `main` and input buffers for these input shapes, kept for the shapes
         run most recently (as `_entry` keeps them for a static model)."""
         entries = getattr(self._local, "dynamic", None)
@@ -310,7 +315,7 @@ class CompiledModel:
         entry = entries.get(shapes)
         if entry is None:
             buffers = [tvm.runtime.empty(shape, spec.dtype) for shape, spec in zip(shapes, self.inputs)]
-            entry = entries[shapes] = (self._local.main, buffers, [numpy_view(b) for b in buffers])
+            entry = entries[shapes] = (self._local.main, buffers, [numpy_view(b) for b in buffers], self._allocated_outputs())
             while len(entries) > _KEPT_INPUT_SHAPES:
                 entries.popitem(last=False)
         else:
@@ -395,25 +400,65 @@ _ARRAY_SIZE = tvm_ffi.get_global_func("ffi.ArraySize")
 _ARRAY_GET_ITEM = tvm_ffi.get_global_func("ffi.ArrayGetItem")
 
 
-def _as_arrays(result) -> list[np.ndarray]:
-    """The model's outputs as numpy arrays, copied out of the VM's buffers (an output may be a
-    view of a kept input buffer or of a constant): a shape the model returns (ONNX Shape of a
-    static tensor) is an int64 vector, a scalar a 0-d array."""
+def _values(result) -> list:
+    """The model's outputs, flat: TVM tensors as the VM returned them, a shape the model returns
+    (ONNX Shape of a static tensor) as an int64 vector, a scalar as a 0-d array."""
     if isinstance(result, tvm.runtime.Tensor):
-        return [numpy_view(result).copy()]
+        return [result]
     if isinstance(result, tvm.runtime.ShapeTuple):
         return [np.array(list(result), dtype=np.int64)]
     if isinstance(result, (int, float, bool)):
         return [np.array(result)]
-    arrays = []
+    values = []
     # A tuple, the common case: items fetched by index (iterating an FFI Array asks its size
     # again for each item; three calls per item cost 7 us a run of a two-output model).
     for index in range(_ARRAY_SIZE(result)):
         value = _ARRAY_GET_ITEM(result, index)
-        if isinstance(value, tvm.runtime.Tensor):
-            arrays.append(numpy_view(value).copy())
+        values.extend([value] if isinstance(value, tvm.runtime.Tensor) else _values(value))
+    return values
+
+
+# An input this large that TVM can take as it is (64-byte aligned, contiguous, writable: a
+# previous run's output, a decoder's cache) is passed without a copy; below it, a copy into the
+# kept buffer costs less than wrapping the array (about 3 us).
+_UNCOPIED_BYTES = 1 << 16
+
+
+def _fed(buffers: list[tvm.runtime.Tensor], views: list[np.ndarray], arrays: list[np.ndarray]) -> list[tvm.runtime.Tensor]:
+    """What `main` runs on: each input copied into its kept buffer, or, where large and aligned,
+    the caller's array itself (copying a decoder's 1 MB cache in took a sixth of its step)."""
+    fed = buffers
+    for index, (view, array) in enumerate(zip(views, arrays)):
+        flags = array.flags
+        if array.nbytes >= _UNCOPIED_BYTES and flags.c_contiguous and flags.writeable and array.ctypes.data % 64 == 0:
+            fed = list(buffers) if fed is buffers else fed
+            fed[index] = tvm.runtime.from_dlpack(array)
         else:
-            arrays.extend(_as_arrays(value))
+            np.copyto(view, array)
+    return fed
+
+
+def _outputs(main: Callable, buffers: list[tvm.runtime.Tensor], fresh: list[bool]) -> list[np.ndarray]:
+    """A run of `main` on `buffers`, its outputs as numpy arrays. An output the run allocated is
+    handed over as it is; one that is not (a kept input buffer, a constant, a view of either, or
+    memory another output already holds) is copied, since the next run or the model itself
+    would change it. Copying every output took as long as a decoder's region on its new cache
+    (1 MB a step). Which outputs are allocated is found on the first run (`fresh` empty) by
+    running again while holding the first run's outputs: what the VM allocates then lies
+    elsewhere, what it shares does not move."""
+    values = _values(main(*buffers))
+    if not fresh:
+        again = _values(main(*buffers))
+        fresh.extend(isinstance(a, tvm.runtime.Tensor) and a.data_ptr() != b.data_ptr() for a, b in zip(values, again))
+        values = again
+    arrays, held = [], set()
+    for value, allocated in zip(values, fresh):
+        if not isinstance(value, tvm.runtime.Tensor):
+            arrays.append(value)
+            continue
+        pointer = value.data_ptr()
+        arrays.append(numpy_view(value) if allocated and pointer not in held else numpy_view(value).copy())
+        held.add(pointer)
     return arrays
 
 

@@ -31,6 +31,8 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import tvm
@@ -39,7 +41,7 @@ from tvm import relax
 from byoc.backend.codegen import Codegen
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
-from byoc.errors import ByocError, EngineError, InputError
+from byoc.errors import ByocError, EngineError, InputError, ShapeVariantWarning
 from byoc.ir.dims import DimRange
 from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, RegionArtifact, SpecialisedRegion
 from byoc.runtime_metadata.compiler import compiler, export_shared, link_flags
@@ -124,6 +126,7 @@ class SpecialisedRuntime:
         self._lock = threading.Lock()
         self._failure = FailureRecord()
         self._values_by_shapes: dict[tuple, dict[str, int]] = {}
+        self._warned = False  # ShapeVariantWarning, once
 
     def values_of(self, args: Sequence) -> dict[str, int]:
         """The named dimensions, read off the tensors' shapes (then the model's run), checked
@@ -167,7 +170,16 @@ class SpecialisedRuntime:
             if runtime is not None:
                 self.made.move_to_end(key)
                 return runtime
+            start = time.perf_counter()
             runtime = self.made[key] = self._make(values)
+            if len(self.made) > self.max_shapes and not self._warned:
+                self._warned = True
+                varying = ", ".join(self.region.dims)
+                warnings.warn(f"{self.where}: more shapes than the {self.max_shapes} it keeps (max_shapes) were met on first use; "
+                              f"each new value of {varying} generates and compiles it again ({time.perf_counter() - start:.2f} s the "
+                              "last). For shapes that change on every call (a decoder's cache length), give the region to a vendor "
+                              "that takes symbolic shapes (onnxruntime: one session for every shape), or declare the shapes in "
+                              "shape_buckets", ShapeVariantWarning, stacklevel=2)
             while len(self.made) > self.max_shapes:
                 self.made.popitem(last=False)
             return runtime
