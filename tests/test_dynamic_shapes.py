@@ -143,20 +143,33 @@ def test_a_region_the_engine_cannot_take_symbolically_is_generated_per_shape(mod
     assert "this engine takes static shapes only" in region["per_shape_reason"]
 
 
-def test_variants_built_on_first_use_are_bounded(model):
-    """At most max_shapes variants are kept; meeting more says, once, that each new shape
-    compiles again and what to do instead (a decoder's cache length changes every step)."""
-    from byoc.errors import ShapeVariantWarning
-
+def test_c_variants_built_on_first_use_are_bounded(model):
+    """dnnl's variants are C libraries that stay loaded with their weights: past max_shapes a new
+    shape is an error saying so and what to do instead (a decoder's cache length, new at every
+    step, took a base-width GPT-2 past 24 GB)."""
     built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl"), max_shapes=1)
     built.run(input_ids=_tokens((1, 3)))
-    with pytest.warns(ShapeVariantWarning, match=r"region dnnl_0 \(dnnl\): more shapes than the 1 it keeps .* each new value of "
-                      r"batch, sequence generates and compiles it again .*onnxruntime"):
+    built.run(input_ids=_tokens((1, 3)))
+    with pytest.raises(byoc.errors.EngineError, match=r"region dnnl_0 \(dnnl\): batch1_sequence4 would be shape 2 generated here, "
+                       r"over max_shapes=1: its variants are C libraries that stay loaded .*shape_buckets.*onnxruntime"):
+        built.run(input_ids=_tokens((1, 4)))
+    assert built.inspect()["shape_specialised"]["dnnl_0"]["built_here"] == ["batch1_sequence3"]
+
+
+def test_engine_variants_built_on_first_use_are_evicted_and_say_so(model):
+    """Variants run by engines are kept at most max_shapes, the least recently used evicted;
+    meeting more says, once, that each new shape builds again and what to do instead."""
+    from byoc.errors import ShapeVariantWarning
+
+    built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "reference"), max_shapes=1)
+    built.run(input_ids=_tokens((1, 3)))
+    with pytest.warns(ShapeVariantWarning, match=r"region reference_0 \(reference\): more shapes than the 1 it keeps .* each new "
+                      r"value of batch, sequence generates and compiles it again .*onnxruntime"):
         built.run(input_ids=_tokens((1, 4)))
     with warnings.catch_warnings():
         warnings.simplefilter("error", ShapeVariantWarning)
         built.run(input_ids=_tokens((1, 5)))
-    assert built.inspect()["shape_specialised"]["dnnl_0"]["built_here"] == ["batch1_sequence5"]
+    assert built.inspect()["shape_specialised"]["reference_0"]["built_here"] == ["batch1_sequence5"]
 
 
 def test_dims_and_shapes_are_checked_against_the_model(model):

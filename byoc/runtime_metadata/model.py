@@ -8,6 +8,7 @@ profiles it and writes it to one artifact file.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -178,7 +179,38 @@ class CompiledModel:
                 function(*tensors)
         return call, fed, views[count:], tensors
 
+    def _engine_plan(self, values: Mapping[str, int]) -> _EnginePlan | None:
+        """How to run this thread's direct call at these dimensions where one engine runs every
+        shape (None where the region is C or generated per shape), the most recent kept."""
+        plans = getattr(self._local, "plans", None)
+        if plans is None:
+            plans = self._local.plans = collections.OrderedDict()
+        key = tuple(values.items())
+        if key in plans:
+            plans.move_to_end(key)
+            return plans[key]
+        direct = self.parts.direct_call
+        function = self.regions.get(direct.symbol)  # not a region generated per shape (those are in `specialised`)
+        plan = None
+        if isinstance(function, RegionRuntime):
+            artifact = function.artifact
+            fixed: dict[int, np.ndarray] = {}
+            if direct.shape_values:
+                computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
+                fixed = {position: numpy_view(computed[index]) for position, index in direct.shape_values.items()}
+            fed = iter(direct.inputs)
+            feeds = [(None, fixed[p]) if p in fixed else (next(fed), None) for p in range(len(artifact.inputs))]
+            outputs = [(shape_at(s.shape, values), np.dtype(s.dtype)) for s in artifact.outputs]
+            plan = _EnginePlan(function, feeds, outputs, direct.outputs)
+        plans[key] = plan
+        while len(plans) > _KEPT_INPUT_SHAPES:
+            plans.popitem(last=False)
+        return plan
+
     def _run_direct(self, arrays: list[np.ndarray], values: Mapping[str, int] | None = None) -> list[np.ndarray]:
+        plan = self._engine_plan(values) if values else None
+        if plan is not None:
+            return plan.run(arrays)
         call, inputs, outputs = self._direct_entry(values)
         for buffer, index in zip(inputs, self.parts.direct_call.inputs):
             np.copyto(buffer, arrays[index])
@@ -416,6 +448,48 @@ def _values(result) -> list:
         value = _ARRAY_GET_ITEM(result, index)
         values.extend([value] if isinstance(value, tvm.runtime.Tensor) else _values(value))
     return values
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array 64-byte aligned, as engines are promised, from numpy's allocator
+    (which reuses freed blocks: TVM's maps fresh pages for each large tensor)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    block = np.empty(nbytes + 64, np.uint8)
+    start = -block.ctypes.data % 64
+    return block[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _as_fed(array: np.ndarray) -> np.ndarray:
+    if array.flags.c_contiguous and array.ctypes.data % 64 == 0:
+        return array
+    fed = _aligned_empty(array.shape, array.dtype)
+    np.copyto(fed, array)
+    return fed
+
+
+@dataclasses.dataclass(frozen=True)
+class _EnginePlan:
+    """A model that is one region whose one engine runs every shape, at one shape: the caller's
+    arrays go to the engine as they are (copied only where not aligned), and its outputs are new
+    arrays handed over. A decoding step has a shape of its own at every step, so buffers kept
+    per shape were allocated, filled and copied out every time: 1.0 ms a token on tiny GPT-2
+    where onnxruntime takes 0.23."""
+
+    function: RegionRuntime
+    feeds: list[tuple[int | None, np.ndarray | None]]  # per region input: (model input, None) or (None, a shape value)
+    outputs: list[tuple[tuple[int, ...], np.dtype]]
+    order: tuple[int, ...]  # the region output of each model output
+
+    def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        inputs = [fixed if index is None else _as_fed(arrays[index]) for index, fixed in self.feeds]
+        outputs = [_aligned_empty(shape, dtype) for shape, dtype in self.outputs]
+        self.function.run_arrays(inputs, outputs)
+        handed: set[int] = set()
+        result = []
+        for index in self.order:
+            result.append(outputs[index].copy() if index in handed else outputs[index])
+            handed.add(index)
+        return result
 
 
 # An input this large that TVM can take as it is (64-byte aligned, contiguous, writable: a

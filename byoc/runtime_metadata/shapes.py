@@ -127,6 +127,7 @@ class SpecialisedRuntime:
         self._failure = FailureRecord()
         self._values_by_shapes: dict[tuple, dict[str, int]] = {}
         self._warned = False  # ShapeVariantWarning, once
+        self._stays_loaded: int | None = None  # bytes of constants per variant, once one is a C library (never unloaded)
 
     def values_of(self, args: Sequence) -> dict[str, int]:
         """The named dimensions, read off the tensors' shapes (then the model's run), checked
@@ -170,6 +171,13 @@ class SpecialisedRuntime:
             if runtime is not None:
                 self.made.move_to_end(key)
                 return runtime
+            if self._stays_loaded is not None and len(self.made) >= self.max_shapes:
+                raise EngineError(
+                    f"{self.where}: {key} would be shape {len(self.made) + 1} generated here, over max_shapes={self.max_shapes}: "
+                    f"its variants are C libraries that stay loaded with their weights (about {self._stays_loaded / 1e6:.0f} MB "
+                    "each), so more would only grow memory. Declare the shapes in shape_buckets, raise max_shapes, or give the "
+                    "region to a vendor that takes symbolic shapes (onnxruntime: one session for every shape; a decoder's cache "
+                    "length is new at every step)")
             start = time.perf_counter()
             runtime = self.made[key] = self._make(values)
             if len(self.made) > self.max_shapes and not self._warned:
@@ -211,6 +219,9 @@ class SpecialisedRuntime:
         if self.on_variant is not None:
             self.on_variant(artifact)
         if artifact.linked_into_host:
+            # A loaded library cannot be unloaded (its file-scope state points into its constants):
+            # evicting the variant would free nothing, so such variants are bounded, not evicted.
+            self._stays_loaded = store.nbytes
             return _CVariant(artifact, self.backend, store, f"{self.where} at {self.region.key(values)}")
         return self.make_runtime(artifact, store)
 
