@@ -179,38 +179,44 @@ class CompiledModel:
                 function(*tensors)
         return call, fed, views[count:], tensors
 
-    def _engine_plan(self, values: Mapping[str, int]) -> _EnginePlan | None:
-        """How to run this thread's direct call at these dimensions where one engine runs every
-        shape (None where the region is C or generated per shape), the most recent kept."""
-        plans = getattr(self._local, "plans", None)
-        if plans is None:
-            plans = self._local.plans = collections.OrderedDict()
+    def _met_before(self, values: Mapping[str, int]) -> bool:
+        """Whether this thread ran the model at these dimensions before (the most recent kept)."""
+        met = getattr(self._local, "met", None)
+        if met is None:
+            met = self._local.met = collections.OrderedDict()
         key = tuple(values.items())
-        if key in plans:
-            plans.move_to_end(key)
-            return plans[key]
+        if key in met:
+            met.move_to_end(key)
+            return True
+        met[key] = None
+        while len(met) > 4 * _KEPT_INPUT_SHAPES:
+            met.popitem(last=False)
+        return False
+
+    def _engine_plan(self, values: Mapping[str, int]) -> _EnginePlan | None:
+        """How to run the direct call once at these dimensions where one engine runs every shape
+        (None where the region is C or generated per shape)."""
         direct = self.parts.direct_call
         function = self.regions.get(direct.symbol)  # not a region generated per shape (those are in `specialised`)
-        plan = None
-        if isinstance(function, RegionRuntime):
-            artifact = function.artifact
-            fixed: dict[int, np.ndarray] = {}
-            if direct.shape_values:
-                computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
-                fixed = {position: numpy_view(computed[index]) for position, index in direct.shape_values.items()}
-            fed = iter(direct.inputs)
-            feeds = [(None, fixed[p]) if p in fixed else (next(fed), None) for p in range(len(artifact.inputs))]
-            outputs = [(shape_at(s.shape, values), np.dtype(s.dtype)) for s in artifact.outputs]
-            plan = _EnginePlan(function, feeds, outputs, direct.outputs)
-        plans[key] = plan
-        while len(plans) > _KEPT_INPUT_SHAPES:
-            plans.popitem(last=False)
-        return plan
+        if not isinstance(function, RegionRuntime):
+            return None
+        fixed: dict[int, np.ndarray] = {}
+        if direct.shape_values:
+            computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
+            fixed = {position: numpy_view(computed[index]) for position, index in direct.shape_values.items()}
+        fed = iter(direct.inputs)
+        feeds = [(None, fixed[p]) if p in fixed else (next(fed), None) for p in range(len(function.artifact.inputs))]
+        outputs = [(shape_at(s.shape, values), np.dtype(s.dtype)) for s in function.artifact.outputs]
+        return _EnginePlan(function, feeds, outputs, direct.outputs)
 
     def _run_direct(self, arrays: list[np.ndarray], values: Mapping[str, int] | None = None) -> list[np.ndarray]:
-        plan = self._engine_plan(values) if values else None
-        if plan is not None:
-            return plan.run(arrays)
+        # A shape met for the first time runs on the caller's arrays where one engine runs every
+        # shape; one met again gets kept buffers, whose bindings the engine reuses (a decoding
+        # step's shape is new at every step, a server's shapes repeat).
+        if values and not self._met_before(values):
+            plan = self._engine_plan(values)
+            if plan is not None:
+                return plan.run(arrays)
         call, inputs, outputs = self._direct_entry(values)
         for buffer, index in zip(inputs, self.parts.direct_call.inputs):
             np.copyto(buffer, arrays[index])
@@ -483,7 +489,7 @@ class _EnginePlan:
     def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         inputs = [fixed if index is None else _as_fed(arrays[index]) for index, fixed in self.feeds]
         outputs = [_aligned_empty(shape, dtype) for shape, dtype in self.outputs]
-        self.function.run_arrays(inputs, outputs)
+        self.function.run_arrays(inputs, outputs, shaped_here=True)
         handed: set[int] = set()
         result = []
         for index in self.order:
