@@ -19,14 +19,13 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 import time
 from typing import Any
 
 import numpy as np
 import onnx
 
-from byoc.errors import ModelLoadError, UnknownModelError, did_you_mean
+from byoc.errors import UnknownModelError, did_you_mean
 from byoc.models import exported
 
 # name -> the language-model class of the architecture in `byoc.models.exported`
@@ -59,19 +58,8 @@ def path(name: str = "gpt2", size: str = "tiny", cache_dir: str | os.PathLike | 
     key = hashlib.sha256(json.dumps({"name": name, "size": size, "config": config.to_dict(), "seed": seed, "torch": torch.__version__,
                                      "transformers": transformers.__version__, "exporter": exported.EXPORTER},
                                     sort_keys=True, default=str).encode()).hexdigest()[:20]
-    directory = exported.cache_directory(cache_dir)
-    target = directory / f"{name}-{size}-decoder-step-{key}.onnx"
-    if not target.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-        os.close(handle)
-        try:
-            onnx.save(_export(name, size, config, seed), temporary)
-            os.replace(temporary, target)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-    return target
+    target = exported.cache_directory(cache_dir) / f"{name}-{size}-decoder-step-{key}.onnx"
+    return exported.cached(target, lambda: _export(name, size, config, seed))
 
 
 def export(name: str = "gpt2", size: str = "tiny", cache_dir: str | os.PathLike | None = None, seed: int = 0) -> onnx.ModelProto:
@@ -113,20 +101,9 @@ def _export(name: str, size: str, config: Any, seed: int) -> onnx.ModelProto:
     dynamic_shapes = ({0: dims["batch"], 1: dims["sequence"]}, {0: dims["batch"], 1: dims["total"]},
                       tuple({0: dims["batch"], 2: dims["past"]} for _ in cache_names))
     outputs = ["logits", *[n.replace("past_key_values", "present") for n in cache_names]]
-    said: list[str] = []
-    try:
-        with exported._quiet(said), torch.no_grad():
-            program = torch.onnx.export(Step(model), examples, input_names=["input_ids", "attention_mask", *cache_names],
-                                        output_names=outputs, dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False)
-            with tempfile.TemporaryDirectory() as tmp:
-                program.save(os.path.join(tmp, "model.onnx"))
-                result = onnx.load(os.path.join(tmp, "model.onnx"))
-    except Exception as error:
-        print(" failed", file=sys.stderr, flush=True)
-        tail = "\n".join("".join(said).strip().splitlines()[-20:])
-        raise ModelLoadError(f"torch.onnx.export of the {name} decoding step ({size}) failed: {type(error).__name__}: {error}\n{tail}") from error
-    print(f" {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    result.ir_version = min(result.ir_version, exported.MAX_IR_VERSION)
+    result = exported.torch_export(Step(model), examples, f"the {name} decoding step ({size})", start,
+                                   input_names=["input_ids", "attention_mask", *cache_names], output_names=outputs,
+                                   dynamic_shapes=dynamic_shapes)
     onnx.helper.set_model_props(result, {"byoc.exported": f"{name} decoding step ({size}, seed {seed})",
                                          f"{exported.INPUT_RANGE_KEY}input_ids": f"0,{config.vocab_size}"})
     return result

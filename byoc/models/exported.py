@@ -279,12 +279,17 @@ def path(name: str, size: str = "tiny", dynamic: bool = False, cache_dir: str | 
     inputs = arch.inputs(config, size)
     directory = cache_directory(cache_dir)
     target = directory / f"{name}-{size}-{'dynamic' if dynamic else 'static'}-{_cache_key(arch, size, config, dynamic, seed, inputs)[:20]}.onnx"
+    return cached(target, lambda: _export(arch, size, config, inputs, dynamic, seed))
+
+
+def cached(target: pathlib.Path, make: Callable[[], onnx.ModelProto]) -> pathlib.Path:
+    """`target`, made by `make` and saved first if it is not there."""
     if not target.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        model = _export(arch, size, config, inputs, dynamic, seed)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        model = make()
         # Another process may export the same file at the same time: each writes its own temporary
         # file and os.replace makes either complete file the cached one.
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         os.close(handle)
         try:
             onnx.save(model, temporary)
@@ -329,26 +334,36 @@ def _export(arch: Architecture, size: str, config: Any, inputs: list[Input], dyn
         dims: dict[str, Any] = {}
         dynamic_shapes = {item.name: {axis: dims.setdefault(axis_name, torch.export.Dim(axis_name))
                                       for axis, axis_name in enumerate(item.dynamic)} for item in inputs}
-    said: list[str] = []
-    try:
-        with _quiet(said), torch.no_grad():
-            program = torch.onnx.export(module, (), kwargs=examples, input_names=[i.name for i in inputs],
-                                        dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False)
-            with tempfile.TemporaryDirectory() as tmp:  # the exporter writes files; weights may go beside them
-                program.save(os.path.join(tmp, "model.onnx"))
-                model = onnx.load(os.path.join(tmp, "model.onnx"))
-    except Exception as error:
-        print(" failed", file=sys.stderr, flush=True)
-        tail = "\n".join("".join(said).strip().splitlines()[-20:])
-        raise ModelLoadError(f"torch.onnx.export of {arch.name} ({size}) failed: {type(error).__name__}: {error}\n{tail}") from error
-    print(f" {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    model.ir_version = min(model.ir_version, MAX_IR_VERSION)
+    model = torch_export(module, (), f"{arch.name} ({size})", start, kwargs=examples, input_names=[i.name for i in inputs],
+                         dynamic_shapes=dynamic_shapes)
     # Value ranges make byoc.models.sample_inputs fit too: ids in the vocabulary, masks all ones.
     metadata = {f"{INPUT_RANGE_KEY}{i.name}": f"0,{config.vocab_size}" if i.kind == "tokens" else "1,2"
                 for i in inputs if i.kind in ("tokens", "mask")}
     metadata.update({f"{EXAMPLE_SHAPE_KEY}{i.name}": ",".join(map(str, i.shape)) for i in inputs})
     metadata["byoc.exported"] = f"{arch.name} ({size}, {'dynamic' if dynamic else 'static'}, seed {seed})"
     onnx.helper.set_model_props(model, metadata)
+    return model
+
+
+def torch_export(module: Any, args: tuple, what: str, start: float, **options: Any) -> onnx.ModelProto:
+    """`torch.onnx.export(module, args, dynamo=True, **options)` quietly, as an ONNX model of an IR
+    version onnxruntime reads; what the exporter said ends a failure's error (`what` names the
+    model), and the time since `start` ends the progress line."""
+    import torch
+
+    said: list[str] = []
+    try:
+        with _quiet(said), torch.no_grad():
+            program = torch.onnx.export(module, args, dynamo=True, verbose=False, **options)
+            with tempfile.TemporaryDirectory() as tmp:  # the exporter writes files; weights may go beside them
+                program.save(os.path.join(tmp, "model.onnx"))
+                model = onnx.load(os.path.join(tmp, "model.onnx"))
+    except Exception as error:
+        print(" failed", file=sys.stderr, flush=True)
+        tail = "\n".join("".join(said).strip().splitlines()[-20:])
+        raise ModelLoadError(f"torch.onnx.export of {what} failed: {type(error).__name__}: {error}\n{tail}") from error
+    print(f" {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    model.ir_version = min(model.ir_version, MAX_IR_VERSION)
     return model
 
 

@@ -162,11 +162,9 @@ class CompiledModel:
         tensors = [tvm.runtime.empty(shape_at(s.shape, values), s.dtype) for s in [*artifact.inputs, *artifact.outputs]]
         views = [numpy_view(t) for t in tensors]
         count = len(artifact.inputs)
-        if direct.shape_values:  # values of the shape alone: the host's, computed once for these dimensions
-            computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
-            for position, index in direct.shape_values.items():
-                tensors[position] = computed[index]
-                views[position] = numpy_view(computed[index])
+        for position, tensor in self._shape_values(values).items():
+            tensors[position] = tensor
+            views[position] = numpy_view(tensor)
         fed = [view for position, view in enumerate(views[:count]) if position not in direct.shape_values]
         if isinstance(function, RegionRuntime):  # an engine, on numpy views of the same buffers
             inputs, outputs = views[:count], views[count:]
@@ -178,6 +176,15 @@ class CompiledModel:
             def call() -> None:
                 function(*tensors)
         return call, fed, views[count:], tensors
+
+    def _shape_values(self, values: Mapping[str, int]) -> dict[int, tvm.runtime.Tensor]:
+        """The direct call's inputs that are values of the shape alone, by region input position:
+        the host's, computed for these dimensions."""
+        direct = self.parts.direct_call
+        if not direct.shape_values:
+            return {}
+        computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
+        return {position: computed[index] for position, index in direct.shape_values.items()}
 
     def _met_before(self, values: Mapping[str, int]) -> bool:
         """Whether this thread ran the model at these dimensions before (the most recent kept)."""
@@ -200,10 +207,7 @@ class CompiledModel:
         function = self.regions.get(direct.symbol)  # not a region generated per shape (those are in `specialised`)
         if not isinstance(function, RegionRuntime):
             return None
-        fixed: dict[int, np.ndarray] = {}
-        if direct.shape_values:
-            computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
-            fixed = {position: numpy_view(computed[index]) for position, index in direct.shape_values.items()}
+        fixed = {position: numpy_view(tensor) for position, tensor in self._shape_values(values).items()}
         fed = iter(direct.inputs)
         feeds = [(None, fixed[p]) if p in fixed else (next(fed), None) for p in range(len(function.artifact.inputs))]
         outputs = [(shape_at(s.shape, values), np.dtype(s.dtype)) for s in function.artifact.outputs]
@@ -465,8 +469,13 @@ def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return block[start:start + nbytes].view(dtype).reshape(shape)
 
 
+def _taken_as_is(array: np.ndarray) -> bool:
+    """Whether engines and TVM can take `array` without a copy: contiguous and 64-byte aligned."""
+    return array.flags.c_contiguous and array.ctypes.data % 64 == 0
+
+
 def _as_fed(array: np.ndarray) -> np.ndarray:
-    if array.flags.c_contiguous and array.ctypes.data % 64 == 0:
+    if _taken_as_is(array):
         return array
     fed = _aligned_empty(array.shape, array.dtype)
     np.copyto(fed, array)
@@ -509,8 +518,7 @@ def _fed(buffers: list[tvm.runtime.Tensor], views: list[np.ndarray], arrays: lis
     the caller's array itself (copying a decoder's 1 MB cache in took a sixth of its step)."""
     fed = buffers
     for index, (view, array) in enumerate(zip(views, arrays)):
-        flags = array.flags
-        if array.nbytes >= _UNCOPIED_BYTES and flags.c_contiguous and flags.writeable and array.ctypes.data % 64 == 0:
+        if array.nbytes >= _UNCOPIED_BYTES and array.flags.writeable and _taken_as_is(array):
             fed = list(buffers) if fed is buffers else fed
             fed[index] = tvm.runtime.from_dlpack(array)
         else:

@@ -50,10 +50,15 @@ NOT_TAKEN = "not taken"  # the vendor claims no op of the case: counted and show
 FORCED_OFFLOAD = {"fallback_without_macs": False, "min_ops_per_region": 1, "min_macs_per_region": 0}
 
 
+def _tensors_only(model: onnx.ModelProto) -> bool:
+    """Whether every input and output is a tensor (not a sequence, an optional or a map)."""
+    return all(v.type.HasField("tensor_type") for v in [*model.graph.input, *model.graph.output])
+
+
 def is_float32_case(model: onnx.ModelProto) -> bool:
+    if not _tensors_only(model):
+        return False
     values = [*model.graph.input, *model.graph.output]
-    if any(not v.type.HasField("tensor_type") for v in values):
-        return False  # sequences, optionals, maps
     types = [v.type.tensor_type.elem_type for v in values]
     floats = [t for t in types if t in _FLOATS or t not in _OTHERS | {_FLOAT}]
     return bool(floats) and all(t == _FLOAT for t in floats) and all(t in _OTHERS | {_FLOAT} for t in types)
@@ -61,10 +66,9 @@ def is_float32_case(model: onnx.ModelProto) -> bool:
 
 def is_integer_case(model: onnx.ModelProto) -> bool:
     """A case of int32, int64 and bool tensors only, with some int32 or int64 among them."""
-    values = [*model.graph.input, *model.graph.output]
-    if any(not v.type.HasField("tensor_type") for v in values):
+    if not _tensors_only(model):
         return False
-    types = {v.type.tensor_type.elem_type for v in values}
+    types = {v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]}
     return types <= _OTHERS and bool(types & {onnx.TensorProto.INT32, onnx.TensorProto.INT64})
 
 
@@ -108,7 +112,7 @@ def model_cases() -> tuple[TestCase, ...]:
     for kind in MODEL_KINDS:
         for case in load_model_tests(kind=kind):
             model = onnx.load(str(Path(case.model_dir) / "model.onnx"))
-            if any(not v.type.HasField("tensor_type") for v in [*model.graph.input, *model.graph.output]):
+            if not _tensors_only(model):
                 continue
             data_sets = [_data_set(d) for d in sorted(Path(case.model_dir).glob("test_data_set_*"))]
             cases.append(dataclasses.replace(case, model=model, data_sets=data_sets))
@@ -127,11 +131,8 @@ def other_type_node_cases() -> tuple[TestCase, ...]:
     """onnx's node test cases on tensors of other types (float16, bfloat16, float64, 8- and
     16-bit and unsigned integers, float8, strings), by name order: run apart from the float32
     and integer cases, whose pass rates vendors are compared by."""
-    def tensors_only(case: TestCase) -> bool:
-        return all(v.type.HasField("tensor_type") for v in [*case.model.graph.input, *case.model.graph.output])
-
-    return tuple(sorted((c for c in _all_node_cases() if tensors_only(c) and not is_float32_case(c.model) and not is_integer_case(c.model)),
-                        key=lambda c: c.name))
+    return tuple(sorted((c for c in _all_node_cases() if _tensors_only(c.model) and not is_float32_case(c.model)
+                         and not is_integer_case(c.model)), key=lambda c: c.name))
 
 
 def node_case(name: str) -> TestCase:
