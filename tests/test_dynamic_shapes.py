@@ -6,6 +6,7 @@ exporters write them; onnxruntime runs the same file as the reference (fp32: 1e-
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def test_symbolic_import_keeps_named_dimensions(model):
 
 
 def test_dynamic_bert_one_artifact_three_shapes_in_a_fresh_process(compiled, model, tmp_path):
-    """Compiled once; two shapes built ahead, one on first use; from the exported artifact."""
+    """Compiled once, its dnnl region one library for every shape; from the exported artifact."""
     artifact, onnx_file = tmp_path / "bert.byoc", tmp_path / "bert.onnx"
     compiled.export(artifact)
     onnx.save(model, onnx_file)
@@ -77,8 +78,8 @@ def test_dynamic_bert_one_artifact_three_shapes_in_a_fresh_process(compiled, mod
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert max(found["errors"].values()) < TOLERANCE, found["errors"]
     region = found["regions"]["dnnl_0"]
-    assert region["built_ahead"] == ["batch1_sequence16", "batch2_sequence16"]
-    assert region["built_here"] == ["batch3_sequence40"]  # the bucket shapes compiled nothing at run time
+    assert region["symbolic"] and region["built_ahead"] == ["any_shape"]
+    assert region["built_here"] == []  # no shape compiled anything at run time
 
 
 def test_shapes_in_range_match_onnxruntime(compiled, session):
@@ -113,7 +114,7 @@ def test_onnxruntime_vendor_runs_every_shape_on_one_session(model, session, tmp_
             np.testing.assert_allclose(compiled.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
         region = compiled.inspect()["shape_specialised"]["onnxruntime_0"]
         assert region["symbolic"] and region["built_ahead"] == ["any_shape"] and region["built_here"] == []
-    assert "one engine for every shape: onnxruntime_0" in built.report().to_table()
+    assert "one build for every shape: onnxruntime_0" in built.report().to_table()
     host = built.report().host_ops
     assert host and all(op.reasons == ["depends on the model's shape alone: the host computes it once per shape and keeps it"]
                         for op in host)
@@ -143,11 +144,36 @@ def test_a_region_the_engine_cannot_take_symbolically_is_generated_per_shape(mod
     assert "this engine takes static shapes only" in region["per_shape_reason"]
 
 
+def _dnnl_static_shapes_only() -> dict:
+    """dnnl with its kernel library unable to make kernels again for other shapes (no
+    `ownership`), as a C library of static shapes is: its regions are generated per shape."""
+    dnnl = byoc.get_backend("dnnl")
+    return {"dnnl": dataclasses.replace(dnnl, codegen=dataclasses.replace(dnnl.codegen, ownership=""))}
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("\nthis is not C;\n", "its C code for every shape did not compile"),
+    ("\n#undef dnnl_primitive_create\n#define dnnl_primitive_create(primitive, pd) dnnl_unimplemented\n", "primitive creation"),
+])
+def test_a_c_region_not_made_for_every_shape_is_generated_per_shape(model, session, fault, reason):
+    """Where a C library's code for every shape does not compile, or its kernels cannot be
+    made at load, the region is generated per shape (the static path), with the reason."""
+    dnnl = byoc.get_backend("dnnl")
+    broken = dataclasses.replace(dnnl, codegen=dataclasses.replace(dnnl.codegen, ownership=dnnl.codegen.ownership + fault))
+    built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl"), backends={"dnnl": broken})
+    region = built.inspect()["shape_specialised"]["dnnl_0"]
+    assert not region["symbolic"] and reason in region["per_shape_reason"], region
+    ids = _tokens((2, 7))
+    np.testing.assert_allclose(built.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+    assert built.report().regions[0].backend == "dnnl"
+
+
 def test_c_variants_built_on_first_use_are_bounded(model):
-    """dnnl's variants are C libraries that stay loaded with their weights: past max_shapes a new
-    shape is an error saying so and what to do instead (a decoder's cache length, new at every
-    step, took a base-width GPT-2 past 24 GB)."""
-    built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl"), max_shapes=1)
+    """A C library's variants stay loaded with their weights: past max_shapes a new shape is an
+    error saying so and what to do instead (a decoder's cache length, new at every step, took a
+    base-width GPT-2 past 24 GB when dnnl generated per shape)."""
+    built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl"), max_shapes=1, backends=_dnnl_static_shapes_only())
+    assert "onednn regions take static shapes only" in built.inspect()["shape_specialised"]["dnnl_0"]["per_shape_reason"]
     built.run(input_ids=_tokens((1, 3)))
     built.run(input_ids=_tokens((1, 3)))
     with pytest.raises(byoc.errors.EngineError, match=r"region dnnl_0 \(dnnl\): batch1_sequence4 would be shape 2 generated here, "
@@ -205,16 +231,16 @@ def test_cli_compiles_and_inspects_a_dynamic_file(model, tmp_path, capsys):
     assert main(["compile", str(onnx_file), "--vendor", "dnnl", "--dims", "batch=1:4", "sequence=1:32",
                  "--shape-buckets", "batch=1,2", "sequence=8", "-o", str(artifact), "--accuracy-samples", "1"]) == 0
     out = capsys.readouterr().out
-    assert "1 region(s) (2 shape variant(s) built ahead)" in out and "max abs error" in out
+    assert "1 region(s) (1 with one build for every shape)" in out and "max abs error" in out
     assert main(["inspect", str(artifact)]) == 0
     out = capsys.readouterr().out
     assert "dimension sequence: 1 to 32" in out
-    assert "dnnl_0 (dnnl): shape-specialised on batch, sequence; built ahead for batch1_sequence8, batch2_sequence8" in out
+    assert "dnnl_0 (dnnl): one build for every shape of batch, sequence (symbolic shapes)" in out
     assert main(["compile", str(onnx_file), "--vendor", "onnxruntime", "--dims", "batch=1:4", "sequence=1:32",
                  "-o", str(artifact)]) == 0
-    assert "1 region(s) (1 with one engine for every shape)" in capsys.readouterr().out
+    assert "1 region(s) (1 with one build for every shape)" in capsys.readouterr().out
     assert main(["inspect", str(artifact)]) == 0
-    assert "onnxruntime_0 (onnxruntime): one engine for every shape of batch, sequence (symbolic shapes)" in capsys.readouterr().out
+    assert "onnxruntime_0 (onnxruntime): one build for every shape of batch, sequence (symbolic shapes)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("vendor", ["vitis_ai", "ethos_u"])
@@ -260,14 +286,17 @@ def test_values_of_the_shape_alone_are_computed_once_per_shape(model, compiled, 
 
 def test_the_report_names_the_dimensions_and_the_regions_generated_per_shape(model, compiled):
     partitioned = byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl")
-    line = "dynamic dimensions: batch 1..8 (opt 8), sequence 1..64 (opt 64) (MACs and bytes at each opt); generated per shape: dnnl_0"
+    line = ("dynamic dimensions: batch 1..8 (opt 8), sequence 1..64 (opt 64) (MACs and bytes at each opt); generated per shape: none; "
+            "one build for every shape: dnnl_0")
     assert line in byoc.report(partitioned).to_table()
     assert line in compiled.report().to_table()
+    per_shape = byoc.build(partitioned, backends=_dnnl_static_shapes_only())
+    assert "(MACs and bytes at each opt); generated per shape: dnnl_0" in per_shape.report().to_table()
 
 
 def test_two_models_of_one_architecture_keep_their_own_weights_at_a_shape_built_on_first_use(model, session):
-    """Their C variants for a new shape compile to the same code: each must run with its own
-    weights, however the dynamic loader shares the library."""
+    """Their regions compile to the same code: each must run with its own weights, however the
+    dynamic loader shares the library."""
     other = bert_encoder(layers=2, hidden=64, heads=4, intermediate=128, seq_len=64, vocab=100, dynamic=True, seed=1)
     other_session = ort.InferenceSession(other.SerializeToString(), providers=["CPUExecutionProvider"])
     first, second = (byoc.build(byoc.partition_for(byoc.from_onnx(m, dims=DIMS), "dnnl")) for m in (model, other))

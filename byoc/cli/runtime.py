@@ -70,7 +70,7 @@ def run_compile(args: argparse.Namespace) -> int:
     regions = sum(a.symbol not in of_regions for a in compiled.artifacts) + len(specialised)
     print(
         f"{label}: {regions} region(s){f' ({variants} shape variant(s) built ahead)' if variants else ''}"
-        f"{f' ({regions_symbolic} with one engine for every shape)' if regions_symbolic else ''}, offload {result.offload_ratio_nodes:.1%} of ops and "
+        f"{f' ({regions_symbolic} with one build for every shape)' if regions_symbolic else ''}, offload {result.offload_ratio_nodes:.1%} of ops and "
         f"{result.offload_ratio_macs:.1%} of MACs; wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB"
         f"{f', {len(compiled.parts.engines)} engine(s) embedded' if args.embed_engines else ''})"
     )
@@ -156,7 +156,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(f"dimension {name}: {low} to {high} (regions decided for {opt})")
     for region in manifest.get("specialised", []):
         if region.get("symbolic"):
-            print(f"{region['symbol']} ({region['backend']}): one engine for every shape of {', '.join(region['dims'])} "
+            print(f"{region['symbol']} ({region['backend']}): one build for every shape of {', '.join(region['dims'])} "
                   "(symbolic shapes)")
             continue
         reason = f" (its vendor takes symbolic shapes, but not this region's: {region['per_shape_reason']})" \

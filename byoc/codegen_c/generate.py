@@ -14,6 +14,16 @@ Initialisation runs in this order, which is the contract emitters rely on:
    to the largest of its buffers, and `bind_buffer` code for intermediates runs.
 A region's state is guarded by a mutex, since several host threads may run the model at once.
 
+A region with symbolic shapes (a model's dynamic dimensions, see byoc.codegen_c.dims) is one
+source for every shape. Its buffers' shapes are `SymbolicDim`s, written into C as the variables
+`byoc_dim_<name>`. The region reads each dimension off an input that has it at each call; where
+one changed, `byoc_reshape` makes again what reads it: the library's code of inputs and outputs
+of those shapes, each kernel whose shapes read a changed dimension, and each kernel reading a
+result made anew (the library says so in `byoc_replaced`). Each is made in an arena of its own
+(the library's `ownership` code owns what its creation functions make there), released before
+it is made again. Memory slots only grow. Initialisation makes the static kernels once and the
+others at each dimension's opt value.
+
 What is the same for every constant or intermediate (its check, its pointer, its slot) is a table
 and a loop, and the library's binding code goes into functions of `_CHUNK` buffers each: a
 quantized BERT region has 899 constants, and its initialisation as one function of 11,600 lines
@@ -27,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from byoc.codegen_c.dims import SymbolicDim, SymbolicShapeError, c_variable, names_of, read_shape, value_at
 from byoc.codegen_c.library import CBuffer, CLibrary, KernelCall, KernelCode
 from byoc.codegen_json.graph import GraphKernel, kernels, ref_key, tensor_refs, value_spec
 from byoc.errors import CodegenError
@@ -101,8 +112,10 @@ def _expected(buffer: CBuffer) -> str:
 
 
 def _match_check(index: int, buffer: CBuffer, what: str, where: str) -> str:
-    """C that fails unless argument `index` is a dense tensor of `buffer`'s dtype and shape."""
-    return (f"  {{ static const int64_t shape[] = {{{_c_shape(buffer)}}}; if (!byoc_matches(&args[{index}], {len(buffer.shape)}, shape, "
+    """C that fails unless argument `index` is a dense tensor of `buffer`'s dtype and shape (at
+    the current dimensions, where it is symbolic)."""
+    storage = "const" if names_of(buffer.shape) else "static const"
+    return (f"  {{ {storage} int64_t shape[] = {{{_c_shape(buffer)}}}; if (!byoc_matches(&args[{index}], {len(buffer.shape)}, shape, "
             f'{_c_dtype(buffer)})) BYOC_FAIL("{where}: {what} {CONSTANT_MISMATCH}, {_expected(buffer)}"); }}')
 
 
@@ -112,7 +125,8 @@ def _constant_spec(buffer: CBuffer) -> str:
     return f'  {{{len(buffer.shape)}, {_c_dtype(buffer)}, byoc_shape_{buffer.name}, &{buffer.name}, "{_expected(buffer)}"}},'
 
 
-def _dense_bytes(buffer: CBuffer) -> int:
+def _dense_bytes(buffer: CBuffer) -> int | SymbolicDim:
+    """Its size in bytes, densely laid out (an expression where its shape is symbolic)."""
     return buffer.size * np.dtype(buffer.dtype).itemsize
 
 
@@ -133,6 +147,14 @@ class _Generator:
         self.readers: dict[tuple, list[dict[str, Any]]] = {}  # by value: the nodes that read it
         self.constant_values: dict[str, np.ndarray] = {}  # by buffer name
         self.num_slots = 0
+        # Symbolic shapes: each named dimension's value for planning (its range's opt); per kernel
+        # the names its shapes read, the kernels whose intermediates it reads, and whether it may
+        # be made again (it reads a name, or reads from a kernel that may be).
+        self.opt: dict[str, int] = {name: int(r["opt"]) for name, r in graph.get("dims", {}).items()}
+        self.kernel_names: list[set[str]] = []
+        self.kernel_producers: list[set[int]] = []
+        self.remade: list[bool] = []
+        self.producer_of: dict[str, int] = {}  # intermediate buffer name -> the kernel that makes it
 
     # ---------------------------------------------------------------- buffers
     def _uses(self) -> dict[tuple, set[int]]:
@@ -152,13 +174,13 @@ class _Generator:
     def _assign_buffers(self) -> None:
         graph = self.graph
         for index, spec in enumerate(graph["inputs"]):
-            self.buffers[("input", index)] = CBuffer(f"in{index}", tuple(spec["shape"]), spec["dtype"], "input")
+            self.buffers[("input", index)] = CBuffer(f"in{index}", read_shape(spec["shape"]), spec["dtype"], "input")
         for index, (name, spec) in enumerate(graph["constants"].items()):
-            self.buffers[("const", name)] = CBuffer(f"c{index}", tuple(spec["shape"]), spec["dtype"], "constant")
+            self.buffers[("const", name)] = CBuffer(f"c{index}", read_shape(spec["shape"]), spec["dtype"], "constant")
             self.constant_values[f"c{index}"] = self.constants[name]
         for index, ref in enumerate(graph["outputs"]):
             spec = value_spec(graph, ref)
-            buffer = CBuffer(f"out{index}", tuple(spec["shape"]), spec["dtype"], "output")
+            buffer = CBuffer(f"out{index}", read_shape(spec["shape"]), spec["dtype"], "output")
             self.outputs.append(buffer)
             key = ref_key(ref)
             if key[0] == "node" and key not in self.buffers:
@@ -176,7 +198,8 @@ class _Generator:
                 # no memory: the kernel computes it fused, or keeps its own scratch.
                 crosses = any(user != producer for user in uses.get(key, ()))
                 kind = "intermediate" if crosses else "internal"
-                self.buffers[key] = CBuffer(f"t{node['id']}_{index}", tuple(spec["shape"]), spec["dtype"], kind)
+                self.buffers[key] = CBuffer(f"t{node['id']}_{index}", read_shape(spec["shape"]), spec["dtype"], kind)
+                self.producer_of[self.buffers[key].name] = producer
         self._share_slots(uses)
 
     def _share_slots(self, uses: dict[tuple, set[int]]) -> None:
@@ -199,22 +222,26 @@ class _Generator:
             if buffer.kind == "intermediate":
                 start = self.kernel_of[key[1]]
                 lifetimes.append((start, end.get(key, start), buffer))
-        lifetimes.sort(key=lambda item: (item[0], -_dense_bytes(item[2])))
+        lifetimes.sort(key=lambda item: (item[0], -self._planned_bytes(item[2])))
         slot_end: list[int] = []  # last kernel that uses each slot
         slot_size: list[int] = []
         for start, end, buffer in lifetimes:
             free = [s for s in range(len(slot_end)) if slot_end[s] < start]
             # Best fit by dense size; real sizes are only known at initialisation.
-            fitting = [s for s in free if slot_size[s] >= _dense_bytes(buffer)]
+            fitting = [s for s in free if slot_size[s] >= self._planned_bytes(buffer)]
             choice = min(fitting, key=lambda s: slot_size[s]) if fitting else max(free, key=lambda s: slot_size[s], default=None)
             if choice is None:
                 choice = len(slot_end)
                 slot_end.append(end)
                 slot_size.append(0)
             slot_end[choice] = end
-            slot_size[choice] = max(slot_size[choice], _dense_bytes(buffer))
+            slot_size[choice] = max(slot_size[choice], self._planned_bytes(buffer))
             self.slot_of[buffer.name] = choice
         self.num_slots = len(slot_end)
+
+    def _planned_bytes(self, buffer: CBuffer) -> int:
+        """Its dense size for planning slots: at the dimensions' opt values where symbolic."""
+        return value_at(_dense_bytes(buffer), self.opt)
 
     # ---------------------------------------------------------------- kernels
     def _kernel_call(self, position: int, kernel: GraphKernel) -> KernelCall:
@@ -234,6 +261,10 @@ class _Generator:
         outputs = [self.buffers[key] for key in sorted(inside) if self.buffers[key].kind != "internal"]
         constants = {b.name: self.constant_values[b.name] for b in inputs if b.kind == "constant"}
         node_outputs = [[self.buffers[("node", n["id"], i)] for i in range(len(n["outputs"]))] for n in kernel.nodes]
+        self.kernel_names.append(set().union(*(names_of(b.shape) for b in [*inputs, *outputs, *(b for per in node_outputs for b in per)])))
+        producers = {self.producer_of[b.name] for b in inputs if b.name in self.producer_of}
+        self.kernel_producers.append(producers)
+        self.remade.append(bool(self.kernel_names[-1]) or any(self.remade[p] for p in producers))
         return KernelCall(
             self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers, self.graph,
             node_outputs=node_outputs, options=self.options, readers=self.readers,
@@ -255,26 +286,99 @@ class _Generator:
         intermediates = sorted({b for b in self.buffers.values() if b.kind == "intermediate"}, key=lambda b: b.name)
         bind = self.library.bind_buffer
         bindings = [(b, bind(b)) for b in [*region_buffers, *intermediates]] if bind else []
+        names = sorted(set().union(*(names_of(b.shape) for b in self.buffers.values())))
+        if names and not self.library.ownership:
+            raise SymbolicShapeError(f"{self.library.name} regions take static shapes only")
+        # With symbolic shapes, an input's or output's library code is made again for each shape.
+        dependent = [(b, code) for b, code in bindings if b.kind != "intermediate" and names_of(b.shape)]
         includes = ["<stdint.h>", "<stdio.h>", "<stdlib.h>", "<string.h>", "<pthread.h>", "<tvm/ffi/c_api.h>", "<dlpack/dlpack.h>"]
         includes += [h if h.startswith("<") else f"<{h}>" for h in self.library.headers]
         includes += [h for code in [*codes, *(c for _, c in bindings)] for h in code.includes]
         lines = [f"/* Generated by byoc: {self.where}, kernel library {self.library.name} {self.library.version}. */"]
         lines += [f"#include {h}" for h in dict.fromkeys(includes)]
-        lines += [_RUNTIME_HELPERS, self.library.prologue]
+        lines += [_RUNTIME_HELPERS, self.library.ownership if names else "", self.library.prologue]
         lines += ["static pthread_mutex_t byoc_lock = PTHREAD_MUTEX_INITIALIZER;", "static int byoc_ready = 0;"]
         lines += [f"static void* byoc_slots[{max(1, self.num_slots)}];"]
+        lines += [f"static int64_t {c_variable(n)} = -1;  /* the dimension the region is made for now */" for n in names]
         constants = [b for b in self.buffers.values() if b.kind == "constant"]
         lines += [f"static {b.ctype}* {b.name};" for b in constants + intermediates]
-        lines += [f"static size_t {b.name}_bytes = {_dense_bytes(b)};" for b in intermediates]
-        lines += [code.state for code in [*(c for _, c in bindings), *codes] if code.state]
+        lines += [f"static size_t {b.name}_bytes = {0 if names_of(b.shape) else _dense_bytes(b)};" for b in intermediates]
+        states = [code.state for code in [*(c for _, c in bindings), *codes] if code.state]
+        if names and any(c_variable("") in state for state in states):
+            raise SymbolicShapeError(f"{self.library.name}: a kernel keeps a size that depends on {', '.join(names)} at file scope")
+        lines += states
         lines += [_kernel_init(position, code) for position, code in enumerate(codes) if code.init.strip()]
-        stages = _binding_stages(bindings)
+        stages = _binding_stages([binding for binding in bindings if binding not in dependent])
         lines += self._tables(constants, intermediates, stages)
+        if names:
+            lines += self._reshape_function(names, dependent, intermediates, codes, stages)
         lines += ["", "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
-        lines += self._init_function(constants, intermediates, codes, stages)
-        lines += self._run_function(codes, bindings)
+        lines += self._init_function(constants, intermediates, codes, stages, names)
+        lines += self._run_function(codes, bindings, names)
         lines += ["#ifdef __cplusplus", "}", "#endif", ""]
         return "\n".join(lines)
+
+    def _reshape_function(self, names: list[str], dependent, intermediates, codes, stages: dict[str, list[str]]) -> list[str]:
+        """`byoc_reshape`, for a region with symbolic shapes: given each named dimension's value,
+        what reads a dimension that changed is released and made again (the library code of
+        inputs and outputs, and the kernels), and so is each kernel reading a result that a
+        kernel made again as a new object (`byoc_replaced`; a result of the same descriptor is
+        kept, so a dense layer after attention keeps its weights when the cache grows). Then the
+        memory slots grow to the largest intermediates yet, and the intermediates are bound to
+        them. A failure leaves the dimensions unset, so that the next call makes everything again."""
+        kernels = [k for k, code in enumerate(codes) if self.remade[k] and code.init.strip()]
+        lines = [f"static byoc_arena byoc_arena_b{i};" for i in range(len(dependent))]
+        lines += [f"static byoc_arena byoc_arena_k{k};" for k in kernels]
+        lines += [f"static int byoc_made_k{k} = 0, byoc_new_k{k} = 0;  /* made; made again with a new result */" for k in kernels]
+        lines += [f"static size_t byoc_slot_capacity[{max(1, self.num_slots)}];"]
+        lines += [_init_function(f"byoc_bind_dim{i}", code.init) for i, (_, code) in enumerate(dependent)]
+        lines += [f"static const char* byoc_reshape({', '.join(f'int64_t d_{n}' for n in names)}) {{", "  const char* byoc_error = NULL;",
+                  f"  size_t slot_bytes[{max(1, self.num_slots)}] = {{0}};", "  int i;"]
+        lines += [f"  const int changed_{n} = d_{n} != {c_variable(n)};" for n in names]
+        lines += [f"  {c_variable(n)} = d_{n};" for n in names]
+
+        def again(condition: str, arena: str, make: str, after: str = "") -> str:
+            return (f"  if ({condition}) {{ byoc_release(&{arena}); byoc_arena_now = &{arena}; byoc_replaced = 0; byoc_error = {make}(); "
+                    f"byoc_arena_now = NULL; if (byoc_error != NULL) goto fail; {after}}}")
+
+        def changed(uses: set[str]) -> list[str]:
+            return [f"changed_{n}" for n in sorted(uses)]
+
+        lines += [again(" || ".join(changed(names_of(b.shape))), f"byoc_arena_b{i}", f"byoc_bind_dim{i}") for i, (b, _) in enumerate(dependent)]
+        for b in intermediates:
+            if names_of(b.shape):
+                lines.append(f"  if ({' || '.join(changed(names_of(b.shape)))}) {b.name}_bytes = {_dense_bytes(b)};")
+        for k in kernels:
+            condition = " || ".join([f"!byoc_made_k{k}", *changed(self.kernel_names[k]),
+                                     *(f"byoc_new_k{p}" for p in sorted(self.kernel_producers[k]) if p in kernels)])
+            lines.append(again(condition, f"byoc_arena_k{k}", f"{_KERNEL_INIT}{k}", f"byoc_made_k{k} = 1; byoc_new_k{k} = byoc_replaced; ")
+                         + f" else byoc_new_k{k} = 0;")
+        lines += self._slots("byoc_slot_capacity")
+        lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in _bind_last(stages)]
+        lines += ["  return NULL;", "fail:", "  byoc_arena_now = NULL;", *(f"  {c_variable(n)} = -1;" for n in names),
+                  *(f"  byoc_made_k{k} = 0;" for k in kernels), "  return byoc_error;", "}", ""]
+        return lines
+
+    def _slots(self, capacity: str | None) -> list[str]:
+        """C that sizes each memory slot to the largest intermediate it holds, allocates it (with
+        `capacity`: again only where it grows) and points the intermediates into it."""
+        where = self.where
+        count = sum(1 for b in self.buffers.values() if b.kind == "intermediate")
+        lines = [f"  for (i = 0; i < {count}; ++i)",
+                 "    if (*byoc_intermediates[i].bytes > slot_bytes[byoc_intermediates[i].slot]) "
+                 "slot_bytes[byoc_intermediates[i].slot] = *byoc_intermediates[i].bytes;"]
+        for slot in range(self.num_slots):
+            rounded = f"(slot_bytes[{slot}] + {ALIGNMENT - 1}) / {ALIGNMENT} * {ALIGNMENT}"
+            allocate = [f"byoc_slots[{slot}] = aligned_alloc({ALIGNMENT}, {rounded});",
+                        f'if (byoc_slots[{slot}] == NULL) BYOC_FAIL("{where}: out of memory for intermediate buffers");']
+            if capacity is None:
+                lines += ["  " + line for line in allocate]
+            else:
+                lines += [f"  if ({rounded} > {capacity}[{slot}]) {{", f"    free(byoc_slots[{slot}]);", f"    {capacity}[{slot}] = 0;",
+                          *("    " + line for line in allocate), f"    {capacity}[{slot}] = {rounded};", "  }"]
+        lines += [f"  for (i = 0; i < {count}; ++i)",
+                  "    memcpy(byoc_intermediates[i].pointer, &byoc_slots[byoc_intermediates[i].slot], sizeof(void*));"]
+        return lines
 
     def _signature(self, name: str) -> str:
         return f"TVM_FFI_DLL_EXPORT int __tvm_ffi_{name}(void* self, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* result) {{"
@@ -294,7 +398,7 @@ class _Generator:
                 lines.append(_init_function(f"byoc_bind_{stage}{chunk // _CHUNK}", "\n".join(codes[chunk:chunk + _CHUNK])))
         return lines
 
-    def _init_function(self, constants, intermediates, codes, stages: dict[str, list[str]]) -> list[str]:
+    def _init_function(self, constants, intermediates, codes, stages: dict[str, list[str]], names: list[str]) -> list[str]:
         where = self.where
         lines = [self._signature(init_symbol(self.symbol)), "  const char* byoc_error = NULL;", "  (void)self; (void)result;"]
         # Declared before the first jump to `fail`: C++ forbids jumping over an initialisation.
@@ -315,30 +419,27 @@ class _Generator:
             "  }",
         ]
         calls = [f"byoc_bind_first{k // _CHUNK}" for k in range(0, len(stages["first"]), _CHUNK)]
-        calls += [f"{_KERNEL_INIT}{position}" for position, code in enumerate(codes) if code.init.strip()]
+        # With symbolic shapes, the kernels made for the dimensions are made by `byoc_reshape`, here
+        # at each dimension's opt value, so that a shape the library refuses fails at load.
+        calls += [f"{_KERNEL_INIT}{position}" for position, code in enumerate(codes) if code.init.strip() and not self.remade[position]]
         lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in calls]
-        lines += [
-            f"  for (i = 0; i < {len(intermediates)}; ++i)",
-            "    if (*byoc_intermediates[i].bytes > slot_bytes[byoc_intermediates[i].slot]) "
-            "slot_bytes[byoc_intermediates[i].slot] = *byoc_intermediates[i].bytes;",
-        ]
-        for slot in range(self.num_slots):
-            rounded = f"(slot_bytes[{slot}] + {ALIGNMENT - 1}) / {ALIGNMENT} * {ALIGNMENT}"
-            lines.append(f"  byoc_slots[{slot}] = aligned_alloc({ALIGNMENT}, {rounded});")
-            lines.append(f'  if (byoc_slots[{slot}] == NULL) BYOC_FAIL("{where}: out of memory for intermediate buffers");')
-        lines += [f"  for (i = 0; i < {len(intermediates)}; ++i)",
-                  "    memcpy(byoc_intermediates[i].pointer, &byoc_slots[byoc_intermediates[i].slot], sizeof(void*));"]
-        calls = [f"byoc_bind_last{k // _CHUNK}" for k in range(0, len(stages["last"]), _CHUNK)]
-        lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in calls]
+        if names:
+            lines.append("  (void)slot_bytes; (void)i;")
+            opt = ", ".join(str(self.opt[n]) for n in names)
+            lines.append(f"  {{ const char* failure = byoc_reshape({opt}); if (failure != NULL) BYOC_FAIL(failure); }}")
+        else:
+            lines += self._slots(None)
+            lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in _bind_last(stages)]
         lines += ["  byoc_ready = 1;", "  return 0;", "fail:"]
         lines += ['  TVMFFIErrorSetRaisedFromCStr("RuntimeError", byoc_error);', "  return -1;", "}", ""]
         return lines
 
-    def _run_function(self, codes, bindings) -> list[str]:
+    def _run_function(self, codes, bindings, names: list[str]) -> list[str]:
         where = self.where
         inputs = [self.buffers[("input", i)] for i in range(len(self.graph["inputs"]))]
         count = len(inputs) + len(self.outputs)
         lines = [self._signature(self.symbol), "  const char* byoc_error = NULL;", "  (void)self; (void)result;"]
+        lines += [f"  int64_t d_{n} = 0;" for n in names]
         lines.append(f"  if (num_args != {count}) {{")
         lines.append(f'    TVMFFIErrorSetRaisedFromCStr("RuntimeError", "{where}: expects {count} tensors (inputs, then outputs)");')
         lines.append("    return -1;")
@@ -347,6 +448,8 @@ class _Generator:
             lines.append(f"  {buffer.ctype}* {buffer.name} = ({buffer.ctype}*)byoc_data(&args[{index}]);")
         lines.append("  pthread_mutex_lock(&byoc_lock);")
         lines.append(f'  if (!byoc_ready) BYOC_FAIL("{where}: called before initialisation");')
+        if names:
+            lines += self._read_dims(inputs, names)
         for index, buffer in enumerate([*inputs, *self.outputs]):
             what = f"input {index}" if index < len(inputs) else f"output {index - len(inputs)}"
             lines.append(_match_check(index, buffer, what, where))
@@ -356,6 +459,24 @@ class _Generator:
             lines.append(f"  memcpy({destination.name}, {self.buffers[key].name}, {_dense_bytes(destination)});")
         lines += ["  pthread_mutex_unlock(&byoc_lock);", "  return 0;", "fail:", "  pthread_mutex_unlock(&byoc_lock);"]
         lines += ['  TVMFFIErrorSetRaisedFromCStr("RuntimeError", byoc_error);', "  return -1;", "}", ""]
+        return lines
+
+    def _read_dims(self, inputs: list[CBuffer], names: list[str]) -> list[str]:
+        """C that reads each named dimension off the first input that has it as a dimension of
+        its own, and makes the region again where one changed."""
+        lines = []
+        for name in names:
+            place = next(((i, axis) for i, b in enumerate(inputs) for axis, d in enumerate(b.shape) if d == SymbolicDim.name(name)), None)
+            if place is None:
+                raise SymbolicShapeError(f"dimension {name!r} is no dimension of the region's inputs, so it cannot be read at run time")
+            index, axis = place
+            rank = len(inputs[index].shape)
+            lines += [f"  {{ DLTensor* tensor = byoc_tensor(&args[{index}]);",
+                      f'    if (tensor == NULL || tensor->ndim != {rank}) BYOC_FAIL("{self.where}: input {index} is not a tensor of rank {rank}");',
+                      f"    d_{name} = tensor->shape[{axis}]; }}"]
+        changed = " || ".join(f"d_{n} != {c_variable(n)}" for n in names)
+        lines.append(f"  if ({changed}) {{ const char* failure = byoc_reshape({', '.join(f'd_{n}' for n in names)}); "
+                     "if (failure != NULL) BYOC_FAIL(failure); }")
         return lines
 
 
@@ -368,6 +489,11 @@ def init_symbol(symbol: str) -> str:
 
 _KERNEL_INIT = "byoc_init_kernel"
 _CHUNK = 64  # buffers whose binding code shares one function
+
+
+def _bind_last(stages: dict[str, list[str]]) -> list[str]:
+    """The functions binding the intermediates, once their memory slots exist."""
+    return [f"byoc_bind_last{k // _CHUNK}" for k in range(0, len(stages["last"]), _CHUNK)]
 
 
 def _binding_stages(bindings) -> dict[str, list[str]]:

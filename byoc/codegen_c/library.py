@@ -9,6 +9,7 @@ run per call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -44,7 +45,8 @@ class CBuffer:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        """Its element count: an expression where the shape is symbolic (byoc.codegen_c.dims)."""
+        return math.prod(self.shape)
 
 
 @dataclass
@@ -129,6 +131,12 @@ class CLibrary(Codegen):
     # Called before a host library with regions of this library initialises them, at least once
     # per process (process-wide settings of the library: its thread limit).
     runtime_setup: Callable[[], None] | None = None
+    # For regions with symbolic shapes (byoc.codegen_c.dims), C that makes every object the
+    # library's creation functions make owned by `byoc_arena_now` (a `byoc_arena*`, NULL:
+    # owned by nobody, kept for the process) and defines `void byoc_release(byoc_arena*)`, which
+    # destroys an arena's objects: a kernel's primitives are released and made again when the
+    # dimensions it reads change. A library without it is generated per shape.
+    ownership: str = ""
 
     def __post_init__(self) -> None:
         if self.language not in ("c", "c++"):

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
-from byoc.errors import PartitionError
+from byoc.backend.registry import get_backend
+from byoc.errors import PartitionError, UnknownBackendError
 from byoc.ir.dims import DimRange, dims_of, function_dimensions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord
@@ -123,7 +124,7 @@ class PartitionReport:
         specialised = ", ".join(s for s in self.shape_specialised if s not in self.build_fallbacks) or "none"
         symbolic = ", ".join(s for s in self.symbolic_shapes if s not in self.build_fallbacks)
         return [f"dynamic dimensions: {ranges} (MACs and bytes at each opt); generated per shape: {specialised}"
-                + (f"; one engine for every shape: {symbolic}" if symbolic else "")]
+                + (f"; one build for every shape: {symbolic}" if symbolic else "")]
 
     def to_table(self, max_host_ops: int | None = 40) -> str:
         lines = [
@@ -192,8 +193,19 @@ def report(mod: tvm.IRModule) -> PartitionReport:
     result = PartitionReport.from_record(PartitionRecord.from_dict(json.loads(str(raw))))
     dims = dims_of(mod)
     if dims:
-        result.note_dims(dims, (str(func.attrs[SYMBOL_ATTR]) if SYMBOL_ATTR in func.attrs else gvar.name_hint
-                                for gvar, func in mod.functions.items()
-                                if isinstance(func, relax.Function) and func.attrs is not None and CODEGEN_ATTR in func.attrs
-                                and function_dimensions(func)))
+        specialised = {str(func.attrs[SYMBOL_ATTR]) if SYMBOL_ATTR in func.attrs else gvar.name_hint: str(func.attrs[CODEGEN_ATTR])
+                       for gvar, func in mod.functions.items()
+                       if isinstance(func, relax.Function) and func.attrs is not None and CODEGEN_ATTR in func.attrs
+                       and function_dimensions(func)}
+        # As planned: a region its backend cannot write symbolically after all is generated per
+        # shape at build time, which the compiled model's report says.
+        symbolic = {symbol for symbol, backend in specialised.items() if _takes_symbolic_shapes(backend)}
+        result.note_dims(dims, set(specialised) - symbolic, symbolic)
     return result
+
+
+def _takes_symbolic_shapes(backend: str) -> bool:
+    try:
+        return get_backend(backend).symbolic_shapes
+    except UnknownBackendError:  # its build says why
+        return False

@@ -238,24 +238,36 @@ def _symbolic_engines(mod: tvm.IRModule, artifacts: list[RegionArtifact], specia
             continue
         symbol = region.variants[SYMBOLIC]
         artifact = next(a for a in artifacts if a.symbol == symbol)
+        if artifact.linked_into_host:  # no engine: checked when the host library initialises it, at each dimension's opt
+            continue
         backend, options = backends[region.backend], backend_options.get(region.backend, {})
         try:
             records[symbol] = create_engine(artifact, backend, store, options, cache, EngineContext(symbol, sole_work))
             check_engine(records[symbol].engine, artifact, f"region {symbol} ({region.backend})", opt)
         except Exception as error:
             records.pop(symbol, None)
-            region.per_shape_reason = f"{type(error).__name__}: {error}"
-            artifacts.remove(artifact)
-            try:
-                artifacts += _per_shape(functions[region.symbol], region, backend, store, options, buckets)
-            except Exception as error:
-                message = f"region {region.symbol} ({region.backend}): code generation failed: {type(error).__name__}: {error}"
-                if strict:
-                    raise BuildError(message) from error
-                _fall_back(message, region.symbol, regions)
-                failed[region.symbol] = f"code generation failed: {type(error).__name__}: {error}"
-                del specialised[region.symbol]
+            _per_shape_instead(region, f"{type(error).__name__}: {error}", functions[region.symbol], artifacts, backend, store, options,
+                               buckets, strict, failed, specialised, regions)
     return records
+
+
+def _per_shape_instead(region: SpecialisedRegion, reason: str, func: relax.Function, artifacts: list[RegionArtifact], backend: Backend,
+                       store: ConstantStore, options: dict, buckets: list[dict[str, int]], strict: bool, failed: dict[str, str],
+                       specialised: dict[str, SpecialisedRegion], regions: dict[str, RegionRecord]) -> None:
+    """A region written with symbolic shapes that its vendor's engine or library did not take
+    so: generated per shape instead (its artifacts replace the symbolic one), or falling back
+    to the host where that fails too."""
+    region.per_shape_reason = reason
+    artifacts[:] = [a for a in artifacts if a.symbol != region.variants[SYMBOLIC]]
+    try:
+        artifacts += _per_shape(func, region, backend, store, options, buckets)
+    except Exception as error:
+        message = f"region {region.symbol} ({region.backend}): code generation failed: {type(error).__name__}: {error}"
+        if strict:
+            raise BuildError(message) from error
+        _fall_back(message, region.symbol, regions)
+        failed[region.symbol] = f"code generation failed: {type(error).__name__}: {error}"
+        del specialised[region.symbol]
 
 
 def _called(artifacts: list[RegionArtifact], specialised: Mapping[str, SpecialisedRegion]) -> dict[str, RegionArtifact]:
@@ -414,6 +426,7 @@ def build(
     records = _symbolic_engines(mod, artifacts, specialised, configured, store, backend_options, cache, sole_work, buckets,
                                 {name: r.opt for name, r in dims.items()}, strict, failed, planned)
     variant_of = {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
+    functions = {symbol: func for symbol, _, func in region_functions(mod)}
     backends = {a.backend: configured[a.backend] for a in artifacts}
     if engines != "lazy":
         made, unusable = _create_engines([a for a in artifacts if a.symbol not in records], backends, store, backend_options,
@@ -431,8 +444,22 @@ def build(
         backends = {a.backend: configured[a.backend] for a in artifacts}
         backends.update({region.backend: configured[region.backend] for region in specialised.values()})
         inputs, outputs = model_io(host_mod)
+        try:
+            library = _host_library(host_mod, artifacts, backends, target, inputs, outputs, set(variant_of))
+        except BuildError as error:
+            # C written with symbolic shapes is new code for every model: where it does not
+            # compile, its regions are generated per shape (C that the static path compiles).
+            linked = [r for r in specialised.values() if r.symbolic and configured[r.backend].codegen.links_into_host]
+            if not linked:
+                raise
+            for region in linked:
+                _per_shape_instead(region, f"its C code for every shape did not compile: {error}", functions[region.symbol], artifacts,
+                                   configured[region.backend], store, backend_options.get(region.backend, {}), buckets, strict, failed,
+                                   specialised, planned)
+            variant_of = {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
+            continue
         parts = ModelParts(
-            _host_library(host_mod, artifacts, backends, target, inputs, outputs, set(variant_of)),
+            library,
             artifacts,
             store,
             inputs,
@@ -454,10 +481,17 @@ def build(
             break
         except EngineError as error:
             # A C region whose initialisation fails (its vendor library refuses a primitive on
-            # this machine) falls back too: the host code is compiled again without it.
+            # this machine) falls back too: the host code is compiled again without it; one
+            # written with symbolic shapes is generated per shape first.
             symbol = getattr(error, "region", None)
             if strict or symbol is None or variant_of.get(symbol, symbol) in failed:
                 raise
+            region = specialised.get(variant_of.get(symbol, symbol))
+            if region is not None and region.symbolic:
+                _per_shape_instead(region, str(error), functions[region.symbol], artifacts, configured[region.backend], store,
+                                   backend_options.get(region.backend, {}), buckets, strict, failed, specialised, planned)
+                variant_of = {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
+                continue
             backend_name = next(a.backend for a in artifacts if a.symbol == symbol)
             _fall_back(str(error), variant_of.get(symbol, symbol), planned)
             _drop_failed({symbol: str(error).removeprefix(f"region {symbol} ({backend_name}): ")}, failed, specialised, variant_of)

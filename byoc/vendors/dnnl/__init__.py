@@ -71,6 +71,7 @@ onednn = CLibrary(
     library_dirs=library.library_dirs,
     libraries=list(library.LIBRARIES),
     prologue=library.PROLOGUE,
+    ownership=library.OWNERSHIP,
     bind_buffer=library.bind_buffer,
     views=emitters.VIEWS,
     runtime_setup=threads.limit_threads,
@@ -82,6 +83,7 @@ dnnl = Backend(
     priority=10,
     description="Intel oneDNN on the CPU (C API, fused post-ops, blocked layouts inside regions)",
     limits=Limits(dtypes=("float32",), max_rank=6, quantized=("int8", "uint8"), run_time_conditions=True, cast_dtypes=("float16",)),
+    symbolic_shapes=True,  # one library for every shape: primitives made again when the dimensions they read change
     cost=CostRules(fallback_without_macs=True),
     processing=[UnsignedActivationsPass()],  # int8 activations computed as uint8, exactly (byoc.processing.unsigned)
     build_options=[Option("layout", "activation layouts inside a region: follow the producer's, let each primitive "

@@ -9,8 +9,9 @@ import math
 
 import numpy as np
 
+from byoc.codegen_c.dims import read_shape
 from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
-from byoc.vendors.dnnl.library import dims, rank
+from byoc.vendors.dnnl.library import dims_decl, rank
 from byoc.vendors.dnnl.quantization import (
     DNNL_TYPES,
     KernelQuantization,
@@ -116,7 +117,7 @@ class _Kernel:
         self.local_mds.append(name)
         self.setup.append(f"dnnl_memory_desc_t {name};")
         self.setup.append("{")
-        self.setup.append(f"  static const dnnl_dims_t shape = {dims(shape)};")
+        self.setup.append("  " + dims_decl("shape", shape))
         if tag == "plain":
             self.setup.append("  " + self.check(f"byoc_plain_md(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]})", f"descriptor {shape}"))
         else:
@@ -215,8 +216,8 @@ class _Kernel:
         dense stride: every k-th element)."""
         name = self._name("md")
         self.local_mds.append(name)
-        self.setup += [f"dnnl_memory_desc_t {name};", "{", f"  static const dnnl_dims_t shape = {dims(shape)};",
-                       f"  static const dnnl_dims_t strides = {dims(tuple(strides))};",
+        self.setup += [f"dnnl_memory_desc_t {name};", "{", "  " + dims_decl("shape", shape),
+                       "  " + dims_decl("strides", tuple(strides)),
                        "  " + self.check(f"dnnl_memory_desc_create_with_strides(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]}, "
                                          "strides)", "strided view"), "}"]
         return name
@@ -502,7 +503,7 @@ def _conv_geometry(kernel: _Kernel, attrs: dict, spatial: int) -> str:
     descriptor's arguments."""
     names = [f"{kernel.k}_{part}" for part in ("strides", "dilates", "pad_l", "pad_r")]
     values = [attrs["strides"], [d - 1 for d in attrs["dilation"]], attrs["padding"][:spatial], attrs["padding"][spatial:]]
-    kernel.setup += [f"static const dnnl_dims_t {name} = {dims(tuple(value))};" for name, value in zip(names, values)]
+    kernel.setup += [dims_decl(name, tuple(value)) for name, value in zip(names, values)]
     return ", ".join(names)
 
 
@@ -903,7 +904,7 @@ def _selection_bound(kernel: _Kernel, condition: CBuffer, md: str, selected: str
     call from one the host computed (a padding mask: one row of the scores' size, so cheap)."""
     name = kernel._name("bound")
     kernel.state += [f"static float* {name}_data = NULL;", f"static dnnl_memory_t {name} = NULL;"]
-    kernel.setup += [f"if ({name}_data == NULL) {name}_data = (float*)malloc({condition.size} * sizeof(float));",
+    kernel.setup += [f"{name}_data = (float*)malloc({condition.size} * sizeof(float));",
                      f'if ({name}_data == NULL) BYOC_FAIL("{_c_text(kernel.where)}: out of memory for the selection");']
     fill = f"for (int64_t i = 0; i < {condition.size}; ++i) {name}_data[i] = {condition.name}[i] ? {selected} : {otherwise};"
     (kernel.setup if condition.kind == "constant" else kernel.before).append(fill)
@@ -1055,15 +1056,15 @@ def pad(call: KernelCall) -> KernelCode:
     kernel.state.append(f"static dnnl_memory_t {window} = NULL;")
     window_md = kernel._name("md")
     kernel.local_mds.append(window_md)
-    kernel.setup += [f"dnnl_memory_desc_t {window_md};", "{", f"  static const dnnl_dims_t shape = {dims(x.shape)};",
-                     f"  static const dnnl_dims_t offsets = {dims(tuple(node['attrs']['pad_width'][0::2]))};",
+    kernel.setup += [f"dnnl_memory_desc_t {window_md};", "{", "  " + dims_decl("shape", x.shape),
+                     "  " + dims_decl("offsets", tuple(node['attrs']['pad_width'][0::2])),
                      "  " + kernel.check(f"dnnl_memory_desc_create_submemory(&{window_md}, {out_md}, shape, offsets)", "padded window"),
                      "  " + kernel.check(f"dnnl_memory_create(&{window}, {window_md}, byoc_engine, DNNL_MEMORY_NONE)", "padded window"),
                      "}"]
     kernel.point(window, result)
     kernel.before += ["{", "  float* data = NULL;",
                       "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, (void**)&data)", "padded result"),
-                      f"  byoc_fill(data, {out.size}L, {_float(node['attrs']['pad_value'])});", "}"]
+                      f"  byoc_fill(data, (long){out.size}, {_float(node['attrs']['pad_value'])});", "}"]
     kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
     kernel.direct("DNNL_ARG_TO", window)
     return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {window_md}, byoc_engine, NULL)")
@@ -1074,7 +1075,8 @@ def take(call: KernelCall) -> KernelCode:
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
     axis = node["attrs"]["axis"] % len(x.shape)
-    index = int(_scalar(call, node, 1)) % x.shape[axis]
+    index = int(_scalar(call, node, 1))
+    index = index if index >= 0 else x.shape[axis] + index  # from the end; a symbolic length stays an expression
     window = tuple(1 if a == axis else d for a, d in enumerate(x.shape))
     return _strided_copies(call, x, [(out, window, *_window(x.shape, tuple(index if a == axis else 0 for a in range(len(x.shape)))))])
 
@@ -1129,7 +1131,7 @@ def rms_norm(call: KernelCall) -> KernelCode:
     k = call.name
     squares, means, norm = (_Kernel(call, part) for part in ("squares", "means", "norm"))
     # The means are written as a column and read as the layer norm's variances: one array.
-    squares.state += [f"static float {k}_ones[{channels}], {k}_zeros[{rows}], {k}_variance_data[{rows}];",
+    squares.state += [f"static float {k}_ones[{channels}];",
                       f"static dnnl_memory_t {k}_squares = NULL, {k}_means = NULL, {k}_variances = NULL, {k}_zero_means = NULL;"]
     rows_md = squares.md((rows, channels), "plain")
     squares.setup.append(squares.check(f"dnnl_memory_create(&{k}_squares, {rows_md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "squares"))
@@ -1143,7 +1145,7 @@ def rms_norm(call: KernelCall) -> KernelCode:
     means.state.append(f"static dnnl_memory_t {k}_column = NULL;")
     means.setup += [f"for (int i = 0; i < {channels}; i++) {k}_ones[i] = 1.f / {channels}.f;",
                     means.check(f"dnnl_memory_create(&{k}_column, {column_md}, byoc_engine, {k}_ones)", "column"),
-                    means.check(f"dnnl_memory_create(&{k}_means, {means_md}, byoc_engine, {k}_variance_data)", "means")]
+                    means.check(f"dnnl_memory_create(&{k}_means, {means_md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "means")]
     means.direct("DNNL_ARG_SRC", f"{k}_squares")
     means.weights("DNNL_ARG_WEIGHTS", f"{k}_column", "dnnl_query_weights_md")
     means.direct("DNNL_ARG_DST", f"{k}_means")
@@ -1151,8 +1153,11 @@ def rms_norm(call: KernelCall) -> KernelCode:
                             f"{means.md((channels, 1))}, NULL, {means_md}, NULL)"))
 
     stats_md, norm_md = norm.md((rows,), "plain"), norm.md((rows, channels), "plain")
-    norm.setup += [norm.check(f"dnnl_memory_create(&{k}_variances, {stats_md}, byoc_engine, {k}_variance_data)", "variances"),
-                   norm.check(f"dnnl_memory_create(&{k}_zero_means, {stats_md}, byoc_engine, {k}_zeros)", "means")]
+    norm.setup += ["{", "  void* data = NULL;", "  " + norm.check(f"dnnl_memory_get_data_handle({k}_means, &data)", "means"),
+                   "  " + norm.check(f"dnnl_memory_create(&{k}_variances, {stats_md}, byoc_engine, data)", "variances"),
+                   "  " + norm.check(f"dnnl_memory_create(&{k}_zero_means, {stats_md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "means"),
+                   "  " + norm.check(f"dnnl_memory_get_data_handle({k}_zero_means, &data)", "means"),
+                   f"  memset(data, 0, {rows} * sizeof(float));", "}"]
     norm.direct("DNNL_ARG_SRC", x_rows)
     norm.direct("DNNL_ARG_MEAN", f"{k}_zero_means")
     norm.direct("DNNL_ARG_VARIANCE", f"{k}_variances")
@@ -1232,7 +1237,7 @@ def _relayout(call: KernelCall, view_setup, view=None) -> KernelCode:
         kernel.state += [f"static int {k}_is_view = 0;", f"static byoc_conversion {k}_alias;"]
         kernel.setup.append(f"{k}_is_view = {condition};")
         if md is not None:  # the output's memory described as a view of the input's
-            kernel.setup += [f"if ({k}_is_view) {{", f"  dnnl_memory_destroy({out.name}_mem);",
+            kernel.setup += [f"if ({k}_is_view) {{",
                              "  " + kernel.check(f"byoc_result_init(&{k}_alias, &{out.name}_mem, &{out.name}_bytes, {md})", "view"), "}"]
     code = kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {view_md}, byoc_engine, NULL)")
     if not viewed:
@@ -1313,8 +1318,8 @@ def _transposed_result(kernel: _Kernel, call: KernelCall) -> str | None:
     readers = call.readers_of(call.nodes[-1])
     if out.kind != "intermediate" or len(readers) != 1 or readers[0]["op"] != "relax.permute_dims" or readers[0].get("composite"):
         return None
-    transposed = readers[0]["outputs"][0]["shape"]
-    return _transposed_layout(kernel, tuple(transposed), _order(readers[0], len(out.shape)), out.dtype)
+    transposed = read_shape(readers[0]["outputs"][0]["shape"])
+    return _transposed_layout(kernel, transposed, _order(readers[0], len(out.shape)), out.dtype)
 
 
 def reorder(call: KernelCall) -> KernelCode:

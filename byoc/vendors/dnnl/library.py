@@ -25,6 +25,7 @@ import functools
 from importlib import metadata
 from pathlib import Path
 
+from byoc.codegen_c.dims import is_symbolic
 from byoc.codegen_c.library import CBuffer, KernelCode
 from byoc.errors import BuildError
 from byoc.vendors.dnnl.quantization import DNNL_TYPES
@@ -85,6 +86,11 @@ def version() -> str:
 
 
 PROLOGUE = r"""
+#ifndef BYOC_OWNERSHIP  /* static shapes: each kernel is made once, and owns what it makes for the process */
+typedef int byoc_arena;
+static byoc_arena* byoc_arena_now = NULL;
+static int byoc_replaced = 0;
+#endif
 static dnnl_engine_t byoc_engine = NULL;
 static dnnl_stream_t byoc_stream = NULL;
 
@@ -212,6 +218,24 @@ static dnnl_status_t byoc_reorder(dnnl_primitive_t reorder, dnnl_memory_t from, 
   return reorder == NULL ? dnnl_success : byoc_execute(reorder, 2, args);
 }
 
+/* An intermediate's memory object, of descriptor `md`. Its kernel's readers hold it, so it is
+   owned by no arena: a kernel made again for other dimensions (a region with symbolic shapes)
+   keeps it where its descriptor is the same, and its readers need not be made again; a new one
+   sets `byoc_replaced`, which makes them again. */
+static dnnl_status_t byoc_result_memory(dnnl_memory_t* target, const_dnnl_memory_desc_t md) {
+  byoc_arena* owner = byoc_arena_now;
+  dnnl_status_t status;
+  if (*target != NULL && dnnl_memory_desc_equal(byoc_md(*target), md)) return dnnl_success;
+  byoc_arena_now = NULL;
+  if (*target != NULL) {
+    dnnl_memory_destroy(*target);
+    byoc_replaced = 1;
+  }
+  status = dnnl_memory_create(target, md, byoc_engine, DNNL_MEMORY_NONE);
+  byoc_arena_now = owner;
+  return status;
+}
+
 /* A kernel's result: an intermediate takes the primitive's layout (the memory is created here,
    its data bound after allocation); a region output keeps its plain layout, and the kernel
    writes a private memory that is reordered into it. */
@@ -220,7 +244,7 @@ static dnnl_status_t byoc_result_init(byoc_conversion* conversion, dnnl_memory_t
   dnnl_status_t status;
   if (target_bytes != NULL) {
     conversion->reorder = NULL;
-    status = dnnl_memory_create(target, produced, byoc_engine, DNNL_MEMORY_NONE);
+    status = byoc_result_memory(target, produced);
     conversion->memory = *target;
     *target_bytes = dnnl_memory_desc_get_size(produced);
     return status;
@@ -265,8 +289,73 @@ __attribute__((unused, optimize("O3"))) static void byoc_fill(float* data, long 
 """
 
 
+# Regions with symbolic shapes (see CLibrary.ownership): every memory, primitive and buffer the
+# generated code and PROLOGUE make is owned by the arena in `byoc_arena_now`, so that a kernel's
+# objects are destroyed when it is made again for other dimensions. The macros come before
+# PROLOGUE, whose helpers create through them too.
+OWNERSHIP = r"""
+#define BYOC_OWNERSHIP 1
+typedef struct { int kind; void* object; } byoc_owned;
+typedef struct { byoc_owned* items; int count, capacity; } byoc_arena;
+static byoc_arena* byoc_arena_now = NULL;
+static int byoc_replaced = 0;  /* a kernel made again made a new result object (see byoc_result_memory) */
+
+static void byoc_own(int kind, void* object) {
+  byoc_arena* arena = byoc_arena_now;
+  if (arena == NULL || object == NULL) return;
+  if (arena->count == arena->capacity) {
+    int capacity = arena->capacity ? 2 * arena->capacity : 16;
+    byoc_owned* items = (byoc_owned*)realloc(arena->items, capacity * sizeof(byoc_owned));
+    if (items == NULL) abort();  /* a few bytes per object: nothing sensible is left to do */
+    arena->items = items;
+    arena->capacity = capacity;
+  }
+  arena->items[arena->count].kind = kind;
+  arena->items[arena->count++].object = object;
+}
+
+static dnnl_status_t byoc_owned_memory(dnnl_memory_t* memory, const_dnnl_memory_desc_t md, dnnl_engine_t engine, void* handle) {
+  dnnl_status_t status = dnnl_memory_create(memory, md, engine, handle);
+  if (status == dnnl_success) byoc_own(0, *memory);
+  return status;
+}
+
+static dnnl_status_t byoc_owned_primitive(dnnl_primitive_t* primitive, const_dnnl_primitive_desc_t pd) {
+  dnnl_status_t status = dnnl_primitive_create(primitive, pd);
+  if (status == dnnl_success) byoc_own(1, *primitive);
+  return status;
+}
+
+static void* byoc_owned_malloc(size_t bytes) {
+  void* data = malloc(bytes);
+  byoc_own(2, data);
+  return data;
+}
+
+static void byoc_release(byoc_arena* arena) {
+  while (arena->count > 0) {
+    byoc_owned* item = &arena->items[--arena->count];
+    if (item->kind == 0) dnnl_memory_destroy((dnnl_memory_t)item->object);
+    else if (item->kind == 1) dnnl_primitive_destroy((dnnl_primitive_t)item->object);
+    else free(item->object);
+  }
+}
+
+#define dnnl_memory_create byoc_owned_memory
+#define dnnl_primitive_create byoc_owned_primitive
+#define malloc byoc_owned_malloc
+"""
+
+
 def dims(shape: tuple[int, ...]) -> str:
     return "{" + ", ".join(str(d) for d in shape) + "}" if shape else "{1}"
+
+
+def dims_decl(name: str, shape: tuple) -> str:
+    """A block-scope `dnnl_dims_t` of `shape`: static where every dimension is a number, else
+    computed where it stands (a region with symbolic shapes, made again for each shape)."""
+    storage = "const" if is_symbolic(shape) else "static const"
+    return f"{storage} dnnl_dims_t {name} = {dims(shape)};"
 
 
 def rank(shape: tuple[int, ...]) -> int:
@@ -284,7 +373,7 @@ def bind_buffer(buffer: CBuffer) -> KernelCode:
     # oneDNN type; its memory object is never used, and f32 describes it as well as any.
     dnnl_type = DNNL_TYPES.get(buffer.dtype, "dnnl_f32")
     init = f"""{{
-  static const dnnl_dims_t shape = {dims(buffer.shape)};
+  {dims_decl("shape", buffer.shape)}
   DNNL_CHECK(byoc_plain_memory(&{buffer.name}_mem, {rank(buffer.shape)}, shape, {dnnl_type}, {handle}), "memory of {buffer.name}");
 }}"""
     run = "" if buffer.kind == "constant" else f'DNNL_CHECK(dnnl_memory_set_data_handle({buffer.name}_mem, {buffer.name}), "bind {buffer.name}");'
