@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
 
 import numpy as np
@@ -122,6 +123,46 @@ def test_onnxruntime_vendor_runs_every_shape_on_one_session(model, session, tmp_
         loaded.run(input_ids=_tokens((1, 65)))
 
 
+class _Cut:
+    """onnxruntime's engine whose `run_new` gives outputs cut to one column: not the region's."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def run(self, inputs, outputs) -> None:
+        self.inner.run(inputs, outputs)
+
+    def run_new(self, inputs):
+        return [output[..., :1] for output in self.inner.run_new(inputs)]
+
+
+def test_a_shape_met_first_runs_on_outputs_the_engine_allocates_and_checked(model, session):
+    """A model that is one engine for every shape runs a shape met for the first time through
+    the engine's `run_new` (onnxruntime's own `run`, outputs it allocates handed over), one met
+    again on kept buffers. The build checks `run_new` against `run`: one that gives other outputs
+    is an EngineError naming the region under `strict`, else the region falls back."""
+    from byoc.vendors.onnxruntime import build_engine
+
+    built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "onnxruntime"))
+    for shape, first in [((3, 5), True), ((3, 5), False), ((1, 9), True)]:
+        ids = _tokens(shape, 3)
+        got = built.run(input_ids=ids)[0]
+        np.testing.assert_allclose(got, session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+        assert got.ctypes.data % 64 == 0 or not first  # onnxruntime's own, handed over
+    onnxruntime = byoc.get_backend("onnxruntime")
+    cut = dataclasses.replace(onnxruntime, codegen=dataclasses.replace(
+        onnxruntime.codegen, build_engine=lambda graph, constants, options: _Cut(build_engine(graph, constants, options))))
+    partitioned = byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "onnxruntime")
+    with pytest.raises(byoc.errors.EngineError, match=r"region onnxruntime_0__\w+ \(onnxruntime\): the engine's run_new gave "
+                                                      r"\[\(\(8, 64, 1\), 'float32'\)\], not the outputs run writes"):
+        byoc.build(partitioned, backends={"onnxruntime": cut}, strict=True)
+    with pytest.warns(UserWarning, match="run_new"):
+        fallen = byoc.build(partitioned, backends={"onnxruntime": cut})
+    assert "onnxruntime_0" in fallen.report().build_fallbacks
+    ids = _tokens((3, 5))
+    np.testing.assert_allclose(fallen.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
+
+
 def test_a_region_the_engine_cannot_take_symbolically_is_generated_per_shape(model, session):
     """A vendor that declares symbolic shapes but refuses this region's: generated per shape,
     with the reason in `inspect`, and still correct."""
@@ -142,6 +183,29 @@ def test_a_region_the_engine_cannot_take_symbolically_is_generated_per_shape(mod
     region = built.inspect()["shape_specialised"]["onnxruntime_0"]
     assert not region["symbolic"] and region["built_ahead"] == ["batch8_sequence64"] and region["built_here"] == ["batch3_sequence5"]
     assert "this engine takes static shapes only" in region["per_shape_reason"]
+
+
+def test_threads_running_one_library_at_different_shapes(compiled, session):
+    """A dnnl region written for every shape is made again under its lock when the shape
+    changes: threads alternating shapes each get onnxruntime's numbers."""
+    cases = []
+    for seed, shape in enumerate([(1, 5), (3, 40), (2, 64), (8, 3)]):
+        ids = _tokens(shape, seed)
+        cases.append((ids, session.run(None, {"input_ids": ids})[0]))
+    errors: list[float] = []
+
+    def work(offset: int) -> None:
+        for step in range(40):
+            ids, want = cases[(step + offset) % len(cases)]
+            errors.append(float(np.abs(compiled.run(input_ids=ids)[0] - want).max()))
+
+    threads = [threading.Thread(target=work, args=(offset,)) for offset in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(errors) == 120 and max(errors) < TOLERANCE
+    assert compiled.inspect()["shape_specialised"]["dnnl_0"]["symbolic"]
 
 
 def _dnnl_static_shapes_only() -> dict:

@@ -21,7 +21,9 @@ def test_one_expression_however_written_is_one_dimension():
 def test_exact_divisions_only():
     batch, heads = SymbolicDim.name("batch"), SymbolicDim.name("heads")
     assert (batch * 12) // 4 == batch * 3 and (batch * heads * 64) // heads == batch * 64 and (batch * 12) % 4 == 0
-    for inexact in (lambda: (batch + 1) // 2, lambda: batch // heads, lambda: (batch * 3) % 2):
+    total = read_dim("past + sequence")
+    assert (batch * heads * total) // total == batch * heads and (batch * 2 * total) // (batch * total) == 2
+    for inexact in (lambda: (batch + 1) // 2, lambda: batch // heads, lambda: (batch * 3) % 2, lambda: (total + 1) // total):
         with pytest.raises(SymbolicShapeError, match="not exact"):
             inexact()
 

@@ -21,6 +21,13 @@ class Engine(Protocol):
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None: ...
 
 
+# An engine may also offer `run_new(inputs) -> list[np.ndarray]`: the region run on `inputs`, its
+# outputs new arrays the engine allocated (C-contiguous; 64-byte aligned where it can). byoc
+# calls it for a model that is this region alone, at a shape met for the first time, where the
+# outputs are handed to the caller anyway: onnxruntime's own `run` then costs less than binding
+# buffers made for that one call (a decoding step's shape is new at every step).
+
+
 @dataclass(frozen=True)
 class EngineContext:
     """What the runtime knows about the model around a region while its engine is created

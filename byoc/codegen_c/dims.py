@@ -93,28 +93,24 @@ class SymbolicDim:
     __rmul__ = __mul__
 
     def __floordiv__(self, other: object) -> int | SymbolicDim:
-        """Exact divisions only: by an integer dividing every coefficient, or by a dimension
-        this one is a whole multiple of (`batch * 12 // 12`, `batch * heads // heads`)."""
+        """Exact divisions only: by an integer dividing every coefficient, or by a dimension this
+        one is a monomial multiple of (`batch * 12 // 12`, `batch * heads // heads`,
+        `heads * (past + sequence) // (past + sequence)`)."""
         divisor = SymbolicDim.of(SymbolicDim(self._terms(other)))
         if isinstance(divisor, int):
             if divisor != 0 and all(c % divisor == 0 for c in self.terms.values()):
                 return SymbolicDim.of(SymbolicDim({m: c // divisor for m, c in self.terms.items()}))
-        elif len(divisor.terms) == 1:
-            (monomial, coefficient), = divisor.terms.items()
-            quotient: dict[Monomial, int] = {}
-            for m, c in self.terms.items():
-                rest = list(m)
-                for name in monomial:
-                    if name not in rest:
-                        break
+        else:
+            (lead, lead_coefficient), *_ = divisor.terms.items()
+            for monomial, coefficient in self.terms.items():  # the quotient is one of these over `lead`
+                rest = list(monomial)
+                if coefficient % lead_coefficient or any(rest.count(name) < lead.count(name) for name in set(lead)):
+                    continue
+                for name in lead:
                     rest.remove(name)
-                else:
-                    if c % coefficient == 0:
-                        quotient[tuple(rest)] = c // coefficient
-                        continue
-                break
-            else:
-                return SymbolicDim.of(SymbolicDim(quotient))
+                quotient = SymbolicDim({tuple(rest): coefficient // lead_coefficient})
+                if quotient * divisor == self:
+                    return SymbolicDim.of(quotient)
         raise SymbolicShapeError(f"{self!r} // {other!r} is not exact without the dimensions' values")
 
     def __rfloordiv__(self, other: object) -> int | SymbolicDim:

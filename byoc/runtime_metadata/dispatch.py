@@ -170,6 +170,26 @@ class RegionRuntime:
                 raise
             raise failure from error
 
+    def run_new_arrays(self, inputs: list[np.ndarray], outputs: list[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray] | None:
+        """The engine on `inputs` into outputs it allocates (`run_new`, see byoc.backend.engine),
+        checked against the `outputs` (shape, dtype) the caller computed; None where the engine
+        does not allocate."""
+        try:
+            record = self.record or self.ensure_engine()
+            run_new = getattr(record.engine, "run_new", None)
+            if run_new is None:
+                return None
+            made = list(run_new(inputs))
+            if [(tuple(a.shape), a.dtype) for a in made] != [(tuple(shape), dtype) for shape, dtype in outputs]:
+                raise EngineError(f"{self._where}: run_new gave outputs {[(a.shape, str(a.dtype)) for a in made]}, "
+                                  f"not the region's {[(shape, str(dtype)) for shape, dtype in outputs]}")
+            return made
+        except Exception as error:
+            failure = self._failure.remember(error, f"{self._where}: the engine failed")
+            if failure is error:
+                raise
+            raise failure from error
+
     def take_failure(self) -> ByocError | None:
         """The error this thread's last failed call raised, once."""
         return self._failure.take()

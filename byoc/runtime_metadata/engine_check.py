@@ -92,3 +92,25 @@ def check_engine(engine: object, artifact: RegionArtifact, where: str, values: M
         if unwritten.any():
             raise EngineError(f"{where}: the engine left {int(unwritten.sum())} of {unwritten.size} elements of output {index} "
                               f"{tuple(first.shape)} unwritten in a trial run: an engine writes every output in place")
+    _check_run_new(engine, inputs, runs[1], where)
+
+
+def _check_run_new(engine: object, inputs: list[np.ndarray], want: list[np.ndarray], where: str) -> None:
+    """An engine's `run_new` (see byoc.backend.engine), where it has one, gives what `run` wrote
+    on the same inputs: the runtime calls it instead of `run` for shapes met for the first time."""
+    run_new = getattr(engine, "run_new", None)
+    if run_new is None:
+        return
+    try:
+        made = list(run_new(inputs))
+    except Exception as error:
+        raise EngineError(f"{where}: the engine's run_new failed a trial run on the region's shapes: {type(error).__name__}: "
+                          f"{error}") from error
+    for index, expected in enumerate(want):
+        got = made[index] if index < len(made) else None
+        if got is None or len(made) != len(want) or got.shape != expected.shape or got.dtype != expected.dtype:
+            raise EngineError(f"{where}: the engine's run_new gave {[(a.shape, str(a.dtype)) for a in made]}, not the "
+                              f"outputs run writes, {[(a.shape, str(a.dtype)) for a in want]}")
+        scale = float(np.abs(expected).max()) if expected.size and expected.dtype.kind == "f" else 1.0
+        if not np.allclose(got, expected, rtol=1e-5, atol=1e-6 * scale, equal_nan=True):
+            raise EngineError(f"{where}: the engine's run_new gave other values than run for output {index} on the same inputs")

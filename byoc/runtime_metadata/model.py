@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -463,7 +464,7 @@ def _values(result) -> list:
 def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised array 64-byte aligned, as engines are promised, from numpy's allocator
     (which reuses freed blocks: TVM's maps fresh pages for each large tensor)."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     block = np.empty(nbytes + 64, np.uint8)
     start = -block.ctypes.data % 64
     return block[start:start + nbytes].view(dtype).reshape(shape)
@@ -497,8 +498,10 @@ class _EnginePlan:
 
     def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         inputs = [fixed if index is None else _as_fed(arrays[index]) for index, fixed in self.feeds]
-        outputs = [_aligned_empty(shape, dtype) for shape, dtype in self.outputs]
-        self.function.run_arrays(inputs, outputs, shaped_here=True)
+        outputs = self.function.run_new_arrays(inputs, self.outputs)
+        if outputs is None:
+            outputs = [_aligned_empty(shape, dtype) for shape, dtype in self.outputs]
+            self.function.run_arrays(inputs, outputs, shaped_here=True)
         handed: set[int] = set()
         result = []
         for index in self.order:
