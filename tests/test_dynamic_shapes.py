@@ -371,6 +371,39 @@ def test_two_models_of_one_architecture_keep_their_own_weights_at_a_shape_built_
 
 
 @pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_repeats_over_a_dynamic_batch_and_a_constant_pick_from_it(vendor):
+    """DeBERTa tiles its relative positions over the batch, `Tile(x, Concat(Shape(mask)[0:1], 1,
+    1))`, whose repeats are a shape value (TVM refuses one as Tile's input); Falcon picks one of
+    q, k and v by a constant GatherND coordinate into a tensor of any batch. Both import with the
+    batch symbolic and run at each batch in range."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["mask"], ["shape"], name="shape"),
+         helper.make_node("Slice", ["shape", "zero", "one"], ["batch"], name="batch"),
+         helper.make_node("Concat", ["batch", "one", "one"], ["repeats"], axis=0, name="repeats"),
+         helper.make_node("Tile", ["positions", "repeats"], ["tiled"], name="tile"),
+         helper.make_node("MatMul", ["tiled", "w"], ["scores"], name="scores"),
+         helper.make_node("Unsqueeze", ["scores", "zero"], ["stacked"], name="stack"),
+         helper.make_node("Concat", ["stacked", "stacked"], ["qk"], axis=0, name="qk"),
+         helper.make_node("GatherND", ["qk", "second"], ["picked"], name="pick")], "repeats",
+        [helper.make_tensor_value_info("positions", TensorProto.FLOAT, [1, 6, 4]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", 6])],
+        [helper.make_tensor_value_info("picked", TensorProto.FLOAT, ["batch", 6, 4])],
+        [numpy_helper.from_array(np.array([0], np.int64), "zero"), numpy_helper.from_array(np.array([1], np.int64), "one"),
+         numpy_helper.from_array(np.array([-1], np.int64), "second"),
+         numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 8)}), vendor))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch in (1, 3, 8):
+        positions, mask = rng.standard_normal((1, 6, 4)).astype(np.float32), np.ones((batch, 6), np.int64)
+        np.testing.assert_allclose(compiled.run(positions, mask)[0], session.run(None, {"positions": positions, "mask": mask})[0],
+                                   rtol=TOLERANCE, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
 def test_padding_with_a_dynamic_batch(vendor):
     """Swin pads its windows whatever the batch: Pad of a feature map whose batch is symbolic
     imports as one `relax.nn.pad` and runs at each batch in range."""

@@ -126,11 +126,12 @@ def test_the_vendor_kit_and_matrix_take_exported_models(cache, monkeypatch):
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["gpt2", "bert", "vit"])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "deberta", "falcon", "vit"])
 def test_a_dynamic_export_compiled_once_runs_every_shape_in_range(name, cache):
     """One artifact, several shapes: the same offload as the static compile, onnxruntime's numbers,
     and dnnl's region one library for every shape, its kernels made again as the shape changes
-    and back (BERT's pooler takes token 0 of a sequence of any length)."""
+    and back (BERT's pooler takes token 0 of a sequence of any length; DeBERTa tiles its relative
+    positions over the batch; Falcon picks q, k and v out of one tensor of any batch)."""
     model = exported.export(name, dynamic=True, cache_dir=cache)
     text = name != "vit"
     dims = {"batch": (1, 4), "sequence": (1, 64)} if text else {"batch": (1, 4)}

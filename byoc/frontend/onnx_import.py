@@ -43,6 +43,19 @@ class _NamingImporter(ONNXGraphImporter):
         super().__init__(*args, **kwargs)
         self.node_of_var: dict[int, str] = {}
         self.original_names: dict[str, str] = {}  # sanitized input name -> the file's
+        # Shape values that Tile takes as its repeats: TVM refuses a shape value as any input of
+        # Tile before converting it, so the value is handed over as a tensor, and byoc's Tile
+        # reads the shape back (DeBERTa repeats its relative positions over the batch).
+        self.tile_repeats: dict[str, int] = {}  # producing node's name -> output position
+        self.shape_of_tensor: dict[int, relax.Expr] = {}  # tensor var -> the shape value it carries
+
+    def from_onnx(self, graph, opset):
+        repeats = {node.input[1] for node in graph.node if node.op_type == "Tile" and len(node.input) > 1}
+        for node in graph.node:
+            for position, output in enumerate(node.output):
+                if output in repeats and node.name:  # nodes without a name cannot be told apart here
+                    self.tile_repeats[node.name] = position
+        return super().from_onnx(graph, opset)
 
     def _sanitize_name(self, name: str) -> str:
         with warnings.catch_warnings():  # "Renaming name ...": the compiled model keeps the file's names
@@ -64,6 +77,10 @@ class _NamingImporter(ONNXGraphImporter):
             result = self._in_float32(op_name, inputs, attrs, opset)
             if result is None:
                 raise ModelLoadError(f"cannot convert ONNX node {node_name!r} ({op_name}): {error}") from error
+        if node_name in self.tile_repeats and isinstance(getattr(result, "ty", None), relax.ShapeType) and self.tile_repeats[node_name] == 0:
+            shape = result
+            result = self.bb.emit(relax.op.shape_to_tensor(result), name_hint=node_name)
+            self.shape_of_tensor[result.id_] = shape
         if isinstance(result, (relax.Call, relax.TupleGetItem)):
             result = self.bb.emit(result, name_hint=node_name)
         if isinstance(result, relax.Var) and not any(result.same_as(i) for i in inputs if i is not None):
@@ -72,6 +89,8 @@ class _NamingImporter(ONNXGraphImporter):
 
     def _converted(self, op_name: str, inputs, attrs, opset) -> relax.Expr:
         """byoc's converter of `op_name` where it has one that takes the node, else TVM's."""
+        if op_name == "Tile" and getattr(inputs[1], "id_", None) in self.shape_of_tensor:
+            inputs = [inputs[0], self.shape_of_tensor[inputs[1].id_]]
         own = CONVERTERS.get(op_name)
         result = own(self.bb, inputs, attrs, opset, self._tvm_converter) if own is not None else None
         return result if result is not None else super()._convert_operator(op_name, inputs, attrs, opset)

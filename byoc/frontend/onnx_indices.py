@@ -25,7 +25,7 @@ import onnx
 import tvm
 from tvm import relax
 
-from byoc.ir.types import constant_array, is_tensor_constant, static_shape
+from byoc.ir.types import constant_array, is_tensor_constant
 
 
 def _axis(attrs: dict, rank: int) -> int:
@@ -97,9 +97,8 @@ def _converter(op: str) -> Callable[..., relax.Expr | None]:
         # Constant indices into static axes are checked now; into a dynamic axis (the first
         # token of every sequence) they are taken as the op defines them, at run time.
         constant = is_tensor_constant(indices) and all(isinstance(e, tvm.ir.prim.expr.IntImm) for e in extents)
-        if constant:
-            shape = static_shape(data.ty, f"the data of {op}")
-            checked = checked_constant(constant_array(indices), [shape[a] for a in axes], axes, per_slot)
+        if constant:  # only the indexed axes need a size (Falcon's GatherND picks among q, k, v of any batch)
+            checked = checked_constant(constant_array(indices), [int(e) for e in extents], axes, per_slot)
             indices = relax.const(checked, str(checked.dtype))
         if op == "Gather":  # wrap: ONNX's meaning on the valid range, for every reader of the module
             return relax.op.take(data, indices, axes[0], mode="fast" if constant else "wrap")

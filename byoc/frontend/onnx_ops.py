@@ -36,6 +36,7 @@ static-shape compiler. Each returns None to leave the op to TVM's converter.
 - LayerNormalization: Y stays one `relax.nn.layer_norm` (backends fuse it); the optional Mean
   and InvStdDev outputs, which TVM returns as 0-d placeholders, are computed.
 - Reshape of a dimension to one element: a shape value (see `reshape`).
+- Tile whose repeats are a shape value (a model with dynamic dimensions): a broadcast (see `tile`).
 - Slice before opset 10 (bounds as attributes): TVM's converter reads only the later inputs.
 - PRelu before opset 7, one slope per channel (axis 1, as opset 6 defines it); a slope that does
   not broadcast is an error naming the shapes (TVM's converter raised an IndexError).
@@ -197,6 +198,25 @@ def reshape(bb, inputs, attrs, opset, tvm_converter) -> relax.Expr | None:
     if dimension is None or _scalar_constant(inputs[1]) not in (1.0, -1.0):
         return None
     return relax.ShapeExpr([dimension])
+
+
+def tile(bb, inputs, attrs, opset, tvm_converter) -> relax.Expr | None:
+    """Tile whose repeats are a shape value (DeBERTa repeats its relative positions over the
+    batch, `Tile(x, Concat(Shape(mask)[0:1], 1, 1))`): x seen with a unit axis before each of
+    its axes, broadcast to the repeats there, and the pairs merged. TVM's converter takes
+    constant repeats only ("cannot handle ShapeExpr inputs")."""
+    x, repeats = inputs
+    ty = repeats.ty
+    values = getattr(ty, "values", None) if isinstance(ty, relax.ShapeType) else None
+    if values is None or x.ty.shape is None or not isinstance(x.ty.shape, relax.ShapeExpr):
+        return None
+    dims = list(x.ty.shape.values)
+    if len(values) != len(dims):
+        raise ModelLoadError(f"Tile's repeats have {len(values)} values for an input of rank {len(dims)}")
+    unit = tvm.tirx.IntImm("int64", 1)
+    spread = bb.normalize(relax.op.reshape(x, relax.ShapeExpr([d for dim in dims for d in (unit, dim)])))
+    wide = bb.normalize(relax.op.broadcast_to(spread, relax.ShapeExpr([d for r, dim in zip(values, dims) for d in (r, dim)])))
+    return relax.op.reshape(wide, relax.ShapeExpr([r * dim for r, dim in zip(values, dims)]))
 
 
 def slice_v1(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
@@ -500,6 +520,7 @@ CONVERTERS: dict[str, Converter] = {
     "Pow": power,
     "Split": split,
     "Slice": slice_v1,
+    "Tile": tile,
     "Reshape": reshape,
     "PRelu": prelu,
     "Pad": pad,
