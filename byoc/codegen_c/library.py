@@ -35,7 +35,7 @@ class CBuffer:
     """A tensor as the generated C sees it: `name` is a pointer of type `ctype*`."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # a dimension may be a SymbolicDim (byoc.codegen_c.dims): `str()` writes it in C
     dtype: str
     kind: str  # "input", "output", "constant", "intermediate" or "internal" (no memory)
 

@@ -300,35 +300,49 @@ typedef struct { byoc_owned* items; int count, capacity; } byoc_arena;
 static byoc_arena* byoc_arena_now = NULL;
 static int byoc_replaced = 0;  /* a kernel made again made a new result object (see byoc_result_memory) */
 
-static void byoc_own(int kind, void* object) {
+/* Whether `object` is now owned by the current arena (always, outside one); 0 where the arena
+   could not grow, and its maker then destroys it and reports the memory it lacked. */
+static int byoc_own(int kind, void* object) {
   byoc_arena* arena = byoc_arena_now;
-  if (arena == NULL || object == NULL) return;
+  if (arena == NULL || object == NULL) return 1;
   if (arena->count == arena->capacity) {
     int capacity = arena->capacity ? 2 * arena->capacity : 16;
     byoc_owned* items = (byoc_owned*)realloc(arena->items, capacity * sizeof(byoc_owned));
-    if (items == NULL) abort();  /* a few bytes per object: nothing sensible is left to do */
+    if (items == NULL) return 0;
     arena->items = items;
     arena->capacity = capacity;
   }
   arena->items[arena->count].kind = kind;
   arena->items[arena->count++].object = object;
+  return 1;
 }
 
 static dnnl_status_t byoc_owned_memory(dnnl_memory_t* memory, const_dnnl_memory_desc_t md, dnnl_engine_t engine, void* handle) {
   dnnl_status_t status = dnnl_memory_create(memory, md, engine, handle);
-  if (status == dnnl_success) byoc_own(0, *memory);
+  if (status == dnnl_success && !byoc_own(0, *memory)) {
+    dnnl_memory_destroy(*memory);
+    *memory = NULL;
+    status = dnnl_out_of_memory;
+  }
   return status;
 }
 
 static dnnl_status_t byoc_owned_primitive(dnnl_primitive_t* primitive, const_dnnl_primitive_desc_t pd) {
   dnnl_status_t status = dnnl_primitive_create(primitive, pd);
-  if (status == dnnl_success) byoc_own(1, *primitive);
+  if (status == dnnl_success && !byoc_own(1, *primitive)) {
+    dnnl_primitive_destroy(*primitive);
+    *primitive = NULL;
+    status = dnnl_out_of_memory;
+  }
   return status;
 }
 
 static void* byoc_owned_malloc(size_t bytes) {
   void* data = malloc(bytes);
-  byoc_own(2, data);
+  if (!byoc_own(2, data)) {
+    free(data);
+    data = NULL;
+  }
   return data;
 }
 
