@@ -194,8 +194,10 @@ def names_of(shape) -> set[str]:
     return {name for d in shape if isinstance(d, SymbolicDim) for name in d.names}
 
 
-def is_symbolic(shape) -> bool:
-    return any(isinstance(d, SymbolicDim) for d in shape)
+def array_storage(shape) -> str:
+    """The storage of a block-scope C array of `shape`'s dimensions: static where each is a
+    number, else computed where it stands (the region is made again for each shape)."""
+    return "const" if names_of(shape) else "static const"
 
 
 def value_at(dim: int | SymbolicDim, values: Mapping[str, int]) -> int:

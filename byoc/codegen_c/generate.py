@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from byoc.codegen_c.dims import SymbolicDim, SymbolicShapeError, c_variable, names_of, read_shape, value_at
+from byoc.codegen_c.dims import SymbolicDim, SymbolicShapeError, array_storage, c_variable, names_of, read_shape, value_at
 from byoc.codegen_c.library import CBuffer, CLibrary, KernelCall, KernelCode
 from byoc.codegen_json.graph import GraphKernel, kernels, ref_key, tensor_refs, value_spec
 from byoc.errors import CodegenError
@@ -114,8 +114,7 @@ def _expected(buffer: CBuffer) -> str:
 def _match_check(index: int, buffer: CBuffer, what: str, where: str) -> str:
     """C that fails unless argument `index` is a dense tensor of `buffer`'s dtype and shape (at
     the current dimensions, where it is symbolic)."""
-    storage = "const" if names_of(buffer.shape) else "static const"
-    return (f"  {{ {storage} int64_t shape[] = {{{_c_shape(buffer)}}}; if (!byoc_matches(&args[{index}], {len(buffer.shape)}, shape, "
+    return (f"  {{ {array_storage(buffer.shape)} int64_t shape[] = {{{_c_shape(buffer)}}}; if (!byoc_matches(&args[{index}], {len(buffer.shape)}, shape, "
             f'{_c_dtype(buffer)})) BYOC_FAIL("{where}: {what} {CONSTANT_MISMATCH}, {_expected(buffer)}"); }}')
 
 

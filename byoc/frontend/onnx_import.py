@@ -46,15 +46,13 @@ class _NamingImporter(ONNXGraphImporter):
         # Shape values that Tile takes as its repeats: TVM refuses a shape value as any input of
         # Tile before converting it, so the value is handed over as a tensor, and byoc's Tile
         # reads the shape back (DeBERTa repeats its relative positions over the batch).
-        self.tile_repeats: dict[str, int] = {}  # producing node's name -> output position
+        self.tile_repeats: set[str] = set()  # names of the nodes whose first output is such a value
         self.shape_of_tensor: dict[int, relax.Expr] = {}  # tensor var -> the shape value it carries
 
     def from_onnx(self, graph, opset):
         repeats = {node.input[1] for node in graph.node if node.op_type == "Tile" and len(node.input) > 1}
-        for node in graph.node:
-            for position, output in enumerate(node.output):
-                if output in repeats and node.name:  # nodes without a name cannot be told apart here
-                    self.tile_repeats[node.name] = position
+        # Nodes without a name cannot be told apart in `_convert_operator`.
+        self.tile_repeats = {node.name for node in graph.node if node.name and node.output and node.output[0] in repeats}
         return super().from_onnx(graph, opset)
 
     def _sanitize_name(self, name: str) -> str:
@@ -77,7 +75,7 @@ class _NamingImporter(ONNXGraphImporter):
             result = self._in_float32(op_name, inputs, attrs, opset)
             if result is None:
                 raise ModelLoadError(f"cannot convert ONNX node {node_name!r} ({op_name}): {error}") from error
-        if node_name in self.tile_repeats and isinstance(getattr(result, "ty", None), relax.ShapeType) and self.tile_repeats[node_name] == 0:
+        if node_name in self.tile_repeats and isinstance(getattr(result, "ty", None), relax.ShapeType):
             shape = result
             result = self.bb.emit(relax.op.shape_to_tensor(result), name_hint=node_name)
             self.shape_of_tensor[result.id_] = shape

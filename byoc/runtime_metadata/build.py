@@ -223,7 +223,7 @@ def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Back
     return records, failed
 
 
-def _symbolic_engines(mod: tvm.IRModule, artifacts: list[RegionArtifact], specialised: Mapping[str, SpecialisedRegion],
+def _symbolic_engines(functions: Mapping[str, relax.Function], artifacts: list[RegionArtifact], specialised: Mapping[str, SpecialisedRegion],
                       backends: Mapping[str, Backend], store: ConstantStore, backend_options: Mapping[str, dict],
                       cache: EngineCache, sole_work: bool, buckets: list[dict[str, int]], opt: Mapping[str, int],
                       strict: bool, failed: dict[str, str], regions: dict[str, RegionRecord]) -> dict[str, EngineRecord]:
@@ -232,7 +232,6 @@ def _symbolic_engines(mod: tvm.IRModule, artifacts: list[RegionArtifact], specia
     the region's shapes symbolically. A region whose engine does not is generated per shape
     instead (its artifacts replace the symbolic one in `artifacts`), as for any backend."""
     records: dict[str, EngineRecord] = {}
-    functions = {symbol: func for symbol, _, func in region_functions(mod)}
     for region in list(specialised.values()):
         if not region.symbolic:
             continue
@@ -268,6 +267,11 @@ def _per_shape_instead(region: SpecialisedRegion, reason: str, func: relax.Funct
         _fall_back(message, region.symbol, regions)
         failed[region.symbol] = f"code generation failed: {type(error).__name__}: {error}"
         del specialised[region.symbol]
+
+
+def _variant_of(specialised: Mapping[str, SpecialisedRegion]) -> dict[str, str]:
+    """The region symbol of each variant symbol."""
+    return {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
 
 
 def _called(artifacts: list[RegionArtifact], specialised: Mapping[str, SpecialisedRegion]) -> dict[str, RegionArtifact]:
@@ -423,10 +427,15 @@ def build(
         artifacts, failed, specialised = _generate(mod, strict, backend_options, store, configured, planned, buckets, dims)
     cache = EngineCache(cache_dir if cache_dir is not None else default_cache_dir())
     sole_work = one_region_only(partition, artifacts, failed)
-    records = _symbolic_engines(mod, artifacts, specialised, configured, store, backend_options, cache, sole_work, buckets,
-                                {name: r.opt for name, r in dims.items()}, strict, failed, planned)
-    variant_of = {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
     functions = {symbol: func for symbol, _, func in region_functions(mod)}
+    records = _symbolic_engines(functions, artifacts, specialised, configured, store, backend_options, cache, sole_work, buckets,
+                                {name: r.opt for name, r in dims.items()}, strict, failed, planned)
+    variant_of = _variant_of(specialised)
+
+    def per_shape_instead(region: SpecialisedRegion, reason: str) -> None:
+        _per_shape_instead(region, reason, functions[region.symbol], artifacts, configured[region.backend], store,
+                           backend_options.get(region.backend, {}), buckets, strict, failed, specialised, planned)
+
     backends = {a.backend: configured[a.backend] for a in artifacts}
     if engines != "lazy":
         made, unusable = _create_engines([a for a in artifacts if a.symbol not in records], backends, store, backend_options,
@@ -453,10 +462,8 @@ def build(
             if not linked:
                 raise
             for region in linked:
-                _per_shape_instead(region, f"its C code for every shape did not compile: {error}", functions[region.symbol], artifacts,
-                                   configured[region.backend], store, backend_options.get(region.backend, {}), buckets, strict, failed,
-                                   specialised, planned)
-            variant_of = {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
+                per_shape_instead(region, f"its C code for every shape did not compile: {error}")
+            variant_of = _variant_of(specialised)
             continue
         parts = ModelParts(
             library,
@@ -488,9 +495,8 @@ def build(
                 raise
             region = specialised.get(variant_of.get(symbol, symbol))
             if region is not None and region.symbolic:
-                _per_shape_instead(region, str(error), functions[region.symbol], artifacts, configured[region.backend], store,
-                                   backend_options.get(region.backend, {}), buckets, strict, failed, specialised, planned)
-                variant_of = {variant: region.symbol for region in specialised.values() for variant in region.variants.values()}
+                per_shape_instead(region, str(error))
+                variant_of = _variant_of(specialised)
                 continue
             backend_name = next(a.backend for a in artifacts if a.symbol == symbol)
             _fall_back(str(error), variant_of.get(symbol, symbol), planned)

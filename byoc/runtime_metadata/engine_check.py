@@ -106,11 +106,10 @@ def _check_run_new(engine: object, inputs: list[np.ndarray], want: list[np.ndarr
     except Exception as error:
         raise EngineError(f"{where}: the engine's run_new failed a trial run on the region's shapes: {type(error).__name__}: "
                           f"{error}") from error
-    for index, expected in enumerate(want):
-        got = made[index] if index < len(made) else None
-        if got is None or len(made) != len(want) or got.shape != expected.shape or got.dtype != expected.dtype:
-            raise EngineError(f"{where}: the engine's run_new gave {[(a.shape, str(a.dtype)) for a in made]}, not the "
-                              f"outputs run writes, {[(a.shape, str(a.dtype)) for a in want]}")
+    described = [[(a.shape, str(a.dtype)) for a in arrays] for arrays in (made, want)]
+    if described[0] != described[1]:
+        raise EngineError(f"{where}: the engine's run_new gave {described[0]}, not the outputs run writes, {described[1]}")
+    for index, (got, expected) in enumerate(zip(made, want)):
         scale = float(np.abs(expected).max()) if expected.size and expected.dtype.kind == "f" else 1.0
         if not np.allclose(got, expected, rtol=1e-5, atol=1e-6 * scale, equal_nan=True):
             raise EngineError(f"{where}: the engine's run_new gave other values than run for output {index} on the same inputs")

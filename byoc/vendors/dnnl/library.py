@@ -25,7 +25,7 @@ import functools
 from importlib import metadata
 from pathlib import Path
 
-from byoc.codegen_c.dims import is_symbolic
+from byoc.codegen_c.dims import array_storage
 from byoc.codegen_c.library import CBuffer, KernelCode
 from byoc.errors import BuildError
 from byoc.vendors.dnnl.quantization import DNNL_TYPES
@@ -366,10 +366,8 @@ def dims(shape: tuple[int, ...]) -> str:
 
 
 def dims_decl(name: str, shape: tuple) -> str:
-    """A block-scope `dnnl_dims_t` of `shape`: static where every dimension is a number, else
-    computed where it stands (a region with symbolic shapes, made again for each shape)."""
-    storage = "const" if is_symbolic(shape) else "static const"
-    return f"{storage} dnnl_dims_t {name} = {dims(shape)};"
+    """A block-scope `dnnl_dims_t` of `shape` (see `array_storage`)."""
+    return f"{array_storage(shape)} dnnl_dims_t {name} = {dims(shape)};"
 
 
 def rank(shape: tuple[int, ...]) -> int:
