@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 
 import byoc
 from byoc.errors import ByocError, DynamicShapeError, InputError, ModelLoadError
@@ -498,3 +499,28 @@ def test_a_sum_of_dimensions_reshaped_into_a_shape_stays_a_shape():
     for batch, seq, past in [(1, 1, 7), (3, 8, 1), (2, 1, 32)]:
         feeds = {"x": rng.standard_normal((batch, seq, 8)).astype(np.float32), "past": rng.standard_normal((batch, past, 8)).astype(np.float32)}
         np.testing.assert_allclose(compiled.run(**feeds)[0], session.run(None, feeds)[0], atol=TOLERANCE)
+
+
+def test_new_and_repeated_shapes_hand_back_outputs_of_their_own():
+    """A shape met for the first time runs on the caller's arrays as they are (a decoder's every
+    step is a new shape); one met again, on kept buffers. Either way the caller's inputs are left
+    as they were, and an output that is an input (passed through, or reshaped) is a copy."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["same"]), helper.make_node("Relu", ["x"], ["relu"])],
+                              "passthrough", [x], [helper.make_tensor_value_info("same", TensorProto.FLOAT, ["batch", 4]),
+                                                   helper.make_tensor_value_info("relu", TensorProto.FLOAT, ["batch", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 64)}), "dnnl"))
+    for index, batch in enumerate((3, 5, 3, 5, 7, 7)):
+        values = np.random.default_rng(batch).standard_normal((batch, 4)).astype(np.float32)
+        block = np.empty(values.nbytes + 64, np.uint8)  # 64-byte aligned every other time: taken as it is
+        start = -block.ctypes.data % 64 + (4 if index % 2 else 0)
+        given = block[start:start + values.nbytes].view(np.float32).reshape(values.shape)
+        given[...] = values
+        kept = given.copy()
+        same, relu = compiled.run(x=given)
+        np.testing.assert_array_equal(same, kept)
+        np.testing.assert_array_equal(relu, np.maximum(kept, 0))
+        assert not np.shares_memory(same, given) and not np.shares_memory(relu, given)
+        same[...] = 7.0  # the caller owns what it is given
+        np.testing.assert_array_equal(given, kept)

@@ -373,8 +373,13 @@ class _Generator:
             if capacity is None:
                 lines += ["  " + line for line in allocate]
             else:
-                lines += [f"  if ({rounded} > {capacity}[{slot}]) {{", f"    free(byoc_slots[{slot}]);", f"    {capacity}[{slot}] = 0;",
-                          *("    " + line for line in allocate), f"    {capacity}[{slot}] = {rounded};", "  }"]
+                # Grown by half at least: a decoder's cache one position longer at every step
+                # would otherwise allocate (and fault in) its slots again at every step.
+                grown = f"({capacity}[{slot}] + {capacity}[{slot}] / 2 + {ALIGNMENT - 1}) / {ALIGNMENT} * {ALIGNMENT}"
+                allocate[0] = f"byoc_slots[{slot}] = aligned_alloc({ALIGNMENT}, wanted);"
+                lines += [f"  if ({rounded} > {capacity}[{slot}]) {{", f"    size_t wanted = {rounded}, grown = {grown};",
+                          "    if (grown > wanted) wanted = grown;", f"    free(byoc_slots[{slot}]);", f"    {capacity}[{slot}] = 0;",
+                          *("    " + line for line in allocate), f"    {capacity}[{slot}] = wanted;", "  }"]
         lines += [f"  for (i = 0; i < {count}; ++i)",
                   "    memcpy(byoc_intermediates[i].pointer, &byoc_slots[byoc_intermediates[i].slot], sizeof(void*));"]
         return lines

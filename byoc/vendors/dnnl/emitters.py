@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from byoc.codegen_c.dims import read_shape
+from byoc.codegen_c.dims import SymbolicDim, names_of, read_shape
 from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
 from byoc.vendors.dnnl.library import dims_decl, rank
 from byoc.vendors.dnnl.quantization import (
@@ -170,11 +170,13 @@ class _Kernel:
         self.bind.append(self.check("dnnl_stream_wait(byoc_stream)", "weights reorder"))
         self.exec_args.append((arg, f"{name}.memory"))
 
-    def result(self, buffer: CBuffer, query: str = "dnnl_query_dst_md") -> None:
+    def result(self, buffer: CBuffer, query: str = "dnnl_query_dst_md", md: str | None = None) -> None:
+        """The result in the layout the primitive chose (its `query`), or in `md`."""
         name = self._name("dst")
         self.state.append(f"static byoc_conversion {name};")
         size = f"&{buffer.name}_bytes" if buffer.kind == "intermediate" else "NULL"
-        self.bind.append(self.check(f"byoc_result_init(&{name}, &{buffer.name}_mem, {size}, dnnl_primitive_desc_query_md(pd, {query}, 0))", "result layout"))
+        produced = md or f"dnnl_primitive_desc_query_md(pd, {query}, 0)"
+        self.bind.append(self.check(f"byoc_result_init(&{name}, &{buffer.name}_mem, {size}, {produced})", "result layout"))
         if buffer.kind != "intermediate":
             self.after.append(self.check(f"byoc_reorder({name}.reorder, {name}.memory, {buffer.name}_mem)", f"reorder into {buffer.name}"))
         self.exec_args.append(("DNNL_ARG_DST", f"{name}.memory"))
@@ -316,14 +318,18 @@ class _Kernel:
         init = ["{", *("  " + line for line in self.setup), *(f"  dnnl_memory_desc_destroy({md});" for md in self.local_mds), "}"]
         return KernelCode(state=self.state_code(), init="\n".join(init), run="\n".join([*self.before, *self.after]))
 
-    def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = (), first: str | None = None) -> KernelCode:
+    def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = (), first: str | None = None,
+             unless: str | None = None) -> KernelCode:
         """`first` creates the descriptor in given layouts (operands as their producers left
         them: no reorder), kept unless it fails or `create` gives a faster kind (AVX2 has no
         brgemm matmul: there both are oneDNN's GEMM, and the given layouts save the reorders).
         `retry` creates it again (into `retry_pd`) with other layouts, in order, for as long as
-        the one in hand is not a direct JIT kernel, keeping a faster kind."""
+        the one in hand is not a direct JIT kernel, keeping a faster kind. Where the C condition
+        `unless` holds after the setup, no primitive is made (its run must not execute it)."""
         init = ["{", "  dnnl_primitive_desc_t pd = NULL;"]
         init += ["  " + line for line in self.setup]
+        if unless is not None:
+            init.append(f"  if (!({unless})) {{")
         check = self.check(create, "primitive descriptor (unsupported shape or attributes)")
         if first is None:
             init.append("  " + check)
@@ -334,6 +340,8 @@ class _Kernel:
             init += ["  if (byoc_impl_rank(pd) > 0) {", *_keep_faster(again), "  }"]
         init += ["  " + line for line in self.bind]
         init.append("  " + self.check(f"byoc_primitive(&{self.k}_prim, pd)", "primitive creation"))
+        if unless is not None:
+            init.append("  }")
         init += [f"  dnnl_memory_desc_destroy({md});" for md in self.local_mds]
         init += [f"  dnnl_primitive_attr_destroy({attr});" for attr in attrs]
         init.append("}")
@@ -608,7 +616,109 @@ def matmul(call: KernelCall) -> KernelCode:
                        _transposed_result(kernel, call) or dst_md)
             given = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {', '.join(layouts[:2])}, {bias_md}, {layouts[2]}, {attr})"
     create = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {src_md}, {weights_md}, {bias_md}, {dst_md}, {attr})"
-    return kernel.code(create, (attr,), first=given)
+    code = kernel.code(create, (attr,), first=given)
+    split = _sized_post_ops(call, post, residuals) if _sized_product(call, x, w, out, quantized, bias, rows) else None
+    return code if split is None else _sized_or_not(call, x, w, out, split, code)
+
+
+# A product of two activations whose sizes follow the model's dimensions (attention's scores
+# over a key/value cache one position longer at every step of a generation) is made again for
+# each new size: oneDNN's JIT kernel takes 60-160 us to make, several times a small product's
+# run. Below this many multiply-adds, the product runs oneDNN's GEMM with run-time dimensions
+# instead: one primitive for every size, 2-5 us to make again (its cache hits), at most 1.5x
+# slower a call at these sizes; above it, the JIT kernel's speed pays for making it (a 12-head
+# 128x64x128 product: 55 us against 97).
+SIZED_PRODUCT_MACS = 1 << 20
+
+
+def _sized_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, quantized, bias, rows: bool) -> bool:
+    """Whether a product may take run-time dimensions: float32 activations times activations,
+    no bias, with a symbolic dimension."""
+    return quantized is None and bias is None and not rows and w.kind != "constant" and x.kind != "constant" \
+        and {x.dtype, w.dtype, out.dtype} == {"float32"} and bool(names_of(out.shape) | names_of(x.shape))
+
+
+def _scalar_linear(call: KernelCall, node: dict, operand: CBuffer) -> dict | None:
+    """A binary post-op with a constant scalar as the element-wise linear one it is; None for
+    any other."""
+    if operand.kind != "constant" or operand.size != 1:
+        return None
+    value = float(np.asarray(call.constants[operand.name]).reshape(-1)[0])
+    first = call.arg(node, 0).name == operand.name
+    if node["op"] == "relax.multiply":
+        return _post_op("dnnl_eltwise_linear", value)
+    if node["op"] == "relax.add":
+        return _post_op("dnnl_eltwise_linear", 1.0, value)
+    if node["op"] == "relax.subtract":
+        return _post_op("dnnl_eltwise_linear", -1.0, value) if first else _post_op("dnnl_eltwise_linear", 1.0, -value)
+    if node["op"] == "relax.divide" and not first and value != 0.0:
+        return _post_op("dnnl_eltwise_linear", 1.0 / value)
+    return None
+
+
+def _sized_post_ops(call: KernelCall, post: list[dict], residuals: list[tuple[CBuffer, int]]):
+    """The post-ops of a product with run-time dimensions, which take no tensor operand: the
+    element-wise ones (a constant scalar's binary op as a linear one) on the product, then at
+    most one binary op with a tensor of the result's rank (attention's mask), run in place by a
+    binary primitive with the element-wise ops after it as its post-ops. None where they do not
+    split so."""
+    operands = {index: buffer for buffer, index in residuals}
+    head: list[dict] = []
+    binary: tuple[dict, CBuffer] | None = None
+    tail: list[dict] = []
+    rank = len(call.outputs[0].shape)
+    for index, node in enumerate(post):
+        if "operand" in node:  # an operand an emitter made (a quantized residual's)
+            return None
+        if index in operands:
+            linear = _scalar_linear(call, node, operands[index])
+            if linear is None:
+                if binary is not None or len(operands[index].shape) != rank:
+                    return None
+                binary = node, operands[index]
+                continue
+            node = linear
+        (tail if binary is not None else head).append(node)
+    return head, binary, tail
+
+
+def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split, jit: KernelCode) -> KernelCode:
+    """The product with run-time dimensions where it is small (SIZED_PRODUCT_MACS) and its
+    operands are in layouts oneDNN's GEMM reads, else `jit` (a primitive for these sizes): which
+    is chosen each time the kernel is made, for the dimensions then."""
+    head, binary, tail = split
+    kernel = _Kernel(call, "sized")
+    runtime = [sum(1 << i for i, d in enumerate(b.shape) if isinstance(d, SymbolicDim)) for b in (x, w, out)]
+    produced = _transposed_result(kernel, call) or kernel.md(out.shape, "plain", out.dtype)
+    mds = []
+    for what, md, axes in zip(("source", "weights", "result"), (kernel.md_of(x), kernel.md_of(w), produced), runtime):
+        name = kernel._name("md")
+        kernel.local_mds.append(name)
+        kernel.setup += [f"dnnl_memory_desc_t {name};", kernel.check(f"byoc_runtime_md(&{name}, {md}, {axes})", f"{what} of any size")]
+        mds.append(name)
+    attr = kernel.post_ops(head, [], len(out.shape))
+    kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
+    kernel.direct("DNNL_ARG_WEIGHTS", f"{w.name}_mem")
+    kernel.result(out, md=produced)
+    codes = [kernel.code(f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {mds[0]}, {mds[1]}, NULL, {mds[2]}, {attr})", (attr,))]
+    if binary is not None:  # in place on the result (post-ops compute `result op operand`)
+        node, operand = binary
+        masked = _Kernel(call, "masked")
+        result = kernel.exec_args[-1][1]  # the memory the product writes
+        attr = masked.post_ops(tail, [], len(out.shape))
+        masked.direct("DNNL_ARG_SRC_0", result)
+        masked.direct("DNNL_ARG_SRC_1", f"{operand.name}_mem")
+        masked.direct("DNNL_ARG_DST", result)
+        create = (f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {node.get('algorithm') or _BINARY[node['op']]}, "
+                  f"byoc_md({result}), {masked.md_of(operand)}, byoc_md({result}), {attr})")
+        codes.append(masked.code(create, (attr,)))
+    sized = _in_sequence(codes)
+    macs = math.prod(out.shape) * x.shape[-1]
+    flag = f"{call.name}_any_size"
+    choose = f"{flag} = {macs} <= {SIZED_PRODUCT_MACS} && byoc_gemm_axis({kernel.md_of(x)}) >= 0 && byoc_gemm_axis({kernel.md_of(w)}) >= 0;"
+    return KernelCode(state="\n".join([jit.state, sized.state, f"static int {flag} = 0;"]),
+                      init="\n".join([choose, f"if ({flag}) {{", sized.init, "} else {", jit.init, "}"]),
+                      run="\n".join([f"if ({flag}) {{", sized.run, "} else {", jit.run, "}"]))
 
 
 def _unscaled(call: KernelCall, operand: CBuffer) -> tuple[CBuffer, float]:
@@ -1239,7 +1349,9 @@ def _relayout(call: KernelCall, view_setup, view=None) -> KernelCode:
         if md is not None:  # the output's memory described as a view of the input's
             kernel.setup += [f"if ({k}_is_view) {{",
                              "  " + kernel.check(f"byoc_result_init(&{k}_alias, &{out.name}_mem, &{out.name}_bytes, {md})", "view"), "}"]
-    code = kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {view_md}, byoc_engine, NULL)")
+    # A view makes no reorder (one per new size of a decoder's cache took 27 us).
+    code = kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {view_md}, byoc_engine, NULL)",
+                       unless=f"{kernel.k}_is_view" if viewed else None)
     if not viewed:
         return code
     point = ["{", "  void* data = NULL;", "  " + kernel.check(f"dnnl_memory_get_data_handle({x.name}_mem, &data)", f"data of {x.name}"),

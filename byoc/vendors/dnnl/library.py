@@ -167,6 +167,43 @@ static dnnl_status_t byoc_like_md(dnnl_memory_desc_t* md, const_dnnl_memory_desc
   return byoc_plain_md(md, ndims, *dims, type);
 }
 
+/* The unit-stride axis of a plain, strided layout, one of its last two (as oneDNN's GEMM reads a
+   matrix, or its transpose); -1 for any other layout (blocked: nChw16c). */
+__attribute__((unused)) static int byoc_gemm_axis(const_dnnl_memory_desc_t md) {
+  int ndims = 0, inner_blocks = 0, axis;
+  const dnnl_dims_t* strides = NULL;
+  dnnl_format_kind_t kind = dnnl_format_kind_undef;
+  dnnl_memory_desc_query(md, dnnl_query_ndims_s32, &ndims);
+  dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind);
+  if (kind != dnnl_blocked || ndims < 2) return -1;
+  dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &inner_blocks);
+  dnnl_memory_desc_query(md, dnnl_query_strides, &strides);
+  if (inner_blocks != 0 || strides == NULL) return -1;
+  for (axis = ndims - 1; axis >= ndims - 2; --axis)
+    if ((*strides)[axis] == 1) return axis;
+  return -1;
+}
+
+/* A product's operand or result for a primitive that takes every size: the axes in `runtime`
+   (bit i: axis i) and every stride but the unit one given at execution (DNNL_RUNTIME_DIM_VAL).
+   oneDNN then runs its GEMM, whose kernels are made once, and the primitive is the same for
+   every size (its cache hits); `like` holds for byoc_gemm_axis. */
+__attribute__((unused)) static dnnl_status_t byoc_runtime_md(dnnl_memory_desc_t* md, const_dnnl_memory_desc_t like, int runtime) {
+  int ndims = 0, axis, unit = byoc_gemm_axis(like);
+  const dnnl_dims_t* dims = NULL;
+  dnnl_data_type_t type = dnnl_data_type_undef;
+  dnnl_dims_t sizes, strides;
+  if (unit < 0) return dnnl_unimplemented;
+  dnnl_memory_desc_query(like, dnnl_query_ndims_s32, &ndims);
+  dnnl_memory_desc_query(like, dnnl_query_dims, &dims);
+  dnnl_memory_desc_query(like, dnnl_query_data_type, &type);
+  for (axis = 0; axis < ndims; ++axis) {
+    sizes[axis] = runtime >> axis & 1 ? DNNL_RUNTIME_DIM_VAL : (*dims)[axis];
+    strides[axis] = axis == unit ? 1 : DNNL_RUNTIME_DIM_VAL;
+  }
+  return dnnl_memory_desc_create_with_strides(md, ndims, sizes, type, strides);
+}
+
 static dnnl_status_t byoc_execute(dnnl_primitive_t primitive, int count, const dnnl_exec_arg_t* args) {
   return dnnl_primitive_execute(primitive, byoc_stream, count, args);
 }

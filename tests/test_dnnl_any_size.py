@@ -1,0 +1,116 @@
+"""Attention over a key/value cache whose length is new at every call, on dnnl with symbolic
+shapes: its two products, small, run one oneDNN primitive for every length (GEMM with run-time
+dimensions) with the mask added in place after the first; large, the JIT kernel made for the
+sizes. Checked against numpy (fp32: 1e-5 of the output's scale) and, with ONEDNN_VERBOSE, by
+which primitives ran and how many were made."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import byoc
+from byoc.vendors.dnnl.emitters import SIZED_PRODUCT_MACS
+
+HEADS, WIDTH = 4, 16
+DIMS = {"batch": (1, 4), "sequence": (1, 64), "total": (1, 128)}
+
+
+def _attention() -> onnx.ModelProto:
+    """softmax(q @ k^T * 0.25 + mask) @ v, as exporters write a decoder's attention."""
+    def tensor(name: str, *dims) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(dims))
+
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+        helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "mask"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["weights"], axis=-1),
+        helper.make_node("MatMul", ["weights", "v"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "attention",
+        [tensor("q", "batch", HEADS, "sequence", WIDTH), tensor("k", "batch", HEADS, "total", WIDTH),
+         tensor("v", "batch", HEADS, "total", WIDTH), tensor("mask", "batch", 1, "sequence", "total")],
+        [tensor("out", "batch", HEADS, "sequence", WIDTH)],
+        [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.25])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _inputs(batch: int, sequence: int, total: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((batch, HEADS, n, WIDTH)).astype(np.float32) for n in (sequence, total, total))
+    mask = np.where(rng.random((batch, 1, sequence, total)) < 0.2, -1e4, 0.0).astype(np.float32)
+    return {"q": q, "k": k, "v": v, "mask": mask}
+
+
+def _expected(feeds: dict[str, np.ndarray]) -> np.ndarray:
+    scores = feeds["q"] @ feeds["k"].transpose(0, 1, 3, 2) * np.float32(0.25) + feeds["mask"]
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return (weights / weights.sum(-1, keepdims=True)) @ feeds["v"]
+
+
+def _macs(batch: int, sequence: int, total: int) -> int:
+    return batch * HEADS * sequence * total * WIDTH
+
+
+SMALL = [(1, 1, total) for total in range(9, 17)] + [(2, 3, 40)]
+LARGE = (4, 64, 128)
+
+
+def test_sizes_either_side_of_the_limit():
+    assert all(_macs(*shape) <= SIZED_PRODUCT_MACS for shape in SMALL) and _macs(*LARGE) > SIZED_PRODUCT_MACS
+
+
+def test_every_length_in_and_out_of_the_limit_is_exact():
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(_attention(), dims=DIMS), "dnnl"))
+    assert compiled.inspect()["shape_specialised"]["dnnl_0"]["symbolic"]
+    for seed, shape in enumerate([*SMALL, LARGE, *SMALL[:2]]):  # small, then large, then small again: the kernel made again each way
+        feeds = _inputs(*shape, seed)
+        (got,) = compiled.run(feeds)
+        want = _expected(feeds)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())), err_msg=str(shape))
+
+
+_VERBOSE_RUN = r"""
+import sys
+import numpy as np, byoc
+sys.path.insert(0, sys.argv[1])
+from test_dnnl_any_size import DIMS, LARGE, SMALL, _attention, _inputs
+compiled = byoc.build(byoc.partition_for(byoc.from_onnx(_attention(), dims=DIMS), "dnnl"))
+compiled.run(_inputs(*SMALL[0], 0))
+print("SMALL", flush=True)
+for seed, shape in enumerate(SMALL[1:]):
+    compiled.run(_inputs(*shape, seed))
+print("LARGE", flush=True)
+compiled.run(_inputs(*LARGE, 0))
+print("END", flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="oneDNN's verbose output is read on Linux")
+def test_small_products_make_no_primitive_per_length():
+    run = subprocess.run([sys.executable, "-c", _VERBOSE_RUN, os.path.dirname(__file__)], capture_output=True, text=True,
+                         env={**os.environ, "ONEDNN_VERBOSE": "profile"}, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    small = run.stdout.split("SMALL")[1].split("LARGE")[0].splitlines()
+    large = run.stdout.split("LARGE")[1].split("END")[0].splitlines()
+
+    def lines(part: list[str], kind: str, primitive: str) -> list[str]:
+        return [line for line in part if line.startswith(f"onednn_verbose,{kind}") and f",{primitive}," in line]
+
+    ran = lines(small, "exec", "matmul")
+    assert len(ran) == 2 * len(SMALL[1:]) and all(",gemm:jit" in line for line in ran), "\n".join(ran)
+    # The same primitive for every length: oneDNN's cache hands it back, nothing is made anew.
+    assert not lines(small, "create:cache_miss", "matmul"), "\n".join(lines(small, "create:cache_miss", "matmul"))
+    assert len(lines(small, "exec", "binary")) == len(SMALL[1:])  # the mask, in place
+    ran = lines(large, "exec", "matmul")
+    assert len(ran) == 2 and all(",gemm:jit" not in line for line in ran), "\n".join(ran)
+    assert any("binary_add" in line for line in ran)  # the mask a post-op of the JIT kernel
