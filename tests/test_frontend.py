@@ -507,3 +507,17 @@ def test_a_compiled_model_takes_its_inputs_by_the_names_in_the_file(tmp_path, ca
     np.save(tmp_path / "b.npy", b)
     assert main(["run", str(path), "--input", f"past_key_values.0.key={tmp_path / 'b.npy'}"]) == 0
     assert "output 0 (logits.out)" in capsys.readouterr().out
+
+
+def test_unnamed_nodes_are_named_by_op_and_position():
+    """Hand-built graphs leave node names empty: each gets its op type and position, unique
+    (a name the file already uses is not taken), in reports and errors; the caller's model is
+    left as it was."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sin", ["a"], ["b"], name="Relu_2"),
+         helper.make_node("Relu", ["b"], ["y"])], "unnamed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    hosted = {row["node"] for row in byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl")).to_dict()["host_ops"]}
+    assert hosted == {"Relu_0", "Relu_2", "Relu_2_1"}, hosted
+    assert [node.name for node in model.graph.node] == ["", "Relu_2", ""]

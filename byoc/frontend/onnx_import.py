@@ -26,6 +26,7 @@ from byoc.frontend.onnx_fold import fold_batch_norms
 from byoc.frontend.onnx_indices import mark_shape_only
 from byoc.frontend.onnx_inputs import bind_inputs
 from byoc.frontend.onnx_nbits import dequantized_weights
+from byoc.frontend.onnx_node_names import named_nodes
 from byoc.frontend.onnx_ops import CONVERTERS
 from byoc.frontend.onnx_order import topologically_sorted
 from byoc.frontend.onnx_qoperator import qdq_form
@@ -51,8 +52,8 @@ class _NamingImporter(ONNXGraphImporter):
 
     def from_onnx(self, graph, opset):
         repeats = {node.input[1] for node in graph.node if node.op_type == "Tile" and len(node.input) > 1}
-        # Nodes without a name cannot be told apart in `_convert_operator`.
-        self.tile_repeats = {node.name for node in graph.node if node.name and node.output and node.output[0] in repeats}
+        # Told apart by name in `_convert_operator` (every node has one: see onnx_node_names).
+        self.tile_repeats = {node.name for node in graph.node if node.output and node.output[0] in repeats}
         return super().from_onnx(graph, opset)
 
     def _sanitize_name(self, name: str) -> str:
@@ -126,7 +127,7 @@ def load_onnx_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelPr
             raise ModelLoadError(f"cannot read {label}: not a valid ONNX model ({error})") from error
     # Before the check: onnxruntime writes SimplifiedLayerNormalization in the ONNX domain, and
     # its float16 converter writes graphs out of order.
-    model = dequantized_weights(standard_form(topologically_sorted(model)))
+    model = named_nodes(dequantized_weights(standard_form(topologically_sorted(model))))
     try:
         check_model(model)
     except onnx.checker.ValidationError as error:
