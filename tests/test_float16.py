@@ -259,3 +259,46 @@ def test_dnnl_casts_the_inputs_and_outputs_where_onednn_converts_float16_by_a_ji
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
     for got, expected in zip(byoc.build(partitioned, strict=True).run(**inputs), want):
         assert got.dtype == np.float16 and _rel_l2(got, expected) < FLOAT16_REL_L2
+
+
+def _mlp(elem_type: int, width: int = 64) -> tuple[onnx.ModelProto, np.ndarray]:
+    """A dense layer, bias, ReLU and a second dense layer in one float type, its weights exactly
+    bfloat16 values in either, and an input of such values (as float32)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(0)
+    values = {name: (rng.standard_normal(shape) * 0.2).astype(ml_dtypes.bfloat16).astype(np.float32)
+              for name, shape in (("w1", (width, width)), ("b1", (width,)), ("w2", (width, width)))}
+
+    def stored(name: str) -> onnx.TensorProto:
+        if elem_type == TensorProto.FLOAT:
+            return numpy_helper.from_array(values[name], name)
+        raw = values[name].astype(ml_dtypes.bfloat16).view(np.uint16).tobytes()
+        return helper.make_tensor(name, elem_type, values[name].shape, raw, raw=True)
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+         helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", elem_type, [4, width])], [helper.make_tensor_value_info("y", elem_type, [4, width])],
+        [stored(name) for name in values])
+    x = rng.standard_normal((4, width)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), x
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_a_bfloat16_model_runs_whole_in_float32(vendor):
+    """A bfloat16 file (onnxruntime's CPU provider has no bfloat16 Relu: it cannot run it) is
+    computed in float32 on the vendor, every MAC offloaded, its input and output bfloat16: within
+    bfloat16's precision (8 significant bits, rounded once) of the same model in float32."""
+    import ml_dtypes
+
+    model, x = _mlp(TensorProto.BFLOAT16)
+    float32_model, _ = _mlp(TensorProto.FLOAT)
+    partitioned = byoc.partition_for(byoc.from_onnx(model), vendor)
+    report = byoc.report(partitioned)
+    assert report.float16_in_float32 > 0 and report.offload_ratio_macs == 1.0, report.to_table()
+    (got,) = byoc.build(partitioned).run(x=x.astype(ml_dtypes.bfloat16))
+    assert got.dtype == ml_dtypes.bfloat16
+    want = ort.InferenceSession(float32_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = got.astype(np.float32)
+    assert np.linalg.norm(got - want) <= 4e-3 * np.linalg.norm(want), np.linalg.norm(got - want) / np.linalg.norm(want)

@@ -1,4 +1,4 @@
-"""A float16 model computed in float32 where its first backend takes no float16.
+"""A float16 (or bfloat16) model computed in float32 where its first backend takes no float16.
 
 Models come in float16 for GPUs (`convert_float_to_float16`, `model.half()` before export,
 the `model_fp16.onnx` of exported model repositories). A CPU backend takes float32 only, so
@@ -10,6 +10,11 @@ computes in float32 (its float16 constants widened, its float16 dtype attributes
 float32), the model's float16 inputs are cast up where they are read, and its float16 outputs
 are cast back, so the model keeps its interface. The result is at least as accurate as
 float16 throughout (float16 rounding and overflow happen only at the outputs).
+
+bfloat16 files (weights saved from training in bfloat16, `model.to(torch.bfloat16)` before
+export) go the same way: onnxruntime's CPU provider has no bfloat16 kernel for most ops (a
+bfloat16 Relu is "NOT_IMPLEMENTED"), and TVM's generic host kernels ran a two-layer 256-wide
+bfloat16 MLP in 3.9 ms. Each widened value is cast back to its own type where it leaves.
 
 Partitioning decides (`byoc.partition.pipeline`): a model whose backend of highest priority
 takes float16 itself (TensorRT; onnxruntime, which then runs the file as it is) is partitioned as
@@ -30,17 +35,17 @@ from tvm import relax
 from byoc.ir.rewrite import VarSubstitution, bound_value
 from byoc.ir.types import constant_array, is_tensor_constant, tensor_types
 
-NARROW = "float16"
+NARROW_TYPES = ("float16", "bfloat16")
 WIDE = "float32"
 # On the main function this made: how many ops compute in float32.
 WIDENED_ATTR = "byoc.float16_in_float32"
 
 
-def has_float16(func: relax.Function) -> bool:
-    """Whether any parameter, binding or output of `func` is a float16 tensor."""
+def narrow_types(func: relax.Function) -> set[str]:
+    """The narrow float types (float16, bfloat16) of the parameters, bindings and output of `func`."""
     types = [p.ty for p in func.params] + [func.body.body.ty]
     types += [b.var.ty for block in func.body.blocks for b in block.bindings]
-    return any(str(t.dtype) == NARROW for ty in types for t in tensor_types(ty))
+    return {str(t.dtype) for ty in types for t in tensor_types(ty)} & set(NARROW_TYPES)
 
 
 def float16_in_float32(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
@@ -49,7 +54,7 @@ def float16_in_float32(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     func = mod["main"]
     if func.attrs is not None and WIDENED_ATTR in func.attrs:
         return mod, int(func.attrs[WIDENED_ATTR])
-    if not has_float16(func):
+    if not narrow_types(func):
         return mod, 0
     widened, count = _Widening(func).run()
     if not count:
@@ -64,7 +69,7 @@ def _widens(call: relax.Call) -> bool:
     and makes has a known shape (a cast of a tensor whose shape only a run knows, Unique's
     values, cannot be compiled for the host)."""
     operands = [t for arg in call.args for t in tensor_types(arg.ty)] + tensor_types(call.ty)
-    narrow = any(str(t.dtype) == NARROW for t in operands) or bool(_narrow_attr_fields(call.attrs)) \
+    narrow = any(str(t.dtype) in NARROW_TYPES for t in operands) or bool(_narrow_attr_fields(call.attrs)) \
         or any(_narrow_number(a) for a in call.args)
     return narrow and all(isinstance(t.shape, relax.ShapeExpr) for t in operands)
 
@@ -75,7 +80,7 @@ def _narrow_attr_fields(attrs: tvm.ir.Attrs | None) -> list[str]:
         return []
     info = getattr(type(attrs), "__tvm_ffi_type_info__", None)
     return [f.name for f in (info.fields if info else ())
-            if isinstance(getattr(attrs, f.name), tvm_ffi.dtype) and str(getattr(attrs, f.name)) == NARROW]
+            if isinstance(getattr(attrs, f.name), tvm_ffi.dtype) and str(getattr(attrs, f.name)) in NARROW_TYPES]
 
 
 def _wide_attrs(attrs: tvm.ir.Attrs | None) -> tvm.ir.Attrs | None:
@@ -158,7 +163,7 @@ class _Widening:
         (it then runs as the model wrote it). Operands are substituted one by one: a whole call
         would be type-checked with its float32 variables beside its float16 constants."""
         args = [self._wide_operand(self.wide.substitute(arg)) for arg in call.args]
-        if call.op.name == "relax.astype" and str(call.attrs.dtype) in (NARROW, *_dtypes(args[0].ty)) \
+        if call.op.name == "relax.astype" and str(call.attrs.dtype) in (*NARROW_TYPES, *_dtypes(args[0].ty)) \
                 and _dtypes(args[0].ty) == [WIDE]:
             return args[0]  # a cast to float16 or float32 of what is now float32
         try:
@@ -171,9 +176,9 @@ class _Widening:
             return relax.Tuple([self._wide_operand(field) for field in arg.fields])
         if _narrow_number(arg):
             return relax.prim_value(tvm.tirx.const(float(arg.value), WIDE))
-        if is_tensor_constant(arg) and _dtypes(arg.ty) == [NARROW]:
+        if is_tensor_constant(arg) and _narrow(arg.ty):
             return relax.const(constant_array(arg).astype(np.float32), WIDE)
-        if isinstance(arg, relax.Var) and _dtypes(arg.ty) == [NARROW]:
+        if isinstance(arg, relax.Var) and _narrow(arg.ty):
             return self._cast(arg, WIDE)
         return arg
 
@@ -214,7 +219,13 @@ class _Widening:
 
 def _narrow_number(arg: relax.Expr) -> bool:
     """A float16 number (a clip bound, a one-hot value): in TVM 0.27 PrimValues are FloatImms."""
-    return isinstance(arg, tvm.ir.prim.expr.FloatImm) and str(arg.ty) == NARROW
+    return isinstance(arg, tvm.ir.prim.expr.FloatImm) and str(arg.ty) in NARROW_TYPES
+
+
+def _narrow(ty: relax.Type) -> bool:
+    """A tensor of a narrow float type."""
+    dtypes = _dtypes(ty)
+    return len(dtypes) == 1 and dtypes[0] in NARROW_TYPES
 
 
 def _dtypes(ty: relax.Type) -> list[str]:

@@ -16,7 +16,7 @@ from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
 from byoc.backend.views import RegionSummary
 from byoc.errors import PartitionError
-from byoc.frontend.float16 import NARROW, float16_in_float32
+from byoc.frontend.float16 import float16_in_float32, narrow_types
 from byoc.frontend.quantized import for_partitioning
 from byoc.ir.dims import copy_dims, dims_of, representative
 from byoc.ir.shape_only import shape_only_calls
@@ -84,10 +84,11 @@ def _partition(mod: tvm.IRModule, backends, placement: Mapping[str, str] | None,
     quantized = [b for b in ordered if b.limits.quantized]
     mod = for_partitioning(mod, takes_quantized=bool(quantized), int8_weights=any(b.limits.int8_weights for b in quantized),
                            as_written=bool(quantized) and all(b.limits.quantized_as_written for b in quantized))
-    # A float16 model computes in float32 unless its first backend takes float16; what such a
-    # backend leaves to the host computes in float32 after outlining (byoc.frontend.float16).
+    # A float16 (or bfloat16) model computes in float32 unless its first backend takes its narrow
+    # types; what such a backend leaves to the host computes in float32 after outlining
+    # (byoc.frontend.float16).
     widened = 0
-    takes_float16 = ordered[0].limits.dtypes is None or NARROW in ordered[0].limits.dtypes
+    takes_float16 = ordered[0].limits.dtypes is None or narrow_types(mod["main"]) <= set(ordered[0].limits.dtypes)
     if not takes_float16:
         mod, widened = float16_in_float32(mod)
     rules = [backend.cost.with_options(**options) for backend in ordered]

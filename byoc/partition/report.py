@@ -132,9 +132,9 @@ class PartitionReport:
             f"offload ratio: {self.offload_ratio_nodes:.1%} of {self.total_ops} ops, "
             f"{self.offload_ratio_macs:.1%} of {self.total_macs:,} MACs, in {len(self.regions)} region(s)",
             *self._shape_lines(),
-            *([f"float16 computed in float32 ({self.float16_in_float32} ops that no backend here runs in float16, as "
-               "onnxruntime's CPU provider computes them); the model's float16 inputs and outputs are cast where they "
-               "are read and made"] if self.float16_in_float32 else []),
+            *([f"float16 computed in float32 ({self.float16_in_float32} ops that no backend here runs in float16 or "
+               "bfloat16, as onnxruntime's CPU provider computes them); the model's float16 and bfloat16 inputs and "
+               "outputs are cast where they are read and made"] if self.float16_in_float32 else []),
             "",
         ]
         header = ("region", "backend", "ops", "MACs", "inputs", "outputs", "constants", "first node")
