@@ -158,7 +158,9 @@ def _reduce_extreme(op: str, infinity: float) -> Converter:
 
     def convert(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
         data = inputs[0]
-        if not isinstance(data.ty, relax.TensorType) or not str(data.ty.dtype).startswith("float"):
+        # bfloat16 too: TVM's bfloat16 reduction starts from -inf, but a bfloat16 model is computed
+        # in float32 where the backend takes no bfloat16 (byoc.frontend.float16).
+        if not isinstance(data.ty, relax.TensorType) or not str(data.ty.dtype).startswith(("float", "bfloat")):
             return None
         result = bb.normalize(tvm(op, inputs, attrs))
         dtype = str(data.ty.dtype)
