@@ -237,7 +237,7 @@ def test_global_pooling_that_reads_the_region_input_is_nhwc():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     samples = [zoo.sample_inputs(model, seed=s) for s in range(4)]
     compiled = byoc.build(partition_for_ethos_u(byoc.from_onnx(model), calibration=samples), strict=True)
-    assert any(r.nodes[0] == "GlobalAveragePool" for r in compiled.report().regions)
+    assert any(r.nodes[0] == "GlobalAveragePool_3" for r in compiled.report().regions)  # unnamed: op and position
     assert measure_accuracy(compiled, model, samples).relative_l2 < 0.10
 
 
