@@ -631,7 +631,8 @@ def matmul(call: KernelCall) -> KernelCode:
 SIZED_PRODUCT_MACS = 1 << 20
 
 
-def _sized_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, quantized, bias, rows: bool) -> bool:
+def _sized_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, quantized: KernelQuantization | None, bias: CBuffer | None,
+                   rows: bool) -> bool:
     """Whether a product may take run-time dimensions: float32 activations times activations,
     no bias, with a symbolic dimension."""
     return quantized is None and bias is None and not rows and w.kind != "constant" and x.kind != "constant" \
@@ -656,7 +657,10 @@ def _scalar_linear(call: KernelCall, node: dict, operand: CBuffer) -> dict | Non
     return None
 
 
-def _sized_post_ops(call: KernelCall, post: list[dict], residuals: list[tuple[CBuffer, int]]):
+_SizedPostOps = tuple[list[dict], tuple[dict, CBuffer] | None, list[dict]]  # on the product, the binary op, on the binary op
+
+
+def _sized_post_ops(call: KernelCall, post: list[dict], residuals: list[tuple[CBuffer, int]]) -> _SizedPostOps | None:
     """The post-ops of a product with run-time dimensions, which take no tensor operand: the
     element-wise ones (a constant scalar's binary op as a linear one) on the product, then at
     most one binary op with a tensor of the result's rank (attention's mask), run in place by a
@@ -682,7 +686,7 @@ def _sized_post_ops(call: KernelCall, post: list[dict], residuals: list[tuple[CB
     return head, binary, tail
 
 
-def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split, jit: KernelCode) -> KernelCode:
+def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split: _SizedPostOps, jit: KernelCode) -> KernelCode:
     """The product with run-time dimensions where it is small (SIZED_PRODUCT_MACS) and its
     operands are in layouts oneDNN's GEMM reads, else `jit` (a primitive for these sizes): which
     is chosen each time the kernel is made, for the dimensions then."""
