@@ -165,7 +165,7 @@ class _Widening:
         args = [self._wide_operand(self.wide.substitute(arg)) for arg in call.args]
         if call.op.name == "relax.astype" and str(call.attrs.dtype) in (*NARROW_TYPES, *_dtypes(args[0].ty)) \
                 and _dtypes(args[0].ty) == [WIDE]:
-            return args[0]  # a cast to float16 or float32 of what is now float32
+            return args[0]  # a cast to a narrow type or float32 of what is now float32
         try:
             return self.builder.normalize(relax.Call(call.op, args, _wide_attrs(call.attrs), call.ty_args))
         except tvm.error.TVMError:

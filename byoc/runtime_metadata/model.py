@@ -340,10 +340,10 @@ class CompiledModel:
     def _run_dynamic(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """A run of a model with dynamic dimensions: the host code takes any shape in range,
         each shape-specialised region the variant for these dimensions."""
-        token = set_current_dims(self.dims_of_inputs(arrays))
+        values = self.dims_of_inputs(arrays)
+        token = set_current_dims(values)
         try:
-            shapes = tuple(a.shape for a in arrays)
-            entry = self._dynamic_entry(shapes)
+            entry = self._dynamic_entry(tuple(a.shape for a in arrays), values)
             if entry is None:  # shapes met for the first time: the caller's arrays, as they are where TVM can take them
                 return _outputs(self._local.main, [_wrapped(a) for a in arrays], self._allocated_outputs())
             main, buffers, views, fresh = entry
@@ -363,26 +363,21 @@ class CompiledModel:
             allocated = self._local.allocated = []
         return allocated
 
-    def _dynamic_entry(self, shapes: tuple) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray], list[bool]] | None:
-        """This thread's `main` and input buffers for these input shapes, kept for the shapes
-        run most recently (as `_entry` keeps them for a static model); None for shapes met for
-        the first time. A decoder's every step has a cache one longer: buffers allocated for
+    def _dynamic_entry(self, shapes: tuple, values: Mapping[str, int]) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray], list[bool]] | None:
+        """This thread's `main` and input buffers for these input shapes (of these dimension
+        `values`), kept for the shapes run most recently (as `_entry` keeps them for a static
+        model); None for shapes met for the first time (`_met_before`). A decoder's every step has a cache one longer: buffers allocated for
         each new shape cost their allocation and page faults (0.15 ms a step of tiny GPT-2, as
         much as onnxruntime's whole step), where wrapping the caller's arrays costs 3 us each."""
         entries = getattr(self._local, "dynamic", None)
         if entries is None:
             entries = self._local.dynamic = collections.OrderedDict()
-            self._local.met_shapes = collections.OrderedDict()
             self._local.main = self._vm()["main"]
         entry = entries.get(shapes)
         if entry is not None:
             entries.move_to_end(shapes)
             return entry
-        met = self._local.met_shapes
-        if shapes not in met:
-            met[shapes] = None
-            while len(met) > 4 * _KEPT_INPUT_SHAPES:
-                met.popitem(last=False)
+        if not self._met_before(values):
             return None
         buffers = [tvm.runtime.empty(shape, spec.dtype) for shape, spec in zip(shapes, self.inputs)]
         entry = entries[shapes] = (self._local.main, buffers, [numpy_view(b) for b in buffers], self._allocated_outputs())

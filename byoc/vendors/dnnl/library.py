@@ -146,39 +146,41 @@ static const_dnnl_memory_desc_t byoc_md(dnnl_memory_t memory) {
   return md;
 }
 
+/* The strides of a plain, strided layout (any order of its axes); NULL for a blocked one
+   (nChw16c) or any other kind. */
+static const dnnl_dims_t* byoc_plain_strides(const_dnnl_memory_desc_t md) {
+  int inner_blocks = 0;
+  const dnnl_dims_t* strides = NULL;
+  dnnl_format_kind_t kind = dnnl_format_kind_undef;
+  dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind);
+  if (kind != dnnl_blocked) return NULL;
+  dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &inner_blocks);
+  dnnl_memory_desc_query(md, dnnl_query_strides, &strides);
+  return inner_blocks == 0 ? strides : NULL;
+}
+
 /* A descriptor of `like`'s dims and layout with another data type: a quantize or dequantize
    keeps its input's layout (NHWC between int8 convolutions), so that it is no transposition.
    (A dequantize from NHWC u8 with a zero point into plain NCHW came out wrong in oneDNN 3.2 on
    ResNet-50's last stage, 2048x7x7; without the transposition it is exact.) A blocked layout
    (nChw16c) has no strided equivalent, and its result is plain. */
 static dnnl_status_t byoc_like_md(dnnl_memory_desc_t* md, const_dnnl_memory_desc_t like, dnnl_data_type_t type) {
-  int ndims = 0, inner_blocks = 0;
+  int ndims = 0;
   const dnnl_dims_t* dims = NULL;
-  const dnnl_dims_t* strides = NULL;
-  dnnl_format_kind_t kind = dnnl_format_kind_undef;
+  const dnnl_dims_t* strides = byoc_plain_strides(like);
   dnnl_memory_desc_query(like, dnnl_query_ndims_s32, &ndims);
   dnnl_memory_desc_query(like, dnnl_query_dims, &dims);
-  dnnl_memory_desc_query(like, dnnl_query_format_kind, &kind);
-  if (kind == dnnl_blocked) {
-    dnnl_memory_desc_query(like, dnnl_query_inner_nblks_s32, &inner_blocks);
-    dnnl_memory_desc_query(like, dnnl_query_strides, &strides);
-  }
-  if (kind == dnnl_blocked && inner_blocks == 0 && strides != NULL) return dnnl_memory_desc_create_with_strides(md, ndims, *dims, type, *strides);
+  if (strides != NULL) return dnnl_memory_desc_create_with_strides(md, ndims, *dims, type, *strides);
   return byoc_plain_md(md, ndims, *dims, type);
 }
 
 /* The unit-stride axis of a plain, strided layout, one of its last two (as oneDNN's GEMM reads a
    matrix, or its transpose); -1 for any other layout (blocked: nChw16c). */
 __attribute__((unused)) static int byoc_gemm_axis(const_dnnl_memory_desc_t md) {
-  int ndims = 0, inner_blocks = 0, axis;
-  const dnnl_dims_t* strides = NULL;
-  dnnl_format_kind_t kind = dnnl_format_kind_undef;
+  int ndims = 0, axis;
+  const dnnl_dims_t* strides = byoc_plain_strides(md);
   dnnl_memory_desc_query(md, dnnl_query_ndims_s32, &ndims);
-  dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind);
-  if (kind != dnnl_blocked || ndims < 2) return -1;
-  dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &inner_blocks);
-  dnnl_memory_desc_query(md, dnnl_query_strides, &strides);
-  if (inner_blocks != 0 || strides == NULL) return -1;
+  if (strides == NULL || ndims < 2) return -1;
   for (axis = ndims - 1; axis >= ndims - 2; --axis)
     if ((*strides)[axis] == 1) return axis;
   return -1;
