@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import byoc
-from byoc.vendors.dnnl.emitters import SIZED_PRODUCT_MACS
+from byoc.codegen_c.onednn.emitters import SIZED_PRODUCT_MACS
 
 HEADS, WIDTH = 4, 16
 DIMS = {"batch": (1, 4), "sequence": (1, 64), "total": (1, 128)}

@@ -8,7 +8,7 @@ from pathlib import Path
 import byoc
 
 LAYERS = [
-    {"errors", "ir", "progress", "timing", "relative_l2", "models"},
+    {"errors", "ir", "progress", "timing", "relative_l2", "models", "cache_dirs"},
     {"backend"},
     {"annotate", "frontend", "host", "codegen_json", "codegen_c", "custom_formats", "processing"},
     {"partition", "runtime_metadata"},

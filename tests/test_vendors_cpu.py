@@ -68,7 +68,7 @@ def test_dnnl_bert_fuses_gelu_residuals_and_attention_scale_into_its_matrix_prod
 
 
 def test_missing_onednn_names_the_packages():
-    from byoc.vendors.dnnl import library
+    from byoc.codegen_c.onednn import library
 
     with pytest.raises(BuildError, match="pip install onednn-cpu-tbb onednn-devel-cpu-tbb tbb-devel intel-cmplr-lib-rt"):
         library._locate("onednn-that-is-not-installed", "libdnnl.so.3")
@@ -101,7 +101,8 @@ def test_dnnl_primitive_that_cannot_be_created_names_region_node_and_op_and_fall
     from tvm import relax
     from tvm.relax import op as R
 
-    from byoc.vendors.dnnl import dnnl, emitters
+    from byoc.codegen_c.onednn import emitters
+    from byoc.vendors.dnnl import dnnl
 
     def zero_stride_pooling(call):
         node = {**call.nodes[0], "attrs": {**call.nodes[0]["attrs"], "strides": [0, 0]}}
@@ -232,9 +233,35 @@ def test_dnnl_threads_follow_the_environment(variable):
 
 
 def test_dnnl_thread_count_that_is_not_a_number_is_an_error():
-    from byoc.vendors.dnnl import threads
+    from byoc.codegen_c.onednn import threads
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BYOC_NUM_THREADS", "two")
         with pytest.raises(BuildError, match="BYOC_NUM_THREADS='two': expected a whole number"):
             threads.requested()
+
+
+def test_a_second_vendor_binds_onednn_emitters_on_a_library_of_its_own():
+    """oneDNN's emitters (byoc.codegen_c.onednn) serve any C vendor whose kernels are oneDNN
+    primitives: one that takes dense layers alone binds the matmul emitter on a library object
+    of its own, runs the MLP's layers as onnxruntime does, and leaves dnnl's table as it was."""
+    from graphs import registered
+
+    from byoc.annotate import fused_pattern
+    from byoc.codegen_c.onednn import emitters, onednn_library
+    from byoc.vendors.dnnl import dnnl
+
+    before = dict(dnnl.codegen.emitters)
+    backend = byoc.Backend(name="onednn_dense", codegen=onednn_library(), limits=byoc.Limits(dtypes=("float32",), constant_weights=True))
+    backend.pattern("dense_bias_relu", *fused_pattern("relax.matmul", bias=True, activation="relax.nn.relu", constant_weight=True),
+                    emit=emitters.matmul)
+    backend.supports("relax.matmul", emit=emitters.matmul)
+    assert set(backend.codegen.emitters) == {"dense_bias_relu", "relax.matmul"}
+    with registered(backend):
+        model = small_model("mlp")
+        partitioned = byoc.partition_for(small_module("mlp"), "onednn_dense")
+        report = byoc.report(partitioned)
+        assert report.offload_ratio_macs == 1.0 and {r.backend for r in report.regions} == {"onednn_dense"}, report.to_table()
+        inputs = zoo.sample_inputs(model, seed=3)
+        assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))
+    assert dnnl.codegen.emitters == before

@@ -1,15 +1,18 @@
 """Predicates vendors share: hardware limits that read the same on every data sheet.
 
-Each returns None when the op is accepted and a reason when it is not.
+Each returns None when the op is accepted and a reason when it is not. `scalar_constant` and
+`expected_constants` read a pattern's constants.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
+import numpy as np
 from tvm import relax
 
-from byoc.ir.types import is_tensor_constant, static_shape
+from byoc.ir.types import constant_array, is_tensor_constant, static_shape
 
 OpCheck = Callable[[relax.Call], "str | None"]
 
@@ -84,3 +87,30 @@ def constant_channel_bias(match) -> str | None:
     if len(values) > len(out) or any(d != 1 for i, d in enumerate(padded) if i != axis) or padded[axis] not in (1, out[axis]):
         return f"a bias of shape {values} is not one value per output channel of {out}"
     return None
+
+
+def scalar_constant(expr: relax.Expr) -> float | None:
+    """The value of a one-element constant, else None."""
+    if not is_tensor_constant(expr):
+        return None
+    value = constant_array(expr)
+    return float(value.reshape(())) if value.size == 1 else None
+
+
+def expected_constants(values: dict[str, float], form: str):
+    """A pattern check that the match's named constants hold `values` (one number each), or
+    those values as a float16 model stores them (computed in float32, byoc.frontend.float16)."""
+
+    def check(match) -> str | None:
+        for part, want in values.items():
+            got = scalar_constant(match[part])
+            if got is None or not (math.isclose(got, want, rel_tol=1e-5) or got == float(np.float16(want))):
+                return f"not {form}"
+        return None
+
+    return check
+
+
+def all_of(*checks: Callable[..., str | None]) -> Callable[..., str | None]:
+    """One check of several: the first reason any of them gives."""
+    return lambda match: next((reason for check in checks if (reason := check(match)) is not None), None)

@@ -22,16 +22,8 @@ import tvm
 import tvm_ffi
 
 from byoc.backend.spec import Backend
+from byoc.cache_dirs import default_placement_cache_dir
 from byoc.placement.measure import PROTOCOL
-
-PLACEMENT_CACHE_ENV = "BYOC_PLACEMENT_CACHE_DIR"
-
-
-def default_placement_cache_dir() -> Path:
-    configured = os.environ.get(PLACEMENT_CACHE_ENV)
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "byoc" / "placement"
 
 
 def backend_version(backend: Backend | None) -> str:

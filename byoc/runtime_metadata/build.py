@@ -17,6 +17,7 @@ from byoc.backend.codegen import SETTINGS_ATTR
 from byoc.backend.engine import EngineContext
 from byoc.backend.registry import backend_origin, checked_backend_options, get_backend
 from byoc.backend.spec import Backend
+from byoc.cache_dirs import default_cache_dir
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, RequantizationWarning, UnknownBackendError
 from byoc.host import host_pipeline
@@ -32,7 +33,7 @@ from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.compiler import export_shared
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.direct import find_direct_call
-from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
+from byoc.runtime_metadata.engine_cache import EngineCache
 from byoc.runtime_metadata.engine_check import check_engine
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
 from byoc.runtime_metadata.model import CompiledModel, one_region_only

@@ -21,19 +21,11 @@ from byoc.errors import CacheError
 from byoc.runtime_metadata.artifact_types import RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
 
-CACHE_ENV = "BYOC_CACHE_DIR"
 _MAGIC = b"BYOCENG2"
 # content SHA-256, content length, and the entry's own key: an entry copied or renamed to
 # another key's file (a buggy tool, a shared cache edited by hand) is refused, not loaded as
 # the engine of a region it does not belong to.
 _LAYOUT = struct.Struct("<32sQ64s")
-
-
-def default_cache_dir() -> Path:
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "byoc" / "engines"
 
 
 def engine_cache_key(artifact: RegionArtifact, store: ConstantStore, options: dict,

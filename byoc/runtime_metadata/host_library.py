@@ -18,12 +18,12 @@ from pathlib import Path
 
 import tvm
 
+from byoc.cache_dirs import library_cache_dir
 from byoc.codegen_c.generate import CONSTANT_MISMATCH, init_symbol
 from byoc.errors import ArtifactError, EngineError
 from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.elf import check_shared_library
-from byoc.runtime_metadata.engine_cache import default_cache_dir
 from byoc.runtime_metadata.signature import check_signature, read_signature, signature
 
 _initialised: dict[tuple[str, str], list] = {}  # (library path, symbol) -> constants kept alive
@@ -32,7 +32,7 @@ _lock = threading.Lock()
 
 def libraries_directory() -> Path:
     """Where shared libraries are kept as files (beside the engine cache)."""
-    directory = default_cache_dir().parent / "libraries"
+    directory = library_cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 

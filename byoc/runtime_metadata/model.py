@@ -21,6 +21,7 @@ from tvm import relax
 
 from byoc.backend.registry import checked_backend_options, get_backend, list_backends
 from byoc.backend.spec import Backend
+from byoc.cache_dirs import default_cache_dir
 from byoc.codegen_json.dims import shape_at
 from byoc.errors import ArtifactError, ByocError, InputError, MissingVendorError, UnknownBackendError
 from byoc.host.index_ranges import engine_index_error, take_index_error
@@ -32,7 +33,7 @@ from byoc.runtime_metadata.artifact import read_artifact, write_artifact
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm
-from byoc.runtime_metadata.engine_cache import EngineCache, default_cache_dir
+from byoc.runtime_metadata.engine_cache import EngineCache
 from byoc.runtime_metadata.engines import EngineRecord, save_for_embedding
 from byoc.runtime_metadata.host_library import load_host_library
 from byoc.runtime_metadata.profile import ProfileReport, profile_model

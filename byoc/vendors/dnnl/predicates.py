@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import tvm
 from tvm import relax
 
+from byoc.annotate.predicates import scalar_constant
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, static_shape
 from byoc.timing import onednn_has_avx512_core
 
@@ -67,14 +67,6 @@ def pool_nchw(call: relax.Call) -> str | None:
     return None
 
 
-def scalar_constant(expr: relax.Expr) -> float | None:
-    """The value of a one-element constant, else None."""
-    if not is_tensor_constant(expr):
-        return None
-    value = constant_array(expr)
-    return float(value.reshape(())) if value.size == 1 else None
-
-
 def binary_broadcast(call: relax.Call) -> str | None:
     a, b, out = _shape(call.args[0]), _shape(call.args[1]), _shape(call)
     commutative = call.op.name in ("relax.add", "relax.multiply")
@@ -103,15 +95,6 @@ def layer_norm_last_axis(call: relax.Call) -> str | None:
     return None
 
 
-def _over_last_axis(*reductions: relax.Call) -> str | None:
-    """A normalisation's statistics reduced over the last axis, kept."""
-    for call in reductions:
-        rank, axes = len(_shape(call.args[0])), call.attrs.axis
-        if axes is None or [int(a) % rank for a in axes] != [rank - 1] or not call.attrs.keepdims:
-            return "normalisation over the last axis only"
-    return None
-
-
 def trailing_reduction(call: relax.Call) -> str | None:
     """A sum over the innermost axes: oneDNN 3.2 reduces those in its JIT kernel, and any other
     axes in its reference code (ConvNeXt V2's sum over height and width, channels last: 0.17 ms
@@ -121,85 +104,10 @@ def trailing_reduction(call: relax.Call) -> str | None:
     return None if reduced == list(range(rank - len(reduced), rank)) else "a reduction over other than the innermost axes"
 
 
-def _scalar_epsilon(match) -> str | None:
-    return None if scalar_constant(match["epsilon"]) is not None else "epsilon must be one constant number"
-
-
-def normalized_last_axis(match) -> str | None:
-    return _over_last_axis(match["root"], match["variance"]) or _scalar_epsilon(match)
-
-
-def rms_normalized(match) -> str | None:
-    channels = _shape(match["x"])[-1]
-    if reason := _over_last_axis(match["root"]):
-        return reason
-    if scalar_constant(match["exponent"]) != 2.0:
-        return "not a root mean square: the power must be 2"
-    if reason := _scalar_epsilon(match):
-        return reason
-    if match.get("one") is not None and scalar_constant(match["one"]) != 1.0:
-        return "not 1 / sqrt"
-    weight = match.get("weight")
-    if weight is not None and (math.prod(_shape(weight)) != channels or any(d != 1 for d in _shape(weight)[:-1])):
-        return "the weight must hold one value per channel of the last axis"
-    return None
-
-
-def rotary_halves(match) -> str | None:
-    """Rotary embeddings: the negated slice is the last axis's second half, the other its first;
-    cos and sin hold one value per position and channel (the same for every head and batch)."""
-    shape = _shape(match["x"])
-    half = shape[-1] // 2
-    for name, bounds in (("first", (0, half)), ("second", (half, shape[-1]))):
-        axes, begin, end, *steps = ([int(v) for v in arg.fields] for arg in match[name].args[1:])
-        window = tuple(min(b + shape[-1] if b < 0 else b, shape[-1]) for b in (begin[0], end[0]))
-        if shape[-1] % 2 or [a % len(shape) for a in axes] != [len(shape) - 1] or window != bounds \
-                or any(step != 1 for step in sum(steps, [])):
-            return "not rotate_half: the second half negated, then the first"
-    for name in ("cos", "sin"):
-        table = _shape(match[name])
-        if len(table) > len(shape) or tuple(table[-2:]) != tuple(shape[-2:]) or any(d != 1 for d in table[:-2]):
-            return "cos and sin must hold one value per position and channel"
-    return None
-
-
-def expected_constants(values: dict[str, float], form: str):
-    """A pattern check that the match's named constants hold `values` (one number each), or
-    those values as a float16 model stores them (computed in float32, byoc.frontend.float16)."""
-
-    def check(match) -> str | None:
-        for part, want in values.items():
-            got = scalar_constant(match[part])
-            if got is None or not (math.isclose(got, want, rel_tol=1e-5) or got == float(np.float16(want))):
-                return f"not {form}"
-        return None
-
-    return check
-
-
 def power_scalar(call: relax.Call) -> str | None:
     if scalar_constant(call.args[1]) is None:
         return "the exponent must be one constant number"
     return None if not is_tensor_constant(call.args[0]) else "the base is a constant"
-
-
-def nan_to_zero(match) -> str | None:
-    return None if scalar_constant(match["zero"]) == 0.0 else "where() replaces NaN with a value other than 0"
-
-
-def masked_rows_to_zero(match) -> str | None:
-    """torch's safe softmax over the last axis: rows all -inf become 0."""
-    zero, minus_inf = constant_array(match["zero"]), constant_array(match["minus_inf"])
-    if zero.size == 0 or np.any(zero != 0):
-        return "where() gives masked rows a value other than 0"
-    if minus_inf.size != 1 or not np.isneginf(minus_inf.reshape(())):
-        return "rows are masked by a value other than -inf"
-    rank = match["root"].ty.ndim
-    axis, reduced = int(match["root"].attrs.axis) % rank, match["any"].attrs
-    axes = [int(a) % rank for a in reduced.axis] if reduced.axis is not None else list(range(rank))
-    if axis != rank - 1 or axes != [axis] or not reduced.keepdims:
-        return "softmax and the mask must both run over the last axis"
-    return None
 
 
 def dense_residual(match) -> str | None:
@@ -270,7 +178,7 @@ def constant_pad(call: relax.Call) -> str | None:
 def scalar_selection(call: relax.Call) -> str | None:
     """where(condition, x, c) or where(condition, c, x): a condition fixed in the model (a
     causal mask) or given to the region (a padding mask the host computed from the model's
-    input), a one-number constant c, and x of the result's shape (see `emitters.select`)."""
+    input), a one-number constant c, and x of the result's shape (see `byoc.codegen_c.onednn.emitters.select`)."""
     condition, *values = call.args
     if dtype_name(condition.ty) != "bool":
         return "the condition must be boolean"

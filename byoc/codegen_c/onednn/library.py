@@ -27,8 +27,8 @@ from pathlib import Path
 
 from byoc.codegen_c.dims import array_storage
 from byoc.codegen_c.library import CBuffer, KernelCode
+from byoc.codegen_c.onednn.quantization import DNNL_TYPES
 from byoc.errors import BuildError
-from byoc.vendors.dnnl.quantization import DNNL_TYPES
 
 RUNTIME_PACKAGE = "onednn-cpu-tbb"
 HEADERS_PACKAGE = "onednn-devel-cpu-tbb"

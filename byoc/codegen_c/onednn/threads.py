@@ -17,9 +17,9 @@ import tempfile
 import threading
 from pathlib import Path
 
+from byoc.cache_dirs import library_cache_dir
+from byoc.codegen_c.onednn import library
 from byoc.errors import BuildError
-from byoc.runtime_metadata.engine_cache import default_cache_dir
-from byoc.vendors.dnnl import library
 
 _SOURCE = """#include <oneapi/tbb/global_control.h>
 extern "C" void byoc_limit_threads(size_t count) {
@@ -49,7 +49,7 @@ def _helper() -> Path:
     lib_dirs = library.library_dirs()
     flags = [f"-I{library.tbb_include_dir()}", *(f"-L{d}" for d in lib_dirs), *(f"-Wl,-rpath,{d}" for d in lib_dirs), "-ltbb"]
     digest = hashlib.sha256((_SOURCE + repr(flags)).encode()).hexdigest()[:24]
-    path = default_cache_dir().parent / "libraries" / f"tbb-limit-{digest}.so"
+    path = library_cache_dir() / f"tbb-limit-{digest}.so"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:

@@ -11,9 +11,20 @@ import numpy as np
 
 from byoc.codegen_c.dims import SymbolicDim, names_of, read_shape
 from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
-from byoc.vendors.dnnl.library import dims_decl, rank
-from byoc.vendors.dnnl.quantization import (
-    DNNL_TYPES,
+from byoc.codegen_c.onednn.kernel import (
+    BINARY,
+    Kernel,
+    c_float,
+    c_text,
+    eltwise_args,
+    in_sequence,
+    post_op,
+    quantizing,
+    scalar_of,
+    zero_point_offset,
+)
+from byoc.codegen_c.onednn.library import dims_decl
+from byoc.codegen_c.onednn.quantization import (
     KernelQuantization,
     Scales,
     dequantized,
@@ -23,366 +34,18 @@ from byoc.vendors.dnnl.quantization import (
     scales_of,
 )
 
-_ELTWISE = {
-    "relax.nn.relu": ("dnnl_eltwise_relu", "0.f", "0.f"),
-    "relax.sigmoid": ("dnnl_eltwise_logistic", "0.f", "0.f"),
-    "relax.tanh": ("dnnl_eltwise_tanh", "0.f", "0.f"),
-    "relax.exp": ("dnnl_eltwise_exp", "0.f", "0.f"),
-    "relax.sqrt": ("dnnl_eltwise_sqrt", "0.f", "0.f"),
-    "relax.rsqrt": ("dnnl_eltwise_pow", "1.f", "-0.5f"),  # 1 * x^-0.5: torch's RMSNorm as torch.export writes it
-    "relax.nn.gelu": ("dnnl_eltwise_gelu_erf", "0.f", "0.f"),
-    "relax.nn.gelu_tanh": ("dnnl_eltwise_gelu_tanh", "0.f", "0.f"),
-    "relax.negative": ("dnnl_eltwise_linear", "-1.f", "0.f"),  # rotary embeddings' -x2 (Llama's rotate_half)
-}
-ELTWISE_OPS = (*_ELTWISE, "relax.clip")
-# GELU composites (the forms exporters write, see the backend's patterns), each fused as one
+# GELU composites (the forms exporters write, `byoc.annotate.idioms`), each fused as one
 # element-wise op or post-op: pattern name -> oneDNN algorithm.
 GELU_FORMS = {"gelu": "dnnl_eltwise_gelu_erf", "gelu_erf_half_last": "dnnl_eltwise_gelu_erf", "gelu_tanh": "dnnl_eltwise_gelu_tanh"}
 # Reshapes: views of their input's data where it is plain (`reshape`); transposes too, where
 # their readers take any layout (`permute_dims`).
 RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
 VIEWS = (*RESHAPES, "relax.permute_dims")
-_BINARY = {"relax.add": "dnnl_binary_add", "relax.subtract": "dnnl_binary_sub", "relax.multiply": "dnnl_binary_mul", "relax.divide": "dnnl_binary_div"}
-
-
-def _float(value: float) -> str:
-    """A C float literal of `value`, which may be an int: TVM's ONNX importer writes the clip of
-    HardSigmoid with integer bounds, and `0f` is no C literal."""
-    value = float(value)
-    if math.isinf(value):
-        return "INFINITY" if value > 0 else "-INFINITY"
-    return f"{value!r}f"
-
-
-def _c_text(text: str) -> str:
-    """`text` escaped for a C string literal."""
-    return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def eltwise_args(call: KernelCall, node: dict) -> tuple[str, str, str]:
-    """(algorithm, alpha, beta) of an element-wise node: one of `ELTWISE_OPS`, x ** c, or a
-    scalar constant c as first operand (c / x, c - x)."""
-    if "algorithm" in node:  # a GELU composite fused after a matmul, a rescaling around a quantized residual
-        return node["algorithm"], node.get("alpha", "0.f"), node.get("beta", "0.f")
-    op = node["op"]
-    if op == "relax.clip":
-        low, high = (node["args"][i]["prim"] for i in (1, 2))
-        return "dnnl_eltwise_clip_v2", _float(low), _float(high)
-    if op == "relax.power":
-        return "dnnl_eltwise_pow", "1.f", _float(_scalar(call, node, 1))
-    if op == "relax.divide":
-        return "dnnl_eltwise_pow", _float(_scalar(call, node, 0)), "-1.f"
-    if op == "relax.subtract":
-        return "dnnl_eltwise_linear", "-1.f", _float(_scalar(call, node, 0))
-    return _ELTWISE[op]
-
-
-def _scalar(call: KernelCall, node: dict, index: int) -> float:
-    return float(call.constants[call.arg(node, index).name].reshape(()))
-
-
-class _Kernel:
-    """Assembles one kernel: memory descriptors, the primitive descriptor, the layout
-    conversions it implies, the primitive, and its execution."""
-
-    def __init__(self, call: KernelCall, part: str = "") -> None:
-        self.call = call
-        self.k = f"{call.name}_{part}" if part else call.name  # `part`: one of several primitives of a kernel
-        self.where = f"{call.where()} ({call.nodes[0]['op']})"
-        self.state = [f"static dnnl_primitive_t {self.k}_prim = NULL;"]
-        self.setup: list[str] = []  # before the primitive descriptor exists
-        self.bind: list[str] = []  # after it exists, before the primitive is created
-        self.before: list[str] = []
-        self.after: list[str] = []
-        self.exec_args: list[tuple[str, str]] = []
-        self.local_mds: list[str] = []
-        self.count = 0
-
-    def _name(self, kind: str) -> str:
-        self.count += 1
-        return f"{self.k}_{kind}{self.count}"
-
-    def check(self, call: str, what: str) -> str:
-        # The kernel's location is written once (`state_code`), not into every check's text:
-        # BERT's 644 kernels made 1 MB of C in error messages.
-        return f'DNNL_CHECK_AT({call}, {self.k}_where, "{what}");'
-
-    def state_code(self) -> str:
-        return "\n".join([f'static const char {self.k}_where[] = "{_c_text(self.where)}";', *self.state])
-
-    # ------------------------------------------------------ memory descriptors
-    def md(self, shape: tuple[int, ...], tag: str = "any", dtype: str = "float32") -> str:
-        """A local memory descriptor of `shape`: any layout, plain, or a oneDNN format tag ("acdb")."""
-        name = self._name("md")
-        self.local_mds.append(name)
-        self.setup.append(f"dnnl_memory_desc_t {name};")
-        self.setup.append("{")
-        self.setup.append("  " + dims_decl("shape", shape))
-        if tag == "plain":
-            self.setup.append("  " + self.check(f"byoc_plain_md(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]})", f"descriptor {shape}"))
-        else:
-            format_tag = "dnnl_format_tag_any" if tag == "any" else f"dnnl_{tag}"
-            create = f"dnnl_memory_desc_create_with_tag(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]}, {format_tag})"
-            self.setup.append("  " + self.check(create, f"descriptor {shape}"))
-        self.setup.append("}")
-        return name
-
-    @staticmethod
-    def md_of(buffer: CBuffer) -> str:
-        return f"byoc_md({buffer.name}_mem)"
-
-    def like_md(self, buffer: CBuffer, dtype: str) -> str:
-        """A local descriptor of `buffer`'s dims and layout with data type `dtype` (`byoc_like_md`)."""
-        name = self._name("md")
-        self.local_mds.append(name)
-        self.setup.append(f"dnnl_memory_desc_t {name};")
-        self.setup.append(self.check(f"byoc_like_md(&{name}, {self.md_of(buffer)}, {DNNL_TYPES[dtype]})", f"{dtype} descriptor"))
-        return name
-
-    def view(self, buffer: CBuffer, shape: tuple[int, ...]) -> str:
-        """A memory over a constant's data with another (plain) shape, e.g. a bias [1, C, 1, 1]
-        seen as [C]. Returns the memory's C name."""
-        name = self._name("view")
-        md = self.md(shape, "plain", buffer.dtype)
-        self.state.append(f"static dnnl_memory_t {name} = NULL;")
-        self.setup.append(self.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {buffer.name})", f"view of {buffer.name}"))
-        return name
-
-    # ------------------------------------------------------------- arguments
-    def source(self, arg: str, buffer: CBuffer, query: str, index: int = 0) -> None:
-        """An input in the layout the primitive chose, reordered per call if it differs."""
-        name = self._name("src")
-        self.state.append(f"static byoc_conversion {name};")
-        wanted = f"dnnl_primitive_desc_query_md(pd, {query}, {index})"
-        self.bind.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {wanted})", f"layout of {buffer.name}"))
-        self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
-        self.exec_args.append((arg, f"{name}.memory"))
-
-    def direct(self, arg: str, memory: str) -> None:
-        self.exec_args.append((arg, memory))
-
-    def weights(self, arg: str, memory: str, query: str) -> None:
-        """Constant weights, reordered once at initialisation into the primitive's layout."""
-        name = self._name("weights")
-        self.state.append(f"static byoc_conversion {name};")
-        self.bind.append(self.check(f"byoc_conversion_init(&{name}, {memory}, dnnl_primitive_desc_query_md(pd, {query}, 0))", "weights layout"))
-        self.bind.append(self.check(f"byoc_reorder({name}.reorder, {memory}, {name}.memory)", "weights reorder"))
-        self.bind.append(self.check("dnnl_stream_wait(byoc_stream)", "weights reorder"))
-        self.exec_args.append((arg, f"{name}.memory"))
-
-    def result(self, buffer: CBuffer, query: str = "dnnl_query_dst_md", md: str | None = None) -> None:
-        """The result in the layout the primitive chose (its `query`), or in `md`."""
-        name = self._name("dst")
-        self.state.append(f"static byoc_conversion {name};")
-        size = f"&{buffer.name}_bytes" if buffer.kind == "intermediate" else "NULL"
-        produced = md or f"dnnl_primitive_desc_query_md(pd, {query}, 0)"
-        self.bind.append(self.check(f"byoc_result_init(&{name}, &{buffer.name}_mem, {size}, {produced})", "result layout"))
-        if buffer.kind != "intermediate":
-            self.after.append(self.check(f"byoc_reorder({name}.reorder, {name}.memory, {buffer.name}_mem)", f"reorder into {buffer.name}"))
-        self.exec_args.append(("DNNL_ARG_DST", f"{name}.memory"))
-
-    def plain_source(self, buffer: CBuffer) -> str:
-        """An input in plain layout: its own memory where its producer chose plain, else a copy
-        reordered per call. Returns the memory."""
-        name = self._name("plain")
-        self.state.append(f"static byoc_conversion {name};")
-        self.setup.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {self.md(buffer.shape, 'plain', buffer.dtype)})",
-                                     f"plain layout of {buffer.name}"))
-        self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
-        return f"{name}.memory"
-
-    def point(self, view: str, memory: str, offset: int = 0) -> None:
-        """Per call, point memory `view` at the data of `memory` (bound per call), `offset`
-        bytes in."""
-        at = f"(char*)data + {offset}" if offset else "data"
-        self.before += [
-            "{",
-            "  void* data = NULL;",
-            "  " + self.check(f"dnnl_memory_get_data_handle({memory}, &data)", f"data of {memory}"),
-            "  " + self.check(f"dnnl_memory_set_data_handle({view}, {at})", f"view {view}"),
-            "}",
-        ]
-
-    def rows_view(self, buffer: CBuffer, view_md: str, offset: int = 0) -> str:
-        """An input in plain layout, read through a view of its data described by `view_md` (its
-        rows as a matrix; a strided window), starting `offset` bytes in. Returns the view's memory."""
-        source = self.plain_source(buffer)
-        name = self._name("rows")
-        self.state.append(f"static dnnl_memory_t {name} = NULL;")
-        self.setup.append(self.check(f"dnnl_memory_create(&{name}, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "input view"))
-        self.point(name, source, offset)
-        return name
-
-    def strided_md(self, shape: tuple[int, ...], strides: list[int], dtype: str) -> str:
-        """A local descriptor of `shape` with element `strides` (0: broadcast; a multiple of the
-        dense stride: every k-th element)."""
-        name = self._name("md")
-        self.local_mds.append(name)
-        self.setup += [f"dnnl_memory_desc_t {name};", "{", "  " + dims_decl("shape", shape),
-                       "  " + dims_decl("strides", tuple(strides)),
-                       "  " + self.check(f"dnnl_memory_desc_create_with_strides(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]}, "
-                                         "strides)", "strided view"), "}"]
-        return name
-
-    def result_view(self, buffer: CBuffer, view_md: str) -> str:
-        """The output in plain layout, written through a view of its data described by
-        `view_md` (another shape of the same bytes: a reshape, a transpose, kept dimensions, a
-        window). Returns the view's memory."""
-        name = self._name("result")
-        self.state += [f"static dnnl_memory_t {name}_view = NULL;", f"static byoc_conversion {name};"]
-        size = f"&{buffer.name}_bytes" if buffer.kind == "intermediate" else "NULL"
-        out_md = self.md(buffer.shape, "plain", buffer.dtype)
-        self.setup.append(self.check(f"byoc_result_init(&{name}, &{buffer.name}_mem, {size}, {out_md})", "result layout"))
-        self.setup.append(self.check(f"dnnl_memory_create(&{name}_view, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "output view"))
-        self.point(f"{name}_view", f"{name}.memory")
-        if buffer.kind != "intermediate":
-            self.after.append(self.check(f"byoc_reorder({name}.reorder, {name}.memory, {buffer.name}_mem)", "reorder into output"))
-        return f"{name}_view"
-
-    def post_ops(self, nodes: list[dict], residual_arg: list[tuple[CBuffer, int]], rank: int, input_tag: str = "") -> str:
-        """An attribute with element-wise and binary post-ops (a residual add, a constant scale
-        broadcast over the `rank`-dimensional result, or one an emitter makes: its `algorithm` and
-        its `operand`, a memory and its descriptor); returns its name. With `input_tag`, an
-        operand that is a region input of the result's shape is reordered per call into that
-        layout ("any": the one the primitive asks for)."""
-        operands: dict[int, tuple[str, str]] = {}  # post-op index -> (memory, descriptor), made outside the block below
-        for buffer, index in residual_arg:
-            operands[index] = f"{buffer.name}_mem", self.md_of(buffer)
-            if input_tag and buffer.kind == "input" and len(buffer.shape) == rank:
-                name = self._name("operand")
-                md = self.md(buffer.shape, input_tag)
-                wanted = md if input_tag != "any" else \
-                    f"dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_MULTIPLE_POST_OP({index}) | DNNL_ARG_SRC_1)"
-                self.state.append(f"static byoc_conversion {name};")
-                self.bind.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {wanted})", f"layout of {buffer.name}"))
-                self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
-                operands[index] = f"{name}.memory", md
-            if len(buffer.shape) < rank:
-                shape = (1,) * (rank - len(buffer.shape)) + buffer.shape
-                operands[index] = self.view(buffer, shape), self.md(shape, "plain")
-        attr = self._name("attr")
-        self.setup.append(f"dnnl_primitive_attr_t {attr};")
-        self.setup.append(self.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"))
-        if nodes:
-            self.setup.append("{")
-            self.setup.append("  dnnl_post_ops_t ops;")
-            self.setup.append("  " + self.check("dnnl_post_ops_create(&ops)", "post-ops"))
-            for index, node in enumerate(nodes):
-                if node["op"] in _BINARY or "operand" in node:  # an op of the graph, or one an emitter makes (memory, descriptor)
-                    memory, md = node.get("operand") or operands[index]
-                    algorithm = node.get("algorithm") or _BINARY[node["op"]]
-                    self.setup.append("  " + self.check(f"dnnl_post_ops_append_binary(ops, {algorithm}, {md})", "binary post-op"))
-                    self.exec_args.append((f"DNNL_ARG_ATTR_MULTIPLE_POST_OP({index}) | DNNL_ARG_SRC_1", memory))
-                else:
-                    algorithm, alpha, beta = eltwise_args(self.call, node)
-                    self.setup.append("  " + self.check(f"dnnl_post_ops_append_eltwise(ops, {algorithm}, {alpha}, {beta})", "element-wise post-op"))
-            self.setup.append("  " + self.check(f"dnnl_primitive_attr_set_post_ops({attr}, ops)", "post-ops"))
-            self.setup.append("  dnnl_post_ops_destroy(ops);")
-            self.setup.append("}")
-        return attr
-
-    # ---------------------------------------------------------- quantization
-    def array(self, what: str, values: np.ndarray, dtype: str, md: str | None = None) -> str:
-        """A memory over values fixed at code generation (scales, zero points), one-dimensional
-        unless `md` describes it; returns its name."""
-        name = self._name(what)
-        ctype, literal = ("float", _float) if dtype == "float32" else ("int32_t", lambda v: str(int(v)))
-        self.state.append(f"static {ctype} {name}_data[{values.size}] = {{{', '.join(literal(v) for v in values.reshape(-1))}}};")
-        self.state.append(f"static dnnl_memory_t {name} = NULL;")
-        md = md or self.md((values.size,), "plain", dtype)
-        self.setup.append(self.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {name}_data)", what))
-        return name
-
-    def scales(self, attr: str, arg: str, scales: Scales, mask: int, zero_point: bool = True) -> None:
-        """The scale (and, with `zero_point`, a zero point other than 0) of argument `arg`
-        ("DNNL_ARG_SRC"), set on `attr` with `mask` (0: one value; a bit per dimension the
-        values run along)."""
-        self.setup.append(self.check(f"dnnl_primitive_attr_set_scales_mask({attr}, {arg}, {mask})", "scales"))
-        memory = f"{scales.scale_buffer.name}_mem" if scales.scale_buffer is not None else self.array("scale", scales.scale, "float32")
-        self.exec_args.append((f"DNNL_ARG_ATTR_SCALES | {arg}", memory))
-        if zero_point and scales.has_zero_point:
-            self.setup.append(self.check(f"dnnl_primitive_attr_set_zero_points_mask({attr}, {arg}, 0)", "zero points"))
-            self.exec_args.append((f"DNNL_ARG_ATTR_ZERO_POINTS | {arg}", self.array("zero", scales.zero_point[:1], "int32")))
-
-    def quantization(self, attr: str, q: KernelQuantization, weight_mask: int) -> None:
-        """The scales of an int8 kernel's source, weights and result, set on `attr`."""
-        self.scales(attr, "DNNL_ARG_SRC", q.source_scales, 0)
-        if q.weight_scales is not None:
-            self.scales(attr, "DNNL_ARG_WEIGHTS", q.weight_scales, weight_mask if q.weight_scales.per_channel else 0)
-        if q.output_scales is not None:
-            self.scales(attr, "DNNL_ARG_DST", q.output_scales, 0)
-
-    # ------------------------------------------------------------------ code
-    def code_without_primitive(self) -> KernelCode:
-        """The code of a kernel that runs primitives it makes itself (copies), none of `code`'s."""
-        init = ["{", *("  " + line for line in self.setup), *(f"  dnnl_memory_desc_destroy({md});" for md in self.local_mds), "}"]
-        return KernelCode(state=self.state_code(), init="\n".join(init), run="\n".join([*self.before, *self.after]))
-
-    def code(self, create: str, attrs: tuple[str, ...] = (), retry: tuple[str, ...] = (), first: str | None = None,
-             unless: str | None = None) -> KernelCode:
-        """`first` creates the descriptor in given layouts (operands as their producers left
-        them: no reorder), kept unless it fails or `create` gives a faster kind (AVX2 has no
-        brgemm matmul: there both are oneDNN's GEMM, and the given layouts save the reorders).
-        `retry` creates it again (into `retry_pd`) with other layouts, in order, for as long as
-        the one in hand is not a direct JIT kernel, keeping a faster kind. Where the C condition
-        `unless` holds after the setup, no primitive is made (its run must not execute it)."""
-        init = ["{", "  dnnl_primitive_desc_t pd = NULL;"]
-        init += ["  " + line for line in self.setup]
-        if unless is not None:
-            init.append(f"  if (!({unless})) {{")
-        check = self.check(create, "primitive descriptor (unsupported shape or attributes)")
-        if first is None:
-            init.append("  " + check)
-        else:
-            init += [f"  if ({first} != dnnl_success) {{", "    pd = NULL;", "    " + check, "  } else if (byoc_impl_rank(pd) > 0) {",
-                     *_keep_faster(create.replace("(&pd,", "(&retry_pd,", 1)), "  }"]
-        for again in retry:
-            init += ["  if (byoc_impl_rank(pd) > 0) {", *_keep_faster(again), "  }"]
-        init += ["  " + line for line in self.bind]
-        init.append("  " + self.check(f"byoc_primitive(&{self.k}_prim, pd)", "primitive creation"))
-        if unless is not None:
-            init.append("  }")
-        init += [f"  dnnl_memory_desc_destroy({md});" for md in self.local_mds]
-        init += [f"  dnnl_primitive_attr_destroy({attr});" for attr in attrs]
-        init.append("}")
-        args = ", ".join(f"{{{arg}, {memory}}}" for arg, memory in self.exec_args)
-        run = [*self.before, "{", f"  dnnl_exec_arg_t args[{len(self.exec_args)}] = {{{args}}};"]
-        run.append("  " + self.check(f"byoc_execute({self.k}_prim, {len(self.exec_args)}, args)", "execution"))
-        run += ["}", *self.after]
-        return KernelCode(state=self.state_code(), init="\n".join(init), run="\n".join(run))
-
-
-def _keep_faster(again: str) -> list[str]:
-    """C that creates the descriptor again into `retry_pd` (`again`) and keeps the faster kind."""
-    return ["    dnnl_primitive_desc_t retry_pd = NULL;", f"    dnnl_status_t retry_status = {again};",
-            "    byoc_prefer_faster(&pd, retry_status, retry_pd);"]
-
-
-def _in_sequence(codes: list[KernelCode]) -> KernelCode:
-    """The kernels of several primitives as one, run in the order given."""
-    return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
 
 
 def _outside_operand(call: KernelCall, node: dict) -> CBuffer:
     """The operand of a binary node in a fused kernel that comes from outside the kernel."""
     return next(call.arg(node, i) for i in (1, 0) if call.arg(node, i) in call.inputs)
-
-
-def _post_op(algorithm: str, alpha: float = 0.0, beta: float = 0.0) -> dict:
-    """An element-wise post-op that is no node of the graph (see `eltwise_args`)."""
-    return {"op": "eltwise", "algorithm": algorithm, "alpha": _float(alpha), "beta": _float(beta)}
-
-
-def _zero_point_offset(scales: Scales) -> float:
-    """What a zero point adds to dequantized values: -scale * zero_point (one of each)."""
-    return -float(scales.scale[0]) * float(scales.zero_point[0])
-
-
-def _quantizing(result: Scales, offset: float = 0.0) -> dict:
-    """The linear post-op that adds `offset` and quantizes with `result`'s scale and zero point
-    (the conversion to int8 after it rounds and saturates, as QuantizeLinear does)."""
-    inverse = 1.0 / float(result.scale[0])
-    return _post_op("dnnl_eltwise_linear", inverse, float(result.zero_point[0]) + offset * inverse)
 
 
 def _quantized_residual(call: KernelCall, node: dict) -> tuple[CBuffer, Scales] | None:
@@ -405,7 +68,7 @@ def _fused_tail(call: KernelCall, root: dict, takes_bias=lambda bias: True) -> t
     post: list[dict] = []
     operands: list[tuple[CBuffer, int]] = []
     for node in call.nodes[call.nodes.index(root) + 1 :]:
-        if node["op"] in ("relax.quantize", "relax.dequantize"):  # quantization, not a post-op (see dnnl.quantization)
+        if node["op"] in ("relax.quantize", "relax.dequantize"):  # quantization, not a post-op (see `quantization`)
             continue
         residual = _quantized_residual(call, node)
         if residual is not None:
@@ -413,16 +76,16 @@ def _fused_tail(call: KernelCall, root: dict, takes_bias=lambda bias: True) -> t
             # so the result is scaled by 1 / sb around it.
             b, scales = residual
             scale = float(scales.scale[0])
-            post.append(_post_op("dnnl_eltwise_linear", 1.0 / scale))
+            post.append(post_op("dnnl_eltwise_linear", 1.0 / scale))
             operands.append((b, len(post)))
             post.append(node)
-            post.append(_post_op("dnnl_eltwise_linear", scale, _zero_point_offset(scales)))
+            post.append(post_op("dnnl_eltwise_linear", scale, zero_point_offset(scales)))
             continue
         form = call.pattern.removeprefix("dense_bias_") if call.pattern else None
         if form in GELU_FORMS and bias is not None:
             post.append({"op": form, "algorithm": GELU_FORMS[form]})  # the rest of the composite is the GELU
             break
-        if node["op"] in _BINARY:
+        if node["op"] in BINARY:
             operand = _outside_operand(call, node)
             if node["op"] == "relax.add" and bias is None and not post and operand.kind == "constant" and takes_bias(operand):
                 bias = operand
@@ -456,7 +119,7 @@ def _follow_layouts(call: KernelCall) -> bool:
 
 def convolution(call: KernelCall) -> KernelCode:
     """conv1d or conv2d with optional bias, residual add and activation, as one primitive with post-ops."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     conv = next(n for n in call.nodes if n["op"] in ("relax.nn.conv2d", "relax.nn.conv1d"))
     attrs = conv["attrs"]
     x, w = call.arg(conv, 0), call.arg(conv, 1)
@@ -506,7 +169,7 @@ def convolution(call: KernelCall) -> KernelCode:
     return kernel.code(create("pd", src_md, dst_md), (attr,), retry=retry)
 
 
-def _conv_geometry(kernel: _Kernel, attrs: dict, spatial: int) -> str:
+def _conv_geometry(kernel: Kernel, attrs: dict, spatial: int) -> str:
     """A convolution's strides, dilations and padding as dims arrays; returns them as the
     descriptor's arguments."""
     names = [f"{kernel.k}_{part}" for part in ("strides", "dilates", "pad_l", "pad_r")]
@@ -522,7 +185,7 @@ def dynamic_convolution(call: KernelCall) -> KernelCode:
     comes in), the input quantized to uint8 channels-last (the int8 kernels' layout) by a reorder
     with them, and one int8 convolution with that scale and zero point, the weights' scales, the
     float bias, and a batch norm and activation after it as post-ops."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     conv = next(n for n in call.nodes if n["op"] in ("relax.nn.conv2d", "relax.nn.conv1d"))
     attrs = conv["attrs"]
     x = call.arg(call.node("relax.quantize"), 0)
@@ -555,7 +218,7 @@ def dynamic_convolution(call: KernelCall) -> KernelCode:
 
 def matmul(call: KernelCall) -> KernelCode:
     """matmul with optional bias and activations; constant weights are reordered once."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     node = call.node("relax.matmul")
     (x, x_scale), (w, w_scale) = (_unscaled(call, call.arg(node, i)) for i in (0, 1))
     quantized = kernel_quantization(call, node)
@@ -566,7 +229,7 @@ def matmul(call: KernelCall) -> KernelCode:
     # runs in oneDNN 3.2's reference code (1.8 ms against 0.01); oneDNN adds it before the scale.
     bias, post, residuals = _fused_tail(call, node, takes_bias=lambda b: x_scale * w_scale == 1.0 and b.size == out.shape[-1])
     if x_scale * w_scale != 1.0:  # (a * c) @ (b * d) = c * d * (a @ b): the first post-op
-        post, residuals = [_post_op("dnnl_eltwise_linear", x_scale * w_scale), *post], [(b, i + 1) for b, i in residuals]
+        post, residuals = [post_op("dnnl_eltwise_linear", x_scale * w_scale), *post], [(b, i + 1) for b, i in residuals]
     # The rows of an input of rank > 2 times 2-D constant weights are one matrix product: oneDNN
     # reads the leading dimensions as a batch otherwise, and ConvNeXt's 1x7x7x1024 by 1024x4096
     # ran as 7 products of 7 rows, reading the 16 MB of weights 7 times (7.4 ms; 2.6 ms as one).
@@ -647,13 +310,13 @@ def _scalar_linear(call: KernelCall, node: dict, operand: CBuffer) -> dict | Non
     value = float(np.asarray(call.constants[operand.name]).reshape(-1)[0])
     first = call.arg(node, 0).name == operand.name
     if node["op"] == "relax.multiply":
-        return _post_op("dnnl_eltwise_linear", value)
+        return post_op("dnnl_eltwise_linear", value)
     if node["op"] == "relax.add":
-        return _post_op("dnnl_eltwise_linear", 1.0, value)
+        return post_op("dnnl_eltwise_linear", 1.0, value)
     if node["op"] == "relax.subtract":
-        return _post_op("dnnl_eltwise_linear", -1.0, value) if first else _post_op("dnnl_eltwise_linear", 1.0, -value)
+        return post_op("dnnl_eltwise_linear", -1.0, value) if first else post_op("dnnl_eltwise_linear", 1.0, -value)
     if node["op"] == "relax.divide" and not first and value != 0.0:
-        return _post_op("dnnl_eltwise_linear", 1.0 / value)
+        return post_op("dnnl_eltwise_linear", 1.0 / value)
     return None
 
 
@@ -691,7 +354,7 @@ def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split:
     operands are in layouts oneDNN's GEMM reads, else `jit` (a primitive for these sizes): which
     is chosen each time the kernel is made, for the dimensions then."""
     head, binary, tail = split
-    kernel = _Kernel(call, "sized")
+    kernel = Kernel(call, "sized")
     runtime = [sum(1 << i for i, d in enumerate(b.shape) if isinstance(d, SymbolicDim)) for b in (x, w, out)]
     produced = _transposed_result(kernel, call) or kernel.md(out.shape, "plain", out.dtype)
     mds = []
@@ -707,16 +370,16 @@ def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split:
     codes = [kernel.code(f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {mds[0]}, {mds[1]}, NULL, {mds[2]}, {attr})", (attr,))]
     if binary is not None:  # in place on the result (post-ops compute `result op operand`)
         node, operand = binary
-        masked = _Kernel(call, "masked")
+        masked = Kernel(call, "masked")
         result = kernel.exec_args[-1][1]  # the memory the product writes
         attr = masked.post_ops(tail, [], len(out.shape))
         masked.direct("DNNL_ARG_SRC_0", result)
         masked.direct("DNNL_ARG_SRC_1", f"{operand.name}_mem")
         masked.direct("DNNL_ARG_DST", result)
-        create = (f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {node.get('algorithm') or _BINARY[node['op']]}, "
+        create = (f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {node.get('algorithm') or BINARY[node['op']]}, "
                   f"byoc_md({result}), {masked.md_of(operand)}, byoc_md({result}), {attr})")
         codes.append(masked.code(create, (attr,)))
-    sized = _in_sequence(codes)
+    sized = in_sequence(codes)
     macs = math.prod(out.shape) * x.shape[-1]
     flag = f"{call.name}_any_size"
     choose = f"{flag} = {macs} <= {SIZED_PRODUCT_MACS} && byoc_gemm_axis({kernel.md_of(x)}) >= 0 && byoc_gemm_axis({kernel.md_of(w)}) >= 0;"
@@ -731,11 +394,11 @@ def _unscaled(call: KernelCall, operand: CBuffer) -> tuple[CBuffer, float]:
     for node, outputs in zip(call.nodes, call.node_outputs):
         if operand in outputs and node["op"] == "relax.multiply":
             index = next(i for i in (0, 1) if call.arg(node, i).kind != "constant")
-            return call.arg(node, index), _scalar(call, node, 1 - index)
+            return call.arg(node, index), scalar_of(call, node, 1 - index)
     return operand, 1.0
 
 
-def _reorder_with_attributes(kernel: _Kernel, primitive: str, source_md: str, target_md: str, given: list[tuple[str, str]], what: str,
+def _reorder_with_attributes(kernel: Kernel, primitive: str, source_md: str, target_md: str, given: list[tuple[str, str]], what: str,
                              mask: int = 0) -> list[str]:
     """Initialisation of reorder `primitive` from `source_md` to `target_md` whose scales or zero
     points (`given`: ("scales", "DNNL_ARG_DST"), ...; one value each, or one per index of the
@@ -747,7 +410,7 @@ def _reorder_with_attributes(kernel: _Kernel, primitive: str, source_md: str, ta
     return ["{", *("  " + line for line in lines), "}"]
 
 
-def _as_int8(kernel: _Kernel, w: CBuffer, md: str) -> str:
+def _as_int8(kernel: Kernel, w: CBuffer, md: str) -> str:
     """Per call, uint8 data `w` as int8 `w - 128` (exact), in a memory of `md` that is returned:
     oneDNN 3.2's int8 matrix products take int8 weights only, and the second operand of a product
     of two quantized activations (attention's keys and values) is uint8."""
@@ -769,7 +432,7 @@ def _as_int8(kernel: _Kernel, w: CBuffer, md: str) -> str:
     return name
 
 
-def _quantized_at_run_time(kernel: _Kernel, source: str, source_md: str, count: int | str, q_md: str) -> str:
+def _quantized_at_run_time(kernel: Kernel, source: str, source_md: str, count: int | str, q_md: str) -> str:
     """Per call, the float memory `source` (`count` values in memory, a C expression or a number)
     quantized to uint8 as ONNX's DynamicQuantizeLinear defines it, into a memory of `q_md` that is
     returned; its scale and zero point are `<kernel>_scale_mem` and `<kernel>_zero_mem` (see
@@ -806,7 +469,7 @@ def _quantized_at_run_time(kernel: _Kernel, source: str, source_md: str, count: 
     return f"{k}_q"
 
 
-def _run_time_source_scales(kernel: _Kernel, attr: str) -> None:
+def _run_time_source_scales(kernel: Kernel, attr: str) -> None:
     """The product's source scale and zero point, set per call (`_quantized_at_run_time`)."""
     k = kernel.k
     kernel.setup += [kernel.check(f"dnnl_primitive_attr_set_scales_mask({attr}, DNNL_ARG_SRC, 0)", "scales"),
@@ -820,7 +483,7 @@ def dynamic_dense(call: KernelCall) -> KernelCode:
     point as the op defines them, the input quantized to uint8 by a reorder with them, and the
     product one int8 primitive with that scale and zero point, the weights' scales and the
     float bias: what onnxruntime's DynamicQuantizeMatMul computes."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     node = call.node("relax.matmul")
     x = call.arg(call.node("relax.quantize"), 0)
     weights_node = dequantized(call, call.arg(node, 1))
@@ -848,7 +511,7 @@ def dynamic_dense(call: KernelCall) -> KernelCode:
 
 
 def pooling(call: KernelCall) -> KernelCode:
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     node = call.nodes[0]
     if call.pattern == "qmax_pool2d":  # on the int8 data: the quantization is the same on both sides
         node = call.node("relax.nn.max_pool2d")
@@ -893,7 +556,7 @@ def reduction(call: KernelCall) -> KernelCode:
     """A mean or a sum over some axes. A mean over the spatial axes of NCHW, kept, is global
     average pooling, which oneDNN runs with a JIT kernel (its reduction falls back to a
     reference one there)."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
     axis = node["attrs"]["axis"]  # None: every axis (ONNX ReduceMean without axes, a loss's mean)
@@ -913,7 +576,7 @@ def reduction(call: KernelCall) -> KernelCode:
     return kernel.code(create)
 
 
-def _global_average_pool(kernel: _Kernel, x: CBuffer, out: CBuffer) -> KernelCode:
+def _global_average_pool(kernel: Kernel, x: CBuffer, out: CBuffer) -> KernelCode:
     k = kernel.k
     kernel.setup += [
         f"static const dnnl_dims_t {k}_ones = {{1, 1}};",
@@ -932,7 +595,7 @@ def _global_average_pool(kernel: _Kernel, x: CBuffer, out: CBuffer) -> KernelCod
 
 def eltwise(call: KernelCall) -> KernelCode:
     """One element-wise op, or a GELU composite as one op."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     node = call.nodes[0]
     x = next(b for b in call.arg_buffers[0] if b is not None and b.kind != "constant")
     out = call.outputs[0]
@@ -954,7 +617,7 @@ def binary(call: KernelCall) -> KernelCode:
     a, b, out = call.arg(node, 0), call.arg(node, 1), call.outputs[0]
     if a.kind == "constant" and a.size == 1 and b.shape == out.shape and node["op"] in ("relax.divide", "relax.subtract"):
         return eltwise(call)
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     if a.shape != out.shape:  # only commutative ops get here this way round (see the predicate)
         a, b = b, a
     kernel.source("DNNL_ARG_SRC_0", a, "dnnl_query_src_md")
@@ -970,11 +633,11 @@ def binary(call: KernelCall) -> KernelCode:
             src1_memory, src1_md = kernel.view(b, shape), kernel.md(shape, "plain")
         kernel.direct("DNNL_ARG_SRC_1", src1_memory)
     kernel.result(out)
-    algorithm = _BINARY[node["op"]]
+    algorithm = BINARY[node["op"]]
     attr, dst_md, quantize = "NULL", kernel.md_of(a), result_quantize(call)
     if quantize is not None:
         result = scales_of(call, quantize)
-        attr = kernel.post_ops([_quantizing(result)], [], len(out.shape))
+        attr = kernel.post_ops([quantizing(result)], [], len(out.shape))
         dst_md = kernel.like_md(a, out.dtype)
     create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {kernel.md_of(a)}, {src1_md}, {dst_md}, {attr})"
     retry: tuple[str, ...] = ()
@@ -999,10 +662,10 @@ def select(call: KernelCall) -> KernelCode:
     node = call.nodes[0]
     condition, out = call.arg(node, 0), call.outputs[0]
     x_first = call.arg(node, 1).kind != "constant" or call.arg(node, 1).size != 1
-    x, value = (call.arg(node, 1), _scalar(call, node, 2)) if x_first else (call.arg(node, 2), _scalar(call, node, 1))
-    kernel = _Kernel(call)
+    x, value = (call.arg(node, 1), scalar_of(call, node, 2)) if x_first else (call.arg(node, 2), scalar_of(call, node, 1))
+    kernel = Kernel(call)
     rows_md, row_md = kernel.md((out.size // condition.size, condition.size), "plain"), kernel.md((1, condition.size), "plain")
-    high, low = (_selection_bound(kernel, condition, row_md, *((bound, _float(value)) if x_first else (_float(value), bound)))
+    high, low = (_selection_bound(kernel, condition, row_md, *((bound, c_float(value)) if x_first else (c_float(value), bound)))
                  for bound in ("INFINITY", "-INFINITY"))
     kernel.direct("DNNL_ARG_SRC_0", kernel.rows_view(x, rows_md))
     kernel.direct("DNNL_ARG_SRC_1", high)
@@ -1012,14 +675,14 @@ def select(call: KernelCall) -> KernelCode:
     return kernel.code(create, attrs=(attr,))
 
 
-def _selection_bound(kernel: _Kernel, condition: CBuffer, md: str, selected: str, otherwise: str) -> str:
+def _selection_bound(kernel: Kernel, condition: CBuffer, md: str, selected: str, otherwise: str) -> str:
     """A float memory described by `md` holding `selected` where the condition holds and
     `otherwise` elsewhere: filled once at initialisation from a constant condition, before each
     call from one the host computed (a padding mask: one row of the scores' size, so cheap)."""
     name = kernel._name("bound")
     kernel.state += [f"static float* {name}_data = NULL;", f"static dnnl_memory_t {name} = NULL;"]
     kernel.setup += [f"{name}_data = (float*)malloc({condition.size} * sizeof(float));",
-                     f'if ({name}_data == NULL) BYOC_FAIL("{_c_text(kernel.where)}: out of memory for the selection");']
+                     f'if ({name}_data == NULL) BYOC_FAIL("{c_text(kernel.where)}: out of memory for the selection");']
     fill = f"for (int64_t i = 0; i < {condition.size}; ++i) {name}_data[i] = {condition.name}[i] ? {selected} : {otherwise};"
     (kernel.setup if condition.kind == "constant" else kernel.before).append(fill)
     kernel.setup.append(kernel.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {name}_data)", "selection bound"))
@@ -1030,7 +693,7 @@ def softmax(call: KernelCall) -> KernelCode:
     """Softmax; in the `softmax_nan_to_zero` composite, NaN (from a row masked whole, where
     oneDNN computes -inf - -inf) then becomes 0, as torch's exported attention asks. A quantize
     after it (zero point 0: see dnnl.int8) is the primitive's result scale and an int8 result."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
     axis = node["attrs"]["axis"] % len(x.shape)
@@ -1073,7 +736,7 @@ def softmax(call: KernelCall) -> KernelCode:
 
 
 def concat(call: KernelCall) -> KernelCode:
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     node = call.nodes[0]
     sources = call.arg_buffers[0][0]
     out = call.outputs[0]
@@ -1091,7 +754,7 @@ def _strided_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tup
     """Each part as a reorder from a view of `x`'s plain data: per part, its buffer, the view's
     shape (the part's, or that shape with a unit axis kept), its element strides into `x` (0:
     broadcast; a multiple of the dense stride: every k-th element) and its first element."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     kernel.state = []  # no primitive of its own: one reorder per part
     source = kernel.plain_source(x)
     for index, (part, shape, strides, offset) in enumerate(parts):
@@ -1161,7 +824,7 @@ def broadcast_to(call: KernelCall) -> KernelCode:
 def pad(call: KernelCall) -> KernelCode:
     """Constant padding (Swin's windows): the result filled with the value, then the input
     copied into its window by a reorder into a sub-memory of the result."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
     out_md = kernel.md(out.shape, "plain", out.dtype)
@@ -1178,7 +841,7 @@ def pad(call: KernelCall) -> KernelCode:
     kernel.point(window, result)
     kernel.before += ["{", "  float* data = NULL;",
                       "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, (void**)&data)", "padded result"),
-                      f"  byoc_fill(data, (long){out.size}, {_float(node['attrs']['pad_value'])});", "}"]
+                      f"  byoc_fill(data, (long){out.size}, {c_float(node['attrs']['pad_value'])});", "}"]
     kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
     kernel.direct("DNNL_ARG_TO", window)
     return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {window_md}, byoc_engine, NULL)")
@@ -1189,7 +852,7 @@ def take(call: KernelCall) -> KernelCode:
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
     axis = node["attrs"]["axis"] % len(x.shape)
-    index = int(_scalar(call, node, 1))
+    index = int(scalar_of(call, node, 1))
     index = index if index >= 0 else x.shape[axis] + index  # from the end; a symbolic length stays an expression
     window = tuple(1 if a == axis else d for a, d in enumerate(x.shape))
     return _strided_copies(call, x, [(out, window, *_window(x.shape, tuple(index if a == axis else 0 for a in range(len(x.shape)))))])
@@ -1198,7 +861,7 @@ def take(call: KernelCall) -> KernelCode:
 def layer_norm(call: KernelCall) -> KernelCode:
     """Layer normalisation over the last axis, with its scale and shift; or, for the
     `normalized` composite, without them."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
     source, quantize = dequantized_source(call), result_quantize(call)
@@ -1206,7 +869,7 @@ def layer_norm(call: KernelCall) -> KernelCode:
         node, x = call.node("relax.nn.layer_norm"), call.arg(source, 0)
     attr = kernel.post_ops([], [], len(out.shape)) if quantize is not None else "NULL"
     if call.pattern == "normalized":
-        epsilon, flags = _scalar(call, call.node("relax.add"), 1), "0"
+        epsilon, flags = scalar_of(call, call.node("relax.add"), 1), "0"
     else:
         epsilon, flags = node["attrs"]["epsilon"], "dnnl_use_scale | dnnl_use_shift"
         kernel.direct("DNNL_ARG_SCALE", f"{call.arg(node, 1).name}_mem")
@@ -1228,7 +891,7 @@ def layer_norm(call: KernelCall) -> KernelCode:
     kernel.result(out)
     create = (
         f"dnnl_layer_normalization_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {kernel.md_of(x)}, "
-        f"{kernel.like_md(x, out.dtype)}, NULL, {_float(epsilon)}, {flags}, {attr})"
+        f"{kernel.like_md(x, out.dtype)}, NULL, {c_float(epsilon)}, {flags}, {attr})"
     )
     return kernel.code(create, attrs=(attr,) if attr != "NULL" else ())
 
@@ -1243,7 +906,7 @@ def rms_norm(call: KernelCall) -> KernelCode:
     channels = x.shape[-1]
     rows = x.size // channels
     k = call.name
-    squares, means, norm = (_Kernel(call, part) for part in ("squares", "means", "norm"))
+    squares, means, norm = (Kernel(call, part) for part in ("squares", "means", "norm"))
     # The means are written as a column and read as the layer norm's variances: one array.
     squares.state += [f"static float {k}_ones[{channels}];",
                       f"static dnnl_memory_t {k}_squares = NULL, {k}_means = NULL, {k}_variances = NULL, {k}_zero_means = NULL;"]
@@ -1282,10 +945,10 @@ def rms_norm(call: KernelCall) -> KernelCode:
         norm.direct("DNNL_ARG_SCALE", norm.view(weight, (channels,)))
         flags += " | dnnl_use_scale"
     norm.direct("DNNL_ARG_DST", norm.result_view(out, norm_md))
-    epsilon = _scalar(call, call.node("relax.add"), 1)
+    epsilon = scalar_of(call, call.node("relax.add"), 1)
     codes.append(norm.code(f"dnnl_layer_normalization_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {norm_md}, "
-                           f"{norm_md}, NULL, {_float(epsilon)}, {flags}, NULL)"))
-    return _in_sequence(codes)
+                           f"{norm_md}, NULL, {c_float(epsilon)}, {flags}, NULL)"))
+    return in_sequence(codes)
 
 
 def rotary(call: KernelCall) -> KernelCode:
@@ -1303,7 +966,7 @@ def rotary(call: KernelCall) -> KernelCode:
         tables["cos" if x in operands else "sin"] = next(b for b in operands if b.kind == "constant")
     sin = np.asarray(call.constants[tables["sin"].name], np.float32).reshape(x.shape[-2], channels)
     k = call.name
-    low, high, total = (_Kernel(call, part) for part in ("low", "high", "sum"))
+    low, high, total = (Kernel(call, part) for part in ("low", "high", "sum"))
     low.state, high.state = [f"static dnnl_memory_t {k}_rotated = NULL;"], []  # the copies are primitives of their own
     low.setup.append(low.check(f"dnnl_memory_create(&{k}_rotated, {low.md(x.shape, 'plain', x.dtype)}, byoc_engine, DNNL_MEMORY_ALLOCATE)",
                                "rotated halves"))
@@ -1330,7 +993,7 @@ def rotary(call: KernelCall) -> KernelCode:
     codes = [low.code_without_primitive(), high.code_without_primitive(),
              total.code(f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_mul, {full_md}, {total.md(table_shape, 'plain')}, "
                         f"{total.md(out.shape, dtype=out.dtype)}, {attr})", (attr,))]
-    return _in_sequence(codes)
+    return in_sequence(codes)
 
 
 def _relayout(call: KernelCall, view_setup, view=None) -> KernelCode:
@@ -1339,7 +1002,7 @@ def _relayout(call: KernelCall, view_setup, view=None) -> KernelCode:
     view of the input's data (None: the output's own), the output is that view wherever the condition
     holds at initialisation, when layouts are known (the library declares such ops views, so the
     input's memory outlives the output)."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     x, out = call.arg(call.nodes[0], 0), call.outputs[0]
     view_md = view_setup(kernel, x, out)
     kernel.direct("DNNL_ARG_FROM", f"{x.name}_mem")
@@ -1378,7 +1041,7 @@ def _order(node: dict, rank: int) -> list[int]:
     return list(range(rank))[::-1] if axes is None else [int(a) for a in axes]
 
 
-def _permuted_md(kernel: _Kernel, md: str, order: list[int]) -> str:
+def _permuted_md(kernel: Kernel, md: str, order: list[int]) -> str:
     """A local descriptor: `md` with its axes moved, axis i to position order[i]."""
     name = kernel._name("perm")
     kernel.local_mds.append(name)
@@ -1387,7 +1050,7 @@ def _permuted_md(kernel: _Kernel, md: str, order: list[int]) -> str:
     return name
 
 
-def _transposed_layout(kernel: _Kernel, shape: tuple[int, ...], order: list[int], dtype: str) -> str:
+def _transposed_layout(kernel: Kernel, shape: tuple[int, ...], order: list[int], dtype: str) -> str:
     """The descriptor, with a transpose's input dims, of where each input element lands in its
     result of `shape` (plain): the result's plain layout with axis j moved to order[j]."""
     return _permuted_md(kernel, kernel.md(shape, "plain", dtype), order)
@@ -1403,7 +1066,7 @@ def permute_dims(call: KernelCall) -> KernelCode:
     inverse = [order.index(a) for a in range(len(order))]
     products_only = "1" if _read_by_products(call, node) else "0"
 
-    def view(kernel: _Kernel, x: CBuffer, out: CBuffer, _transposed: str) -> tuple[str, str]:
+    def view(kernel: Kernel, x: CBuffer, out: CBuffer, _transposed: str) -> tuple[str, str]:
         seen, plain = _permuted_md(kernel, kernel.md_of(x), inverse), kernel.md(out.shape, "plain", out.dtype)
         # Where the transpose moves unit axes only, the data is in plain layout and is described so: with the
         # moved axes' strides kept, oneDNN 3.2's binary misread its broadcast operand (a decoding step's
@@ -1426,7 +1089,7 @@ def _read_by_products(call: KernelCall, node: dict) -> bool:
     return bool(readers) and all(product(r) for r in readers)
 
 
-def _transposed_result(kernel: _Kernel, call: KernelCall) -> str | None:
+def _transposed_result(kernel: Kernel, call: KernelCall) -> str | None:
     """For a product whose only reader is a transpose (attention's heads back in place): the
     descriptor that writes the product where the transpose would put it, so that the transpose
     is a view. None otherwise."""
@@ -1445,7 +1108,7 @@ def reorder(call: KernelCall) -> KernelCode:
     as between a softmax and the product that reads it): from int8 to int8 with both. A float16
     model's input or output cast (see byoc.frontend.float16): between float32 and float16, which
     oneDNN converts with the CPU's own instructions, in parallel."""
-    kernel = _Kernel(call)
+    kernel = Kernel(call)
     x, out = call.arg(call.nodes[0], 0), call.outputs[0]
     attr = kernel.post_ops([], [], len(out.shape))
     for node in call.nodes:
@@ -1459,139 +1122,3 @@ def reorder(call: KernelCall) -> KernelCode:
     kernel.result(out)
     create = f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {dst_md}, byoc_engine, {attr})"
     return kernel.code(create, (attr,))
-
-
-def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[CBuffer, Scales] | CBuffer | float,
-                         activations: list[dict], result: Scales) -> KernelCode:
-    """One binary add on int8 data: `a` (int8, its scale a source scale) plus `b` (int8 with its
-    scale, a float constant of the region broadcast over `a`, or a number), then `activations`
-    (element-wise post-ops), quantized. Binary primitives take no zero points: those of the operands
-    are a constant offset, added by a linear post-op before the activations (folded into the
-    requantizing one without them), and the result's scale and zero point are a last linear
-    post-op; the conversion to int8 rounds and saturates, as QuantizeLinear does."""
-    kernel = _Kernel(call)
-    source, source_scales = a
-    out = call.outputs[0]
-    offset = _zero_point_offset(source_scales)
-    kernel.source("DNNL_ARG_SRC_0", source, "dnnl_query_src_md")
-    if isinstance(b, tuple):
-        other, other_scales = b
-        offset += _zero_point_offset(other_scales)
-        src1_md = kernel.like_md(source, other.dtype)
-        kernel.source("DNNL_ARG_SRC_1", other, "dnnl_query_src_md", index=1)
-    elif isinstance(b, CBuffer):  # a float constant, its shape broadcast along the leading axes
-        shape = (1,) * (len(source.shape) - len(b.shape)) + b.shape
-        src1_md = kernel.md(shape, "plain")
-        kernel.direct("DNNL_ARG_SRC_1", kernel.view(b, shape))
-    else:  # a number, broadcast: a memory of one element per dimension
-        offset += b
-        src1_md = kernel.md((1,) * len(source.shape), "plain")
-        kernel.direct("DNNL_ARG_SRC_1", kernel.array("zero", np.zeros(1, np.float32), "float32", src1_md))
-    steps = [_post_op("dnnl_eltwise_linear", 1.0, offset)] if activations else []
-    steps += activations
-    steps.append(_quantizing(result, 0.0 if activations else offset))
-    attr = kernel.post_ops(steps, [], len(out.shape))
-    kernel.scales(attr, "DNNL_ARG_SRC_0", source_scales, 0, zero_point=False)
-    if isinstance(b, tuple):
-        kernel.scales(attr, "DNNL_ARG_SRC_1", b[1], 0, zero_point=False)
-    dst_md = kernel.like_md(source, out.dtype)
-    kernel.result(out)
-    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_add, {kernel.md_of(source)}, {src1_md}, {dst_md}, {attr})"
-    return kernel.code(create, (attr,))
-
-
-def quantized_add(call: KernelCall) -> KernelCode:
-    """quantize([ReLU](dequantize(a) + dequantize(b))) as one binary primitive on the int8 data."""
-    add = call.node("relax.add")
-    a, b = ((call.arg(node, 0), scales_of(call, node)) for node in (dequantized(call, call.arg(add, i)) for i in (0, 1)))
-    relu = [_post_op("dnnl_eltwise_relu")] if any(n["op"] == "relax.nn.relu" for n in call.nodes) else []
-    return _requantizing_binary(call, a, b, relu, scales_of(call, call.nodes[-1]))
-
-
-def quantized_with_constant(call: KernelCall) -> KernelCode:
-    """quantize(dequantize(a) + c), c a float constant (a bias added after a quantized product,
-    as exported models write it; position embeddings), or quantize(dequantize(a) * c), c one
-    number (attention's scale; a sum with 0 whose source scale is multiplied by c), as one
-    binary primitive on the int8 data."""
-    root = next(n for n in call.nodes if n["op"] in ("relax.add", "relax.multiply"))
-    index = next(i for i in (0, 1) if dequantized(call, call.arg(root, i)) is not None)
-    source, constant = dequantized(call, call.arg(root, index)), call.arg(root, 1 - index)
-    a, scales, result = call.arg(source, 0), scales_of(call, source), scales_of(call, call.nodes[-1])
-    number = float(np.asarray(call.constants[constant.name]).reshape(-1)[0]) if constant.size == 1 else None
-    if root["op"] == "relax.add":
-        return _requantizing_binary(call, (a, scales), constant if number is None else number, [], result)
-    if number is None:
-        return _requantizing_rows(call, (a, scales), constant, [{"op": "binary", "algorithm": "dnnl_binary_mul"}], result)
-    return _requantizing_binary(call, (a, Scales(scales.scale * np.float32(number), scales.zero_point, scales.axis)), 0.0, [], result)
-
-
-def one_value_per_row(shape: tuple[int, ...], full: tuple[int, ...]) -> bool:
-    """Whether an operand of `shape` holds one value per index of axis 1 of a tensor of shape
-    `full` (a RMSNorm's 1 / rms per row): the broadcast oneDNN 3.2's JIT kernel takes for a
-    binary post-op's operand, with the operand whole."""
-    return len(shape) == len(full) > 1 and shape[1] == full[1] and math.prod(shape) == full[1]
-
-
-def _requantizing_rows(call: KernelCall, source: tuple[CBuffer, Scales], operand: CBuffer, steps: list[dict], result: Scales) -> KernelCode:
-    """quantize(dequantize(a) op c), c broadcast along a's leading axes (a RMSNorm's weight, a
-    rotary embedding's cos and sin, an attention mask over the heads), on a's data seen as rows of
-    c's size: dequantized by its scale and an added offset, then `steps`, c (a constant or a
-    tensor of the region) their binary post-op, one row for every row. oneDNN 3.2's JIT kernel
-    takes a post-op operand along axis 1 of a matrix; the same along the last axes of a 3-D or 4-D
-    tensor, or c as the primary operand with the zero point's share a post-op, runs in its
-    reference code (36 ms against 5 for a quantized Llama)."""
-    a, scales = source
-    out = call.outputs[0]
-    kernel = _Kernel(call)
-    shape = (a.size // operand.size, operand.size)
-    rows_md, result_md, row_md, one_md = (kernel.md(s, "plain", t) for s, t in
-                                          ((shape, a.dtype), (shape, out.dtype), ((1, shape[1]), "float32"), ((1, 1), "float32")))
-    kernel.direct("DNNL_ARG_SRC_0", kernel.rows_view(a, rows_md))
-    kernel.direct("DNNL_ARG_SRC_1", kernel.array("zero", np.zeros(1, np.float32), "float32", one_md))
-    kernel.direct("DNNL_ARG_DST", kernel.result_view(out, result_md))
-    row = kernel.view(operand, (1, shape[1])) if operand.kind == "constant" else kernel.rows_view(operand, row_md)
-    steps = [_post_op("dnnl_eltwise_linear", 1.0, _zero_point_offset(scales)),
-             *({**step, "operand": (row, row_md)} if step["op"] == "binary" else step for step in steps), _quantizing(result)]
-    attr = kernel.post_ops(steps, [], 2)
-    kernel.scales(attr, "DNNL_ARG_SRC_0", scales, 0, zero_point=False)
-    create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_add, {rows_md}, {one_md}, {result_md}, {attr})"
-    return kernel.code(create, (attr,))
-
-
-def quantized_with_float(call: KernelCall) -> KernelCode:
-    """quantize(dequantize(a) op x), x a float tensor of the result's shape, one value per row, or
-    broadcast along the leading axes (or x op dequantize(a) for add, subtract and multiply), as one
-    binary primitive on the int8 data `a`: dequantized by its scale and an added offset, x
-    applied by a binary post-op, quantized."""
-    root = next(n for n in call.nodes if n["op"] in _BINARY)
-    index = next(i for i in (0, 1) if dequantized(call, call.arg(root, i)) is not None)
-    source, other = dequantized(call, call.arg(root, index)), call.arg(root, 1 - index)
-    operand = {"op": "binary", "operand": (f"{other.name}_mem", _Kernel.md_of(other))}
-    if root["op"] == "relax.subtract" and index == 1:  # x - dequantize(a): -dequantize(a), then + x
-        steps = [_post_op("dnnl_eltwise_linear", -1.0), {**operand, "algorithm": "dnnl_binary_add"}]
-    else:
-        steps = [{**operand, "algorithm": _BINARY[root["op"]]}]
-    a, scales, result = call.arg(source, 0), scales_of(call, source), scales_of(call, call.nodes[-1])
-    if other.shape != a.shape and not one_value_per_row(other.shape, a.shape):  # repeated along the leading axes (see int8)
-        return _requantizing_rows(call, (a, scales), other, steps, result)
-    return _requantizing_binary(call, (a, scales), 0.0, steps, result)
-
-
-def quantized_gelu(call: KernelCall) -> KernelCode:
-    """A GELU with its intermediate results quantized (as onnxruntime's tool writes the erf form),
-    on the int8 data as one primitive: dequantized by the source scale and an added offset, GELU
-    as a post-op, quantized. The intermediate roundings are skipped (the result is nearer the float
-    GELU's, within a step of the chain's)."""
-    source = dequantized_source(call)
-    return _requantizing_binary(call, (call.arg(source, 0), scales_of(call, source)), 0.0, [_post_op("dnnl_eltwise_gelu_erf")],
-                                scales_of(call, call.nodes[-1]))
-
-
-def quantized_eltwise(call: KernelCall) -> KernelCode:
-    """quantize(f(dequantize(x))), f an element-wise op (a GELU between two quantized dense
-    layers), as one primitive on the int8 data, f a post-op."""
-    source = dequantized_source(call)
-    op = next(n for n in call.nodes if n["op"] not in ("relax.dequantize", "relax.quantize"))
-    algorithm, alpha, beta = eltwise_args(call, op)
-    return _requantizing_binary(call, (call.arg(source, 0), scales_of(call, source)), 0.0,
-                                [{"op": "eltwise", "algorithm": algorithm, "alpha": alpha, "beta": beta}], scales_of(call, call.nodes[-1]))

@@ -1,0 +1,35 @@
+"""C that calls oneDNN's C API (v3): the kernel library of the `dnnl` vendor, and of any vendor whose
+kernels are oneDNN primitives.
+
+A vendor's data sheet binds its ops to the emitters here (`emitters`, `quantized` for element-wise
+kernels on int8 data); each emitter describes its op with one `Kernel` (`kernel`); `library` finds
+oneDNN as pip installs it and holds the C every region shares (memory conversions, descriptors with
+run-time dimensions, each kernel's ownership of what it creates); `threads` limits the threads of
+oneDNN's TBB runtime; `quantization` reads a quantized composite's scales.
+"""
+
+from byoc.codegen_c.library import CLibrary
+from byoc.codegen_c.onednn import emitters, library, quantized, threads
+from byoc.codegen_c.onednn.emitters import GELU_FORMS, LAYOUT_POLICIES, RESHAPES, VIEWS
+from byoc.codegen_c.onednn.kernel import ELTWISE_OPS
+
+
+def onednn_library() -> CLibrary:
+    """oneDNN as a vendor's kernel library, its emitter table empty: each vendor binds its own
+    ops to the emitters as it declares them."""
+    return CLibrary(
+        name="onednn",
+        version=library.version() if library.installed() else "not installed",
+        headers=["oneapi/dnnl/dnnl.h", "math.h", "stdio.h"],
+        include_dirs=lambda: [library.include_dir()],
+        library_dirs=library.library_dirs,
+        libraries=list(library.LIBRARIES),
+        prologue=library.PROLOGUE,
+        ownership=library.OWNERSHIP,
+        bind_buffer=library.bind_buffer,
+        views=VIEWS,
+        runtime_setup=threads.limit_threads,
+    )
+
+
+__all__ = ["ELTWISE_OPS", "GELU_FORMS", "LAYOUT_POLICIES", "RESHAPES", "VIEWS", "emitters", "library", "onednn_library", "quantized", "threads"]
