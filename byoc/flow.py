@@ -139,6 +139,8 @@ def partition_for(
     remote = {"rpc_tracker": rpc_tracker, "rpc_key": rpc_key}
     if placement != "auto" and (budget_s is not None or placement_inputs is not None or any(remote.values())):
         raise PartitionError("budget_s, placement_inputs and the rpc_* options apply to placement='auto' only")
+    if budget_s is not None and not budget_s >= 0:
+        raise PartitionError(f"budget_s is the time allowed for measuring, in seconds: it must be at least 0, not {budget_s}")
     mod, options, measured_precision = _at_precision(mod, precision, max_rel_l2, backends, options)
     configured, cost, routed = configure(backends, options)
     dims = dims_of(mod)

@@ -73,6 +73,27 @@ def test_errors_name_what_was_wrong(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["partition", "mlp", "--vendor", "reference", "--min-ops", "-5"], "argument --min-ops: must be at least 0, got -5"),
+        (["partition", "mlp", "--vendor", "reference", "--max-ops", "two"], "argument --max-ops: expected a whole number, got 'two'"),
+        (["partition", "mlp", "--vendor", "dnnl", "--placement", "auto", "--budget-s", "-3"], "argument --budget-s: must be at least 0, got -3"),
+        (["demo", "--repeat", "0"], "argument --repeat: must be at least 1, got 0"),
+        (["run", "model.byoc", "--profile", "--repeat", "0"], "argument --repeat: must be at least 1, got 0"),
+        (["compile", "mlp", "--vendor", "reference", "-o", "m.byoc", "--accuracy-samples", "-2"], "must be at least 0, got -2"),
+        (["bench", "--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+    ],
+)
+def test_counts_and_budgets_out_of_range_are_usage_errors(argv, message, capsys):
+    """Before, a count of 0 ran into a traceback (an IndexError in `demo`, a ValueError from
+    profiling) or was taken as it was (a negative placement budget measured nothing)."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_console_script_entry_point():
     result = subprocess.run([sys.executable, "-m", "byoc", "models"], capture_output=True, text=True, check=True)
     assert "mlp" in result.stdout

@@ -171,6 +171,10 @@ def test_placement_options_are_checked():
         byoc.partition_for(mod, "dnnl", placement="fastest")
     with pytest.raises(byoc.errors.PartitionError, match="placement='auto' only"):
         byoc.partition_for(mod, "dnnl", budget_s=10)
+    with pytest.raises(byoc.errors.PartitionError, match="budget_s is the time allowed for measuring, in seconds: it must be at least 0, not -3"):
+        byoc.partition_for(mod, "dnnl", placement="auto", budget_s=-3)
+    with pytest.raises(byoc.errors.PartitionError, match="min_ops_per_region must be at least 0, not -1"):
+        byoc.partition_for(mod, "dnnl", min_ops_per_region=-1)
     with pytest.raises(byoc.errors.UnknownBackendError, match="no_such_vendor"):
         byoc.partition_for(mod, ["dnnl", "no_such_vendor"], placement="auto")
 

@@ -245,11 +245,11 @@ def test_a_second_vendor_binds_onednn_emitters_on_a_library_of_its_own():
     """oneDNN's emitters (byoc.codegen_c.onednn) serve any C vendor whose kernels are oneDNN
     primitives: one that takes dense layers alone binds the matmul emitter on a library object
     of its own, runs the MLP's layers as onnxruntime does, and leaves dnnl's table as it was."""
-    from graphs import registered
-
     from byoc.annotate import fused_pattern
     from byoc.codegen_c.onednn import emitters, onednn_library
     from byoc.vendors.dnnl import dnnl
+
+    from graphs import registered
 
     before = dict(dnnl.codegen.emitters)
     backend = byoc.Backend(name="onednn_dense", codegen=onednn_library(), limits=byoc.Limits(dtypes=("float32",), constant_weights=True))

@@ -40,10 +40,12 @@ class CostRules:
             raise PartitionError(f"unknown partition option(s) {unknown}; cost options are {sorted(names)}")
         if "host_ops" in options:
             options["host_ops"] = frozenset(_as_names(options["host_ops"]))
-        for name in ("max_ops_per_region", "max_macs_per_region", "max_bytes_per_region", "max_regions"):
+        least = {"max_ops_per_region": 1, "max_macs_per_region": 1, "max_bytes_per_region": 1, "max_regions": 1,
+                 "min_ops_per_region": 0, "min_macs_per_region": 0}
+        for name, low in least.items():
             value = options.get(name)
-            if value is not None and value < 1:
-                raise PartitionError(f"{name} must be at least 1, not {value}")
+            if value is not None and value < low:
+                raise PartitionError(f"{name} must be at least {low}, not {value}")
         return replace(self, **options)
 
 

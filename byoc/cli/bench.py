@@ -29,6 +29,7 @@ from dataclasses import asdict
 from byoc.benchmarking.models import DEFAULT_MODELS, check_model
 from byoc.benchmarking.systems import DEFAULT_VENDORS, benchmark_model, check_vendors
 from byoc.benchmarking.table import format_table
+from byoc.cli.arguments import at_least
 from byoc.timing import instruction_set, pin_threads
 
 
@@ -47,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
                         help="zoo names, hf:NAME[:base] (exported transformers architectures) or .onnx paths")
     parser.add_argument("--vendors", nargs="+", default=list(DEFAULT_VENDORS), help="byoc systems to time (any registered vendor)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--rounds", type=int, default=40, help="timed runs per system (4 for TVM host only)")
+    parser.add_argument("--threads", type=at_least(1), default=os.cpu_count() or 1)
+    parser.add_argument("--rounds", type=at_least(1), default=40, help="timed runs per system (4 for TVM host only)")
     parser.add_argument("--skip-tvm", action="store_true", help="leave out TVM host only (slow: untuned TVM)")
     parser.add_argument("--busy", action="store_true", help="time while another process keeps one core busy")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")

@@ -13,6 +13,7 @@ import tvm
 from byoc import models as zoo
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
+from byoc.cli.arguments import at_least, non_negative
 from byoc.errors import ModelLoadError, OptionError, PartitionError, did_you_mean
 from byoc.flow import declared_options, describe_options, partition_for
 from byoc.frontend import from_onnx
@@ -55,28 +56,28 @@ def load_model(name: str, small: bool = False, shapes: list[str] | None = None,
 
 def add_partition_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vendor", required=True, help="backend name, or several separated by commas (priority order)")
-    parser.add_argument("--max-ops", type=int, dest="max_ops_per_region", help="split regions above this many ops")
-    parser.add_argument("--max-macs", type=int, dest="max_macs_per_region", help="split regions above this many MACs")
-    parser.add_argument("--max-bytes", type=int, dest="max_bytes_per_region", help="split regions above this working set")
-    parser.add_argument("--max-regions", type=int, dest="max_regions", help="keep only the N regions with the most MACs per vendor")
-    parser.add_argument("--min-ops", type=int, dest="min_ops_per_region", help="regions with fewer ops stay on the host")
-    parser.add_argument("--min-macs", type=int, dest="min_macs_per_region", help="regions with fewer MACs stay on the host")
+    parser.add_argument("--max-ops", type=at_least(1), dest="max_ops_per_region", help="split regions above this many ops")
+    parser.add_argument("--max-macs", type=at_least(1), dest="max_macs_per_region", help="split regions above this many MACs")
+    parser.add_argument("--max-bytes", type=at_least(1), dest="max_bytes_per_region", help="split regions above this working set")
+    parser.add_argument("--max-regions", type=at_least(1), dest="max_regions", help="keep only the N regions with the most MACs per vendor")
+    parser.add_argument("--min-ops", type=at_least(0), dest="min_ops_per_region", help="regions with fewer ops stay on the host")
+    parser.add_argument("--min-macs", type=at_least(0), dest="min_macs_per_region", help="regions with fewer MACs stay on the host")
     parser.add_argument("--fallback-without-macs", action="store_true", default=None, help="regions without MACs stay on the host")
     parser.add_argument("--host-op", action="append", dest="host_ops", metavar="OP_OR_NODE", help="keep this op type or node on the host")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", dest="vendor_options",
                         help="a vendor's own option (see `byoc vendors`), e.g. dpu=DPUCZDX8G-B1024 or single_region=true")
     parser.add_argument("--target", help="the vendor's hardware configuration option (e.g. DPUCZDX8G-B1024, ethos-u55-128)")
-    parser.add_argument("--calibration", "--calibration-samples", type=int, default=8, metavar="N", dest="calibration",
+    parser.add_argument("--calibration", "--calibration-samples", type=at_least(1), default=8, metavar="N", dest="calibration",
                         help="vendors that quantize at compile time: calibrate on N seeded random inputs (default 8)")
     parser.add_argument("--precision", choices=("fp32", "int8", "auto"), default="fp32",
                         help="int8: quantize the float model first, calibrated on --calibration N seeded random inputs, for "
                              "a vendor that computes quantized models in int8 (dnnl); auto: int8 or fp32 per segment, the "
                              "fastest within --max-rel-l2 of fp32 on those inputs")
-    parser.add_argument("--max-rel-l2", type=float, metavar="ERROR",
+    parser.add_argument("--max-rel-l2", type=non_negative, metavar="ERROR",
                         help="--precision auto: the relative L2 error allowed against fp32 (default 0.02)")
     parser.add_argument("--placement", choices=("priority", "auto"), default="priority",
                         help="priority: the first vendor that takes an op runs it; auto: measured cost chooses")
-    parser.add_argument("--budget-s", type=float, metavar="SECONDS", help="--placement auto: time allowed for measuring (default 600)")
+    parser.add_argument("--budget-s", type=non_negative, metavar="SECONDS", help="--placement auto: time allowed for measuring (default 600)")
     parser.add_argument("--rpc-tracker", metavar="HOST:PORT", help="--placement auto: time candidates on devices of this TVM RPC tracker")
     parser.add_argument("--rpc-key", metavar="KEY", help="--placement auto: the device key at the RPC tracker")
     parser.add_argument("--rpc-fallback-local", action="store_true",

@@ -16,6 +16,7 @@ import onnxruntime as ort
 
 from byoc import models as zoo
 from byoc.backend.registry import list_backends
+from byoc.cli.arguments import at_least
 from byoc.flow import partition_for
 from byoc.frontend import from_onnx
 from byoc.partition import report
@@ -31,7 +32,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--model", default="resnet18", choices=zoo.names())
     parser.add_argument("--vendor", default=None, help=f"default: the first available of {', '.join(_PREFERRED_VENDORS)}")
     parser.add_argument("--small", action="store_true", help="use the reduced test-size model")
-    parser.add_argument("--repeat", type=int, default=20, help="timed runs per system")
+    parser.add_argument("--repeat", type=at_least(1), default=20, help="timed runs per system")
     parser.set_defaults(run=run)
 
 

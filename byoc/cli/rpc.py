@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from byoc.cli.arguments import at_least
 from byoc.placement.remote import start_server
 
 
@@ -13,7 +14,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--tracker", required=True, metavar="HOST:PORT", help="the TVM RPC tracker to register with")
     parser.add_argument("--key", required=True, help="the device key searches ask the tracker for")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default all)")
-    parser.add_argument("--port", type=int, default=9091, help="first port to try (default 9091)")
+    parser.add_argument("--port", type=at_least(1), default=9091, help="first port to try (default 9091)")
     parser.set_defaults(run=run)
 
 

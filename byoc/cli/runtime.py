@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from byoc.accuracy import measure_accuracy
+from byoc.cli.arguments import at_least
 from byoc.cli.common import add_backend_options, add_model_argument, add_partition_options, backend_options, load_model, partition
 from byoc.cli.common import random_inputs as model_random_inputs
 from byoc.errors import InputError
@@ -33,7 +34,7 @@ def add_parser(commands) -> None:
     compile_parser.add_argument("--shape-buckets", nargs="+", default=None, metavar="NAME=V,V,...",
                                 help="with --dims: build the regions ahead for these values, every combination (e.g. "
                                      "batch=1,4,16 sequence=32,128); other shapes in range are built on first use")
-    compile_parser.add_argument("--accuracy-samples", type=int, default=0, metavar="N",
+    compile_parser.add_argument("--accuracy-samples", type=at_least(0), default=0, metavar="N",
                                 help="compare with onnxruntime on N seeded random inputs and print the error")
     add_backend_options(compile_parser)
     compile_parser.set_defaults(run=run_compile)
@@ -44,7 +45,7 @@ def add_parser(commands) -> None:
                             help="an input (default: seeded random, sized as the given inputs fix)")
     run_parser.add_argument("--output-dir", help="write each output as output<i>.npy here")
     run_parser.add_argument("--profile", action="store_true", help="print time per region and for the host")
-    run_parser.add_argument("--repeat", type=int, default=10, help="runs to profile")
+    run_parser.add_argument("--repeat", type=at_least(1), default=10, help="runs to profile")
     run_parser.add_argument("--strict-engines", action="store_true",
                             help="fail, instead of rebuilding, when an embedded engine was built for another machine")
     add_backend_options(run_parser)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import onnxruntime as ort
 
 from byoc.backend.registry import get_backend, list_backends
+from byoc.cli.arguments import at_least
 from byoc.models import exported
 from byoc.progress import Progress
 from byoc.testing import conformance
@@ -254,15 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=None,
                         help="zoo names, light_<name> graphs and hf:NAME[:SIZE] exported architectures (default: all; the "
                              "exported suite where the torch extra is installed)")
-    parser.add_argument("--samples", type=int, default=2, help="evaluation inputs for fp32 vendors")
-    parser.add_argument("--int8-samples", type=int, default=10, help="evaluation inputs for int8 and fp16 vendors")
-    parser.add_argument("--calibration", type=int, default=8, metavar="N", help="calibration inputs for int8 vendors")
-    parser.add_argument("--rounds", type=int, default=12, help="timed runs per system")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--samples", type=at_least(1), default=2, help="evaluation inputs for fp32 vendors")
+    parser.add_argument("--int8-samples", type=at_least(1), default=10, help="evaluation inputs for int8 and fp16 vendors")
+    parser.add_argument("--calibration", type=at_least(1), default=8, metavar="N", help="calibration inputs for int8 vendors")
+    parser.add_argument("--rounds", type=at_least(1), default=12, help="timed runs per system")
+    parser.add_argument("--threads", type=at_least(1), default=os.cpu_count() or 1)
     parser.add_argument("--no-timing", action="store_true", help="leave out latency")
     parser.add_argument("--node-cases", nargs="?", const="", default=None, metavar="REGEX",
                         help="also run onnx's float32 and integer node cases per float vendor (all, or those matching REGEX)")
-    parser.add_argument("--jobs", type=int, default=1, help="processes for the node cases (each builds its own model)")
+    parser.add_argument("--jobs", type=at_least(1), default=1, help="processes for the node cases (each builds its own model)")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="write the matrix as Markdown (docs/matrix.md)")
     args = parser.parse_args(argv)
