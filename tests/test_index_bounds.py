@@ -142,3 +142,26 @@ def test_an_exported_gpt2_with_an_id_equal_to_the_vocabulary_size(tmp_path):
     gather = next(n.name for n in model.graph.node if n.op_type == "Gather" and "wte" in n.input[0])
     with pytest.raises(IndexOutOfRangeError, match=rf"'{gather}' \(Gather\): index 100 is out of range.*-100 to 99"):
         compiled_model.run(np.full_like(valid, 100))
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_token_ids_of_any_batch_and_length_are_checked(vendor):
+    """An embedding lookup whose ids have dynamic dimensions (as exporters write token ids):
+    unchecked, an id past the table read other memory, on the host and with dnnl, at every
+    shape in range."""
+    table = RNG.standard_normal((10, 4)).astype(np.float32)
+    weight = RNG.standard_normal((4, 3)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["picked"], name="embeddings/Gather", axis=0),
+             helper.make_node("MatMul", ["picked", "weight"], ["y"], name="head/MatMul")]
+    graph = helper.make_graph(nodes, "lookup", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])],
+                              [helper.make_empty_tensor_value_info("y")],
+                              [numpy_helper.from_array(table, "table"), numpy_helper.from_array(weight, "weight")])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    model.ir_version = 9
+    compiled_model = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 4), "sequence": (1, 16)}), vendor))
+    for shape in ((1, 5), (3, 2)):
+        ids = RNG.integers(-10, 10, shape).astype(np.int64)
+        assert_fp32_close(compiled_model.run(ids), onnxruntime_outputs(model, {"ids": ids}))
+        ids[-1, -1] = 10
+        with pytest.raises(IndexOutOfRangeError, match=r"'embeddings/Gather' \(Gather\).*(index 10 is out of range|idx=10)"):
+            compiled_model.run(ids)

@@ -223,6 +223,14 @@ def test_host_ops_by_op_name_and_by_node_name():
     assert list(by_node.host_reasons()) == ["relu2"]
 
 
+def test_host_ops_that_match_nothing_are_named_with_the_closest():
+    """A misspelt op or node kept nothing on the host, silently."""
+    with registered(make_backend("acc", ELEMENTWISE)):
+        with pytest.warns(UserWarning, match=r"host_ops \['relax.tanhh'\] match no op or node of the model \(did you mean 'relax.tanh'\?\)"):
+            report = byoc.report(byoc.partition_for(chain_module(["relu", "tanh", "relu"]), "acc", host_ops=["relax.tanhh", "relu2"]))
+    assert list(report.host_reasons()) == ["relu2"]
+
+
 def test_higher_priority_backend_wins():
     low = make_backend("low", ELEMENTWISE, priority=1)
     high = make_backend("high", ("relax.tanh",), priority=5)

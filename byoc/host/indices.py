@@ -54,21 +54,27 @@ def _site(call: relax.Call) -> _Site | None:
     if op not in ONNX_OPS or (op == "relax.take" and call.attrs.mode not in ("fast", "wrap")):
         return None
     data, indices = call.args[0], call.args[1]
-    if is_tensor_constant(indices) or not (has_static_shape(data.ty) and has_static_shape(indices.ty)):
-        return None  # constant indices were checked at import
+    # Constant indices were checked at import. The indices may have any shape, symbolic
+    # included (token ids of any batch and length): the kernel loops over what they hold. The
+    # data's shape must be known: it gives each index's range.
+    if is_tensor_constant(indices) or not has_static_shape(data.ty) or indices.ty.shape is None:
+        return None
     shape = _dims(data)
     if op == "relax.take" and call.attrs.axis is None:  # a take from the flattened tensor
         shape, axes = (math.prod(shape),), (0,)
     else:
+        slots = indices.ty.shape.values[-1] if indices.ty.ndim > 0 else None
+        if op in COORDINATES and not isinstance(slots, tirx.IntImm):
+            return None  # a coordinate's length is a dimension of its own: no fixed set of axes to check
         attrs = {name: getattr(call.attrs, name) for name in ("axis", "batch_dims") if hasattr(call.attrs, name)}
-        axes = index_axes(op, attrs, len(shape), _dims(indices))
+        axes = index_axes(op, attrs, len(shape), [int(slots)] if op in COORDINATES else [])
     negatives = op != "relax.take" or call.attrs.mode == "wrap"
     return _Site(indices, axes, tuple(shape[a] for a in axes), op in COORDINATES, negatives)
 
 
 def _checked(indices: te.Tensor, site: _Site, node: str, op: str) -> te.Tensor:
     """`indices` with negatives counted from the end; an index out of range calls `RAISE`."""
-    dims = [int(d) for d in indices.shape]
+    dims = list(indices.shape)  # numbers, or a model's dimensions
     signed = not str(indices.dtype).startswith("uint")
     loop_dims = dims[:-1] if site.per_slot else dims
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -15,7 +16,7 @@ from byoc.backend.cost import CostRules
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
 from byoc.backend.views import RegionSummary
-from byoc.errors import PartitionError
+from byoc.errors import PartitionError, did_you_mean
 from byoc.frontend.float16 import float16_in_float32, narrow_types
 from byoc.frontend.quantized import for_partitioning
 from byoc.ir.dims import copy_dims, dims_of, representative
@@ -109,6 +110,7 @@ def _partition(mod: tvm.IRModule, backends, placement: Mapping[str, str] | None,
         else:
             for node in graph.nodes:
                 node.reasons.append("outside a dataflow block (control flow or side effects)")
+    _warn_of_unmatched(host_ops, graphs.values())
     _keep_heaviest(candidates, rules)
     symbols = _SymbolSupply(grouped)
     record = PartitionRecord(backends=[b.name for b in ordered], float16_in_float32=widened)
@@ -218,6 +220,17 @@ class _SymbolSupply:
             if symbol not in self.taken:
                 self.taken.add(symbol)
                 return symbol
+
+
+def _warn_of_unmatched(host_ops: frozenset[str], graphs) -> None:
+    """Warn of `host_ops` names that are no op and no node of the model (a misspelt name keeps
+    nothing on the host). A warning, not an error: one list of ops may serve several models."""
+    known = {name for graph in graphs for node in graph.nodes for name in (node.name, *node.op_names)}
+    unmatched = sorted(host_ops - known)
+    if unmatched:
+        warnings.warn(f"host_ops {unmatched} match no op or node of the model{did_you_mean(unmatched[0], known)}: ops are "
+                      "named as Relax names them (relax.nn.conv2d), nodes as the model names them (see the partition report)",
+                      UserWarning, stacklevel=6)  # the caller of partition_for
 
 
 def _record_host_ops(graph: BlockGraph, plan: BlockPlan | None, reasons: HostReasons, record: PartitionRecord) -> None:

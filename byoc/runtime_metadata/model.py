@@ -327,12 +327,13 @@ class CompiledModel:
                 failure = region.take_failure()
                 if failure is not None:
                     artifact = getattr(region, "artifact", None)
-                    if artifact is not None:
-                        where = f"in region {artifact.symbol} ({artifact.backend})"
-                        payload = artifact.payload if artifact.codegen == "json" else b"{}"
-                        index_error = engine_index_error(str(failure), payload, where)
-                        if index_error is not None:
-                            raise index_error from failure
+                    # A shape-specialised region has no one artifact: its variant's graph is of
+                    # one shape, and the engine's message gives the index and its range.
+                    where = f"in region {artifact.symbol} ({artifact.backend})" if artifact is not None else f"in {getattr(region, 'where', 'a region')}"
+                    payload = artifact.payload if artifact is not None and artifact.codegen == "json" else b"{}"
+                    index_error = engine_index_error(str(failure), payload, where)
+                    if index_error is not None:
+                        raise index_error from failure
                     # TVM's FFI made a RuntimeError of it on the way out: raise the original,
                     # with the vendor's exception (and its traceback) as its cause.
                     raise failure from failure.__cause__
