@@ -14,7 +14,9 @@ sequence lengths 8, 32, 128 and 512; image and audio models run batches 1, 4 and
 absolute difference from onnxruntime over the outputs, relative to the output's largest value.
 "first run, not built ahead" is the first run at that shape of the same file built for the
 default bucket only (each range's opt): what a shape outside `shape_buckets` costs once, where the
-vendor generates and compiles per shape, or only a run where it takes symbolic shapes.
+vendor generates and compiles per shape, or only a run where it takes symbolic shapes. Last, the
+timed shapes come as a server meets them: 48 requests in a seeded order, each shape met before,
+the dynamic artifact against onnxruntime (ms a request).
 Needs the torch extra (`pip install 'byoc[torch]'`).
 """
 
@@ -33,6 +35,7 @@ from byoc.timing import pin_threads, spread, time_blocks
 BATCHES = (1, 4, 16)
 SEQUENCES = (8, 32, 128, 512)
 TEXT_LIMIT = 512
+MIXED_REQUESTS = 48  # requests of the grid's shapes in a seeded order, as a server meets them
 
 
 @dataclass
@@ -73,7 +76,22 @@ def _error(got, want) -> float:
     return max(float(np.abs(g - w).max() / max(np.abs(w).max(), 1e-30)) for g, w in zip(got, want))
 
 
-def benchmark(name: str, size: str, vendor: str, threads: int, runs: int) -> tuple[list[Row], float, str]:
+def mixed(feeds: list[dict[str, np.ndarray]], dynamic, session, runs: int) -> tuple[float, float]:
+    """Milliseconds a request, the dynamic artifact's and onnxruntime's, over `MIXED_REQUESTS`
+    requests of these shapes (each met before) in a seeded order: a shape differs from the last
+    at most requests, where the per-shape timings repeat one shape."""
+    order = np.random.default_rng(0).integers(0, len(feeds), MIXED_REQUESTS)
+
+    def serve(run) -> None:
+        for index in order:
+            run(feeds[index])
+
+    runners = {"dynamic": lambda: serve(dynamic.run), "onnxruntime": lambda: serve(lambda f: session.run(None, f))}
+    timings = {system: spread(samples) for system, samples in time_blocks(runners, max(4, runs // 4)).items()}
+    return timings["dynamic"].median_ms / len(order), timings["onnxruntime"].median_ms / len(order)
+
+
+def benchmark(name: str, size: str, vendor: str, threads: int, runs: int) -> tuple[list[Row], float, str, tuple[float, float]]:
     import onnxruntime as ort
 
     import byoc
@@ -96,9 +114,10 @@ def benchmark(name: str, size: str, vendor: str, threads: int, runs: int) -> tup
     session_options = ort.SessionOptions()
     session_options.intra_op_num_threads = threads
     session = ort.InferenceSession(str(path), session_options, providers=["CPUExecutionProvider"])
-    rows = []
+    rows, every_feeds = [], []
     for index, values in enumerate(grid):
         feeds = _feeds(model, example, values, index)
+        every_feeds.append(feeds)
         shapes = {k: list(v.shape) for k, v in feeds.items()}
         start = time.perf_counter()
         static = byoc.build(byoc.partition_for(byoc.from_onnx(path, shapes=shapes), vendor), backend_options=options)
@@ -118,10 +137,11 @@ def benchmark(name: str, size: str, vendor: str, threads: int, runs: int) -> tup
               flush=True)
     built_here = [r["built_here"] for r in dynamic.inspect()["shape_specialised"].values()]
     compiled_at_run_time = "none" if not any(built_here) else ", ".join(k for keys in built_here for k in keys)
-    return rows, dynamic_build_s, compiled_at_run_time
+    return rows, dynamic_build_s, compiled_at_run_time, mixed(every_feeds, dynamic, session, runs)
 
 
-def markdown(name: str, size: str, vendor: str, rows: list[Row], build_s: float, compiled_at_run_time: str) -> str:
+def markdown(name: str, size: str, vendor: str, rows: list[Row], build_s: float, compiled_at_run_time: str,
+             mixed_ms: tuple[float, float]) -> str:
     shape = "batch x sequence" if " x " in rows[0].shape else "batch"
     lines = [f"### {name} ({size}), byoc + {vendor}", "",
              f"| {shape} | dynamic ms (p90) | static ms (p90) | dynamic / static | onnxruntime ms | error | static build s "
@@ -133,7 +153,9 @@ def markdown(name: str, size: str, vendor: str, rows: list[Row], build_s: float,
                      f"{r.first_run_ms:.1f} |")
     ratios = [r.dynamic_ms / r.static_ms for r in rows]
     lines += ["", f"One artifact for {len(rows)} shapes, built in {build_s:.1f} s; dynamic / static: median "
-              f"{float(np.median(ratios)):.2f}x, worst {max(ratios):.2f}x; regions compiled at run time: {compiled_at_run_time}.", ""]
+              f"{float(np.median(ratios)):.2f}x, worst {max(ratios):.2f}x; regions compiled at run time: {compiled_at_run_time}.",
+              f"Requests of these shapes in a mixed order ({MIXED_REQUESTS}, seeded): {mixed_ms[0]:.2f} ms a request, onnxruntime "
+              f"{mixed_ms[1]:.2f} ({mixed_ms[0] / mixed_ms[1]:.2f}x).", ""]
     return "\n".join(lines)
 
 
@@ -154,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     pin_threads(args.threads, "benchmarks.shapes", argv)
     print(f"Dynamic shapes: {describe_machine(args.threads, busy=False)}\n")
     for name in args.models.split(","):
-        rows, build_s, compiled = benchmark(name, args.size, args.vendor, args.threads, args.runs)
-        print(markdown(name, args.size, args.vendor, rows, build_s, compiled), flush=True)
+        rows, build_s, compiled, mixed_ms = benchmark(name, args.size, args.vendor, args.threads, args.runs)
+        print(markdown(name, args.size, args.vendor, rows, build_s, compiled, mixed_ms), flush=True)
     return 0
 
 

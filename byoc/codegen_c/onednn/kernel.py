@@ -144,12 +144,11 @@ class Kernel:
         self.exec_args.append((arg, memory))
 
     def weights(self, arg: str, memory: str, query: str) -> None:
-        """Constant weights, reordered once at initialisation into the primitive's layout."""
+        """Constant weights, reordered once at initialisation into the primitive's layout, and
+        kept when the kernel is made again in that layout (`byoc_weights_init`)."""
         name = self._name("weights")
-        self.state.append(f"static byoc_conversion {name};")
-        self.bind.append(self.check(f"byoc_conversion_init(&{name}, {memory}, dnnl_primitive_desc_query_md(pd, {query}, 0))", "weights layout"))
-        self.bind.append(self.check(f"byoc_reorder({name}.reorder, {memory}, {name}.memory)", "weights reorder"))
-        self.bind.append(self.check("dnnl_stream_wait(byoc_stream)", "weights reorder"))
+        self.state.append(f"static byoc_weights {name};")
+        self.bind.append(self.check(f"byoc_weights_init(&{name}, {memory}, dnnl_primitive_desc_query_md(pd, {query}, 0))", "weights reorder"))
         self.exec_args.append((arg, f"{name}.memory"))
 
     def result(self, buffer: CBuffer, query: str = "dnnl_query_dst_md", md: str | None = None) -> None:
