@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 import byoc
 from byoc.cli import main
 from byoc.errors import InputError
+from byoc.models import exported
 
 
 def test_models_lists_the_zoo_and_the_exported_architectures(capsys):
@@ -236,3 +237,16 @@ def test_run_reads_bfloat16_inputs_that_numpy_saved_as_raw_bytes(tmp_path, capsy
     assert main(["compile", str(tmp_path / "up.onnx"), "--vendor", "dnnl", "-o", artifact]) == 0
     assert main(["run", artifact, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / "out")]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "output0.npy"), data.astype(np.float32))
+
+
+@pytest.mark.skipif(exported.available() is not None, reason=exported.available() or "")
+def test_an_exported_architecture_with_dims_is_exported_with_dynamic_axes(tmp_path, capsys):
+    """`hf:NAME` was exported with static shapes only, so `--dims batch=...` was refused: the
+    model had no dynamic dimension to name."""
+    artifact = str(tmp_path / "bert.byoc")
+    assert main(["compile", "hf:bert", "--vendor", "dnnl", "--dims", "batch=1:4", "sequence=1:64", "-o", artifact]) == 0
+    assert "one build for every shape" in capsys.readouterr().out
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.ones((2, 9), np.int64))
+    assert main(["run", artifact, "--input", f"input_ids={ids}", "--input", f"attention_mask={ids}"]) == 0
+    assert "shape (2, 9, 128)" in capsys.readouterr().out

@@ -26,7 +26,8 @@ from byoc.runtime_metadata.build import model_io
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="an ONNX file, a zoo model, or an exported architecture hf:NAME[:SIZE] (see `byoc models`)")
+    parser.add_argument("model", help="an ONNX file, a zoo model, or an exported architecture hf:NAME[:SIZE] (see `byoc models`; "
+                                      "exported with dynamic axes, batch and sequence, when --dims or --shapes is given)")
     parser.add_argument("--small", action="store_true", help="zoo models only: the reduced test-size configuration")
     parser.add_argument("--shapes", nargs="+", default=[], metavar="INPUT=DIMxDIM",
                         help="static shapes for inputs with dynamic dimensions, e.g. input_ids=1x32 (a named dimension "
@@ -48,7 +49,8 @@ def load_model(name: str, small: bool = False, shapes: list[str] | None = None,
         model = zoo.get(name, small=small)
         return model, from_onnx(model, shapes=fixed, dims=ranges), name + (" (small)" if small else "")
     if name.startswith(exported.SPEC_PREFIX):  # exported once, then from the cache
-        model = exported.export(*exported.parse_spec(name))
+        # With --dims or --shapes, the export with dynamic axes (batch, sequence), which they name.
+        model = exported.export(*exported.parse_spec(name), dynamic=bool(fixed or ranges))
         return model, from_onnx(model, shapes=fixed, dims=ranges), name
     raise ModelLoadError(f"{name!r} is neither an ONNX file nor a zoo model{did_you_mean(name, zoo.names())}; zoo models: "
                          f"{', '.join(zoo.names())}; exported architectures: hf:NAME[:SIZE] (see `byoc models`)")
