@@ -59,10 +59,17 @@ def onednn_executions(compiled, model, tmp_path) -> list[list[str]]:
     constant weights)."""
     compiled.export(tmp_path / "model.byoc")
     onnx.save(model, tmp_path / "model.onnx")
-    run = subprocess.run([sys.executable, "-c", _RUN_TWICE, str(tmp_path / "model.byoc"), str(tmp_path / "model.onnx")],
-                         capture_output=True, text=True, env={**os.environ, "ONEDNN_VERBOSE": "1"}, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return [line.split(",") for line in run.stdout.split("MARK")[1].splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
+    stdout = onednn_verbose(_RUN_TWICE, [str(tmp_path / "model.byoc"), str(tmp_path / "model.onnx")], "1")
+    return [line.split(",") for line in stdout.split("MARK")[1].splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
+
+
+def onednn_verbose(script: str, args: list[str], level: str = "profile") -> str:
+    """What `script` prints, run in a fresh process with `args` and ONEDNN_VERBOSE at `level`:
+    its own marks, and oneDNN's line for each primitive made and run."""
+    run = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                         env={**os.environ, "ONEDNN_VERBOSE": level}, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
 
 
 def onnxruntime_outputs(model, inputs) -> list[np.ndarray]:

@@ -8,7 +8,6 @@ many were made."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -18,6 +17,8 @@ from onnx import TensorProto, helper
 
 import byoc
 from byoc.codegen_c.onednn.emitters import SIZED_PRODUCT_MACS
+
+from conftest import onednn_verbose
 
 HEADS, WIDTH = 4, 16
 DIMS = {"batch": (1, 4), "sequence": (1, 64), "total": (1, 128)}
@@ -98,11 +99,9 @@ print("END", flush=True)
 
 @pytest.mark.skipif(sys.platform != "linux", reason="oneDNN's verbose output is read on Linux")
 def test_small_products_make_no_primitive_per_length():
-    run = subprocess.run([sys.executable, "-c", _VERBOSE_RUN, os.path.dirname(__file__)], capture_output=True, text=True,
-                         env={**os.environ, "ONEDNN_VERBOSE": "profile"}, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    small = run.stdout.split("SMALL")[1].split("LARGE")[0].splitlines()
-    large = run.stdout.split("LARGE")[1].split("END")[0].splitlines()
+    stdout = onednn_verbose(_VERBOSE_RUN, [os.path.dirname(__file__)])
+    small = stdout.split("SMALL")[1].split("LARGE")[0].splitlines()
+    large = stdout.split("LARGE")[1].split("END")[0].splitlines()
 
     def lines(part: list[str], kind: str, primitive: str) -> list[str]:
         return [line for line in part if line.startswith(f"onednn_verbose,{kind}") and f",{primitive}," in line]

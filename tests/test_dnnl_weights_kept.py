@@ -7,7 +7,6 @@ lengths. Checked against numpy at each length, and with ONEDNN_VERBOSE by what r
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -16,6 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
+
+from conftest import onednn_verbose
 
 WIDTH, HIDDEN = 64, 96
 DIMS = {"batch": (1, 4), "sequence": (1, 64)}
@@ -67,10 +68,8 @@ print("END", flush=True)
 
 @pytest.mark.skipif(sys.platform != "linux", reason="oneDNN's verbose output is read on Linux")
 def test_a_new_number_of_rows_reorders_no_weights():
-    run = subprocess.run([sys.executable, "-c", _VERBOSE_RUN, os.path.dirname(__file__)], capture_output=True, text=True,
-                         env={**os.environ, "ONEDNN_VERBOSE": "profile"}, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    first, rest = run.stdout.split("FIRST")[0], run.stdout.split("FIRST")[1]
+    stdout = onednn_verbose(_VERBOSE_RUN, [os.path.dirname(__file__)])
+    first, rest = stdout.split("FIRST")[0], stdout.split("FIRST")[1]
     again = rest.split("AGAIN")[1].split("END")[0]
 
     def executed(part: str, primitive: str) -> list[str]:
