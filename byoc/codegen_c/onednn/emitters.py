@@ -180,8 +180,8 @@ def _conv_geometry(kernel: Kernel, attrs: dict, spatial: int) -> str:
 
 def dynamic_convolution(call: KernelCall) -> KernelCode:
     """A convolution whose float input is quantized at run time (ONNX ConvInteger on
-    DynamicQuantizeLinear's result, as `quantize_dynamic` writes it; see dnnl.int8): per call,
-    the input's range, scale and zero point as the op defines them (read in the layout the input
+    DynamicQuantizeLinear's result, as `quantize_dynamic` writes it; see byoc.annotate.qdq): per
+    call, the input's range, scale and zero point as the op defines them (read in the layout the input
     comes in), the input quantized to uint8 channels-last (the int8 kernels' layout) by a reorder
     with them, and one int8 convolution with that scale and zero point, the weights' scales, the
     float bias, and a batch norm and activation after it as post-ops."""
@@ -479,7 +479,7 @@ def _run_time_source_scales(kernel: Kernel, attr: str) -> None:
 
 def dynamic_dense(call: KernelCall) -> KernelCode:
     """A dense layer whose float input is quantized at run time (ONNX DynamicQuantizeLinear, as
-    `quantize_dynamic` writes it; see dnnl.int8): per call, the input's range, scale and zero
+    `quantize_dynamic` writes it; see byoc.annotate.qdq): per call, the input's range, scale and zero
     point as the op defines them, the input quantized to uint8 by a reorder with them, and the
     product one int8 primitive with that scale and zero point, the weights' scales and the
     float bias: what onnxruntime's DynamicQuantizeMatMul computes."""
@@ -611,7 +611,7 @@ def eltwise(call: KernelCall) -> KernelCode:
 
 def binary(call: KernelCall) -> KernelCode:
     """add/subtract/multiply/divide with numpy broadcasting of the second operand; c / x and
-    c - x with a scalar constant c are element-wise ops. A quantize after it (see dnnl.int8) is a
+    c - x with a scalar constant c are element-wise ops. A quantize after it (see byoc.annotate.qdq) is a
     linear post-op and an int8 result, which the conversion rounds and saturates."""
     node = call.nodes[0]
     a, b, out = call.arg(node, 0), call.arg(node, 1), call.outputs[0]
@@ -692,7 +692,7 @@ def _selection_bound(kernel: Kernel, condition: CBuffer, md: str, selected: str,
 def softmax(call: KernelCall) -> KernelCode:
     """Softmax; in the `softmax_nan_to_zero` composite, NaN (from a row masked whole, where
     oneDNN computes -inf - -inf) then becomes 0, as torch's exported attention asks. A quantize
-    after it (zero point 0: see dnnl.int8) is the primitive's result scale and an int8 result."""
+    after it (zero point 0: see byoc.annotate.qdq) is the primitive's result scale and an int8 result."""
     kernel = Kernel(call)
     node = call.nodes[0]
     x, out = call.arg(node, 0), call.outputs[0]
