@@ -528,3 +528,15 @@ def test_new_and_repeated_shapes_hand_back_outputs_of_their_own():
         assert not np.shares_memory(same, given) and not np.shares_memory(relu, given)
         same[...] = 7.0  # the caller owns what it is given
         np.testing.assert_array_equal(given, kept)
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_the_profile_gives_a_shape_specialised_region_its_time(model, vendor):
+    """The host calls a shape-specialised region by its name, its variant does the work: the
+    profile listed the variant with no call and counted the region's time as the host's."""
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), vendor))
+    profile = compiled.profile(input_ids=_tokens((2, 9)), repeat=3)
+    (region, host) = profile.rows
+    assert (region.part, region.backend, region.calls_per_run, host.part) == (f"{vendor}_0", vendor, 1, "host")
+    assert region.execution_ms > 0 and f"{vendor}_0" not in {k.name for k in profile.host_kernels}
+    assert f"{vendor}_0 " in profile.to_table()

@@ -391,7 +391,7 @@ class CompiledModel:
         """Time spent per region and on the host (see `byoc.runtime_metadata.profile`)."""
         arrays = [np.require(a, requirements="C") for a in self._arrange_inputs(inputs, named_inputs)]
         self.create_engines()
-        return profile_model(self._vm(), self.parts.artifacts, self.regions, arrays, repeat)
+        return profile_model(self._vm(), self.parts.artifacts, self.regions, arrays, repeat, self.specialised)
 
     def report(self) -> PartitionReport:
         """The partition report, with what each vendor estimated for its regions at build time

@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import tvm
@@ -66,11 +67,12 @@ class ProfileReport:
         return json.dumps(self.to_dict(), indent=2)
 
     def to_table(self) -> str:
-        header = f"{'part':<16}{'backend':<14}{'calls':>6}{'transfer':>11}{'invoke':>10}{'execute':>11}{'total':>10}{'init':>11}"
+        width = max([16, *(len(r.part) + 2 for r in self.rows)])
+        header = f"{'part':<{width}}{'backend':<14}{'calls':>6}{'transfer':>11}{'invoke':>10}{'execute':>11}{'total':>10}{'init':>11}"
         lines = [f"median of {self.runs} run(s): {self.median_run_ms:.3f} ms per run (times in ms per run)", header, "-" * len(header)]
         for r in self.rows:
             lines.append(
-                f"{r.part:<16}{r.backend:<14}{r.calls_per_run:>6.0f}{r.transfer_ms:>11.3f}{r.invocation_ms:>10.3f}"
+                f"{r.part:<{width}}{r.backend:<14}{r.calls_per_run:>6.0f}{r.transfer_ms:>11.3f}{r.invocation_ms:>10.3f}"
                 f"{r.execution_ms:>11.3f}{r.total_ms:>10.3f}{r.init_ms:>11.1f}"
             )
         shown = [k for k in self.host_kernels if k.ms >= HOST_KERNEL_SHOWN_MS][:HOST_KERNELS_SHOWN]
@@ -89,13 +91,20 @@ def _shortened(name: str, width: int) -> str:
 
 
 def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact], regions: Mapping[str, RegionRuntime],
-                  arrays: list[np.ndarray], repeat: int) -> ProfileReport:
+                  arrays: list[np.ndarray], repeat: int, specialised: Mapping[str, Any] | None = None) -> ProfileReport:
     """Profile `repeat` runs of `vm` on `arrays`; `regions` are the Python-dispatched regions
-    (engines created) among `artifacts`."""
+    (engines created) among `artifacts`. `specialised` are the shape-specialised regions of a
+    model with dynamic dimensions (`byoc.runtime_metadata.shapes.SpecialisedRuntime`): the host
+    calls each by the region's name, and its variants (among `artifacts`) do the work, so the
+    region's row sums its variants' times."""
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
+    specialised = dict(specialised or {})
+    variants = {symbol: [v for v in (*runtime.ahead.values(), *runtime.made.values()) if isinstance(v, RegionRuntime)]
+                for symbol, runtime in specialised.items()}
+    timed = {**{symbol: [region] for symbol, region in regions.items()}, **variants}
     inputs = [tvm.runtime.tensor(a) for a in arrays]
-    symbols = {a.symbol for a in artifacts}
+    symbols = {a.symbol for a in artifacts} | set(specialised)
     per_run: list[dict[str, float]] = []
     region_runs: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
     run_times: list[float] = []
@@ -113,7 +122,10 @@ def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact],
             calls[name] += 1
         return 0
 
-    vm["main"](*inputs)  # warm up
+    vm["main"](*inputs)  # warm up: a shape-specialised region makes its variant for these shapes
+    variants.update({symbol: [v for v in (*runtime.ahead.values(), *runtime.made.values()) if isinstance(v, RegionRuntime)]
+                     for symbol, runtime in specialised.items()})
+    timed.update(variants)
     vm.set_instrument(instrument)
     # Runs with the hook set but before counting: the first instrumented run pays for setup.
     vm["main"](*inputs)
@@ -121,39 +133,47 @@ def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact],
     try:
         for _ in range(repeat):
             seen.clear()
-            for region in regions.values():
-                region.times = RegionTimes()
+            for runtimes in timed.values():
+                for region in runtimes:
+                    region.times = RegionTimes()
             start = time.perf_counter()
             vm["main"](*inputs)
             run_times.append(time.perf_counter() - start)
             per_run.append(dict(seen))
-            for symbol, region in regions.items():
-                region_runs[symbol].append((region.times.transfer, region.times.execution, region.times.calls))
+            for symbol, runtimes in timed.items():
+                region_runs[symbol].append((sum(r.times.transfer for r in runtimes), sum(r.times.execution for r in runtimes),
+                                            sum(r.times.calls for r in runtimes)))
     finally:
         vm.set_instrument(lambda *args: 0)
-        for region in regions.values():
-            region.times = None
+        for runtimes in timed.values():
+            for region in runtimes:
+                region.times = None
 
     def median_ms(values) -> float:
         return statistics.median(values) * 1e3 if values else 0.0
 
+    parts = [(a.symbol, a.backend) for a in artifacts if a.symbol not in specialised and not _variant_of(a.symbol, specialised)]
+    parts += [(symbol, runtime.region.backend) for symbol, runtime in specialised.items()]
     rows = []
-    for artifact in artifacts:
-        symbol = artifact.symbol
+    for symbol, backend in parts:
         in_vm = median_ms([run.get(symbol, 0.0) for run in per_run])
-        region = regions.get(symbol)
         calls_per_run = calls[symbol] / repeat
-        if region is None:  # C: linked into the host library
-            rows.append(ProfileRow(symbol, artifact.backend, calls_per_run, 0.0, 0.0, in_vm, 0.0))
+        if not timed.get(symbol):  # C: linked into the host library, or a C variant
+            rows.append(ProfileRow(symbol, backend, calls_per_run, 0.0, 0.0, in_vm, 0.0))
             continue
         transfer = median_ms([t for t, _, _ in region_runs[symbol]])
         execution = median_ms([e for _, e, _ in region_runs[symbol]])
-        init_ms = region.record.seconds * 1e3 if region.record else 0.0
+        init_ms = sum(r.record.seconds for r in timed[symbol] if r.record) * 1e3
         invocation = max(0.0, in_vm - transfer - execution)
-        rows.append(ProfileRow(symbol, artifact.backend, calls_per_run, transfer, invocation, execution, init_ms))
+        rows.append(ProfileRow(symbol, backend, calls_per_run, transfer, invocation, execution, init_ms))
     total = median_ms(run_times)
     regions_ms = sum(r.total_ms for r in rows)
     rows.append(ProfileRow("host", "(host)", 1, 0.0, 0.0, max(0.0, total - regions_ms), 0.0))
     kernels = [HostKernel(name, calls[name] / repeat, median_ms([run.get(name, 0.0) for run in per_run]))
                for name in calls if name not in symbols]
     return ProfileReport(rows, repeat, total, sorted(kernels, key=lambda k: -k.ms))
+
+
+def _variant_of(symbol: str, specialised: Mapping[str, Any]) -> bool:
+    """Whether `symbol` names a variant of a shape-specialised region (`<region>__<key>`)."""
+    return any(symbol.startswith(f"{region}__") for region in specialised)
