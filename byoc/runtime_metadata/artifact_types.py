@@ -178,6 +178,10 @@ class SpecialisedRegion:
     def variant_symbol(self, values: Mapping[str, int]) -> str:
         return f"{self.symbol}__{self.key(values)}"
 
+    def has_variant(self, symbol: str) -> bool:
+        """Whether `symbol` names one of this region's variants (`variant_symbol`)."""
+        return symbol.startswith(f"{self.symbol}__")
+
     def describe(self) -> dict:
         return {"symbol": self.symbol, "backend": self.backend, "dims": list(self.dims), "input_dims": self.input_dims,
                 "template_constants": list(self.template_constants), "variants": dict(self.variants),

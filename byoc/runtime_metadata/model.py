@@ -329,8 +329,11 @@ class CompiledModel:
                     artifact = getattr(region, "artifact", None)
                     # A shape-specialised region has no one artifact: its variant's graph is of
                     # one shape, and the engine's message gives the index and its range.
-                    where = f"in region {artifact.symbol} ({artifact.backend})" if artifact is not None else f"in {getattr(region, 'where', 'a region')}"
-                    payload = artifact.payload if artifact is not None and artifact.codegen == "json" else b"{}"
+                    if artifact is not None:
+                        where = f"in region {artifact.symbol} ({artifact.backend})"
+                        payload = artifact.payload if artifact.codegen == "json" else b"{}"
+                    else:
+                        where, payload = f"in {getattr(region, 'where', 'a region')}", b"{}"
                     index_error = engine_index_error(str(failure), payload, where)
                     if index_error is not None:
                         raise index_error from failure
@@ -368,9 +371,10 @@ class CompiledModel:
     def _dynamic_entry(self, shapes: tuple, values: Mapping[str, int]) -> tuple[Callable, list[tvm.runtime.Tensor], list[np.ndarray], list[bool]] | None:
         """This thread's `main` and input buffers for these input shapes (of these dimension
         `values`), kept for the shapes run most recently (as `_entry` keeps them for a static
-        model); None for shapes met for the first time (`_met_before`). A decoder's every step has a cache one longer: buffers allocated for
-        each new shape cost their allocation and page faults (0.15 ms a step of tiny GPT-2, as
-        much as onnxruntime's whole step), where wrapping the caller's arrays costs 3 us each."""
+        model); None for shapes met for the first time (`_met_before`). A decoder's every step
+        has a cache one longer: buffers allocated for each new shape cost their allocation and
+        page faults (0.15 ms a step of tiny GPT-2, as much as onnxruntime's whole step), where
+        wrapping the caller's arrays costs 3 us each."""
         entries = getattr(self._local, "dynamic", None)
         if entries is None:
             entries = self._local.dynamic = collections.OrderedDict()

@@ -100,9 +100,6 @@ def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact],
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
     specialised = dict(specialised or {})
-    variants = {symbol: [v for v in (*runtime.ahead.values(), *runtime.made.values()) if isinstance(v, RegionRuntime)]
-                for symbol, runtime in specialised.items()}
-    timed = {**{symbol: [region] for symbol, region in regions.items()}, **variants}
     inputs = [tvm.runtime.tensor(a) for a in arrays]
     symbols = {a.symbol for a in artifacts} | set(specialised)
     per_run: list[dict[str, float]] = []
@@ -123,9 +120,9 @@ def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact],
         return 0
 
     vm["main"](*inputs)  # warm up: a shape-specialised region makes its variant for these shapes
-    variants.update({symbol: [v for v in (*runtime.ahead.values(), *runtime.made.values()) if isinstance(v, RegionRuntime)]
-                     for symbol, runtime in specialised.items()})
-    timed.update(variants)
+    timed = {**{symbol: [region] for symbol, region in regions.items()},
+             **{symbol: [v for v in (*runtime.ahead.values(), *runtime.made.values()) if isinstance(v, RegionRuntime)]
+                for symbol, runtime in specialised.items()}}
     vm.set_instrument(instrument)
     # Runs with the hook set but before counting: the first instrumented run pays for setup.
     vm["main"](*inputs)
@@ -152,7 +149,8 @@ def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact],
     def median_ms(values) -> float:
         return statistics.median(values) * 1e3 if values else 0.0
 
-    parts = [(a.symbol, a.backend) for a in artifacts if a.symbol not in specialised and not _variant_of(a.symbol, specialised)]
+    parts = [(a.symbol, a.backend) for a in artifacts
+             if a.symbol not in specialised and not any(r.region.has_variant(a.symbol) for r in specialised.values())]
     parts += [(symbol, runtime.region.backend) for symbol, runtime in specialised.items()]
     rows = []
     for symbol, backend in parts:
@@ -172,8 +170,3 @@ def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact],
     kernels = [HostKernel(name, calls[name] / repeat, median_ms([run.get(name, 0.0) for run in per_run]))
                for name in calls if name not in symbols]
     return ProfileReport(rows, repeat, total, sorted(kernels, key=lambda k: -k.ms))
-
-
-def _variant_of(symbol: str, specialised: Mapping[str, Any]) -> bool:
-    """Whether `symbol` names a variant of a shape-specialised region (`<region>__<key>`)."""
-    return any(symbol.startswith(f"{region}__") for region in specialised)

@@ -359,9 +359,8 @@ def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split:
     produced = _transposed_result(kernel, call) or kernel.md(out.shape, "plain", out.dtype)
     mds = []
     for what, md, axes in zip(("source", "weights", "result"), (kernel.md_of(x), kernel.md_of(w), produced), runtime):
-        name = kernel._name("md")
-        kernel.local_mds.append(name)
-        kernel.setup += [f"dnnl_memory_desc_t {name};", kernel.check(f"byoc_runtime_md(&{name}, {md}, {axes})", f"{what} of any size")]
+        name = kernel.local_md()
+        kernel.setup += [kernel.check(f"byoc_runtime_md(&{name}, {md}, {axes})", f"{what} of any size")]
         mds.append(name)
     attr = kernel.post_ops(head, [], len(out.shape))
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
@@ -414,7 +413,7 @@ def _as_int8(kernel: Kernel, w: CBuffer, md: str) -> str:
     """Per call, uint8 data `w` as int8 `w - 128` (exact), in a memory of `md` that is returned:
     oneDNN 3.2's int8 matrix products take int8 weights only, and the second operand of a product
     of two quantized activations (attention's keys and values) is uint8."""
-    name = kernel._name("int8")
+    name = kernel.name_of("int8")
     kernel.state += [f"static dnnl_memory_t {name} = NULL, {name}_shift = NULL;", f"static dnnl_primitive_t {name}_reorder = NULL;",
                      f"static int32_t {name}_zero = 128;"]
     kernel.setup += [
@@ -679,7 +678,7 @@ def _selection_bound(kernel: Kernel, condition: CBuffer, md: str, selected: str,
     """A float memory described by `md` holding `selected` where the condition holds and
     `otherwise` elsewhere: filled once at initialisation from a constant condition, before each
     call from one the host computed (a padding mask: one row of the scores' size, so cheap)."""
-    name = kernel._name("bound")
+    name = kernel.name_of("bound")
     kernel.state += [f"static float* {name}_data = NULL;", f"static dnnl_memory_t {name} = NULL;"]
     kernel.setup += [f"{name}_data = (float*)malloc({condition.size} * sizeof(float));",
                      f'if ({name}_data == NULL) BYOC_FAIL("{c_text(kernel.where)}: out of memory for the selection");']
@@ -829,11 +828,10 @@ def pad(call: KernelCall) -> KernelCode:
     x, out = call.arg(node, 0), call.outputs[0]
     out_md = kernel.md(out.shape, "plain", out.dtype)
     result = kernel.result_view(out, out_md)
-    window = kernel._name("window")
+    window = kernel.name_of("window")
     kernel.state.append(f"static dnnl_memory_t {window} = NULL;")
-    window_md = kernel._name("md")
-    kernel.local_mds.append(window_md)
-    kernel.setup += [f"dnnl_memory_desc_t {window_md};", "{", "  " + dims_decl("shape", x.shape),
+    window_md = kernel.local_md()
+    kernel.setup += ["{", "  " + dims_decl("shape", x.shape),
                      "  " + dims_decl("offsets", tuple(node['attrs']['pad_width'][0::2])),
                      "  " + kernel.check(f"dnnl_memory_desc_create_submemory(&{window_md}, {out_md}, shape, offsets)", "padded window"),
                      "  " + kernel.check(f"dnnl_memory_create(&{window}, {window_md}, byoc_engine, DNNL_MEMORY_NONE)", "padded window"),
@@ -1043,9 +1041,8 @@ def _order(node: dict, rank: int) -> list[int]:
 
 def _permuted_md(kernel: Kernel, md: str, order: list[int]) -> str:
     """A local descriptor: `md` with its axes moved, axis i to position order[i]."""
-    name = kernel._name("perm")
-    kernel.local_mds.append(name)
-    kernel.setup += [f"int {name}_axes[{len(order)}] = {{{', '.join(str(a) for a in order)}}};", f"dnnl_memory_desc_t {name};",
+    name = kernel.local_md("perm")
+    kernel.setup += [f"int {name}_axes[{len(order)}] = {{{', '.join(str(a) for a in order)}}};",
                      kernel.check(f"dnnl_memory_desc_permute_axes(&{name}, {md}, {name}_axes)", "transpose view")]
     return name
 

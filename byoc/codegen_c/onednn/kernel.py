@@ -80,9 +80,18 @@ class Kernel:
         self.local_mds: list[str] = []
         self.count = 0
 
-    def _name(self, kind: str) -> str:
+    def name_of(self, kind: str) -> str:
+        """A C name of this kernel's, new at each call."""
         self.count += 1
         return f"{self.k}_{kind}{self.count}"
+
+    def local_md(self, kind: str = "md") -> str:
+        """A memory descriptor declared at the start of the setup's code, destroyed at its end;
+        returns its C name (the caller creates it)."""
+        name = self.name_of(kind)
+        self.local_mds.append(name)
+        self.setup.append(f"dnnl_memory_desc_t {name};")
+        return name
 
     def check(self, call: str, what: str) -> str:
         # The kernel's location is written once (`state_code`), not into every check's text:
@@ -95,9 +104,7 @@ class Kernel:
     # ------------------------------------------------------ memory descriptors
     def md(self, shape: tuple[int, ...], tag: str = "any", dtype: str = "float32") -> str:
         """A local memory descriptor of `shape`: any layout, plain, or a oneDNN format tag ("acdb")."""
-        name = self._name("md")
-        self.local_mds.append(name)
-        self.setup.append(f"dnnl_memory_desc_t {name};")
+        name = self.local_md()
         self.setup.append("{")
         self.setup.append("  " + dims_decl("shape", shape))
         if tag == "plain":
@@ -115,16 +122,14 @@ class Kernel:
 
     def like_md(self, buffer: CBuffer, dtype: str) -> str:
         """A local descriptor of `buffer`'s dims and layout with data type `dtype` (`byoc_like_md`)."""
-        name = self._name("md")
-        self.local_mds.append(name)
-        self.setup.append(f"dnnl_memory_desc_t {name};")
+        name = self.local_md()
         self.setup.append(self.check(f"byoc_like_md(&{name}, {self.md_of(buffer)}, {DNNL_TYPES[dtype]})", f"{dtype} descriptor"))
         return name
 
     def view(self, buffer: CBuffer, shape: tuple[int, ...]) -> str:
         """A memory over a constant's data with another (plain) shape, e.g. a bias [1, C, 1, 1]
         seen as [C]. Returns the memory's C name."""
-        name = self._name("view")
+        name = self.name_of("view")
         md = self.md(shape, "plain", buffer.dtype)
         self.state.append(f"static dnnl_memory_t {name} = NULL;")
         self.setup.append(self.check(f"dnnl_memory_create(&{name}, {md}, byoc_engine, {buffer.name})", f"view of {buffer.name}"))
@@ -133,7 +138,7 @@ class Kernel:
     # ------------------------------------------------------------- arguments
     def source(self, arg: str, buffer: CBuffer, query: str, index: int = 0) -> None:
         """An input in the layout the primitive chose, reordered per call if it differs."""
-        name = self._name("src")
+        name = self.name_of("src")
         self.state.append(f"static byoc_conversion {name};")
         wanted = f"dnnl_primitive_desc_query_md(pd, {query}, {index})"
         self.bind.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {wanted})", f"layout of {buffer.name}"))
@@ -146,14 +151,14 @@ class Kernel:
     def weights(self, arg: str, memory: str, query: str) -> None:
         """Constant weights, reordered once at initialisation into the primitive's layout, and
         kept when the kernel is made again in that layout (`byoc_weights_init`)."""
-        name = self._name("weights")
+        name = self.name_of("weights")
         self.state.append(f"static byoc_weights {name};")
         self.bind.append(self.check(f"byoc_weights_init(&{name}, {memory}, dnnl_primitive_desc_query_md(pd, {query}, 0))", "weights reorder"))
         self.exec_args.append((arg, f"{name}.memory"))
 
     def result(self, buffer: CBuffer, query: str = "dnnl_query_dst_md", md: str | None = None) -> None:
         """The result in the layout the primitive chose (its `query`), or in `md`."""
-        name = self._name("dst")
+        name = self.name_of("dst")
         self.state.append(f"static byoc_conversion {name};")
         size = f"&{buffer.name}_bytes" if buffer.kind == "intermediate" else "NULL"
         produced = md or f"dnnl_primitive_desc_query_md(pd, {query}, 0)"
@@ -165,7 +170,7 @@ class Kernel:
     def plain_source(self, buffer: CBuffer) -> str:
         """An input in plain layout: its own memory where its producer chose plain, else a copy
         reordered per call. Returns the memory."""
-        name = self._name("plain")
+        name = self.name_of("plain")
         self.state.append(f"static byoc_conversion {name};")
         self.setup.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {self.md(buffer.shape, 'plain', buffer.dtype)})",
                                      f"plain layout of {buffer.name}"))
@@ -188,7 +193,7 @@ class Kernel:
         """An input in plain layout, read through a view of its data described by `view_md` (its
         rows as a matrix; a strided window), starting `offset` bytes in. Returns the view's memory."""
         source = self.plain_source(buffer)
-        name = self._name("rows")
+        name = self.name_of("rows")
         self.state.append(f"static dnnl_memory_t {name} = NULL;")
         self.setup.append(self.check(f"dnnl_memory_create(&{name}, {view_md}, byoc_engine, DNNL_MEMORY_NONE)", "input view"))
         self.point(name, source, offset)
@@ -197,9 +202,8 @@ class Kernel:
     def strided_md(self, shape: tuple[int, ...], strides: list[int], dtype: str) -> str:
         """A local descriptor of `shape` with element `strides` (0: broadcast; a multiple of the
         dense stride: every k-th element)."""
-        name = self._name("md")
-        self.local_mds.append(name)
-        self.setup += [f"dnnl_memory_desc_t {name};", "{", "  " + dims_decl("shape", shape),
+        name = self.local_md()
+        self.setup += ["{", "  " + dims_decl("shape", shape),
                        "  " + dims_decl("strides", tuple(strides)),
                        "  " + self.check(f"dnnl_memory_desc_create_with_strides(&{name}, {rank(shape)}, shape, {DNNL_TYPES[dtype]}, "
                                          "strides)", "strided view"), "}"]
@@ -209,7 +213,7 @@ class Kernel:
         """The output in plain layout, written through a view of its data described by
         `view_md` (another shape of the same bytes: a reshape, a transpose, kept dimensions, a
         window). Returns the view's memory."""
-        name = self._name("result")
+        name = self.name_of("result")
         self.state += [f"static dnnl_memory_t {name}_view = NULL;", f"static byoc_conversion {name};"]
         size = f"&{buffer.name}_bytes" if buffer.kind == "intermediate" else "NULL"
         out_md = self.md(buffer.shape, "plain", buffer.dtype)
@@ -230,7 +234,7 @@ class Kernel:
         for buffer, index in residual_arg:
             operands[index] = f"{buffer.name}_mem", self.md_of(buffer)
             if input_tag and buffer.kind == "input" and len(buffer.shape) == rank:
-                name = self._name("operand")
+                name = self.name_of("operand")
                 md = self.md(buffer.shape, input_tag)
                 wanted = md if input_tag != "any" else \
                     f"dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_MULTIPLE_POST_OP({index}) | DNNL_ARG_SRC_1)"
@@ -241,7 +245,7 @@ class Kernel:
             if len(buffer.shape) < rank:
                 shape = (1,) * (rank - len(buffer.shape)) + buffer.shape
                 operands[index] = self.view(buffer, shape), self.md(shape, "plain")
-        attr = self._name("attr")
+        attr = self.name_of("attr")
         self.setup.append(f"dnnl_primitive_attr_t {attr};")
         self.setup.append(self.check(f"dnnl_primitive_attr_create(&{attr})", "attribute"))
         if nodes:
@@ -266,7 +270,7 @@ class Kernel:
     def array(self, what: str, values: np.ndarray, dtype: str, md: str | None = None) -> str:
         """A memory over values fixed at code generation (scales, zero points), one-dimensional
         unless `md` describes it; returns its name."""
-        name = self._name(what)
+        name = self.name_of(what)
         ctype, literal = ("float", c_float) if dtype == "float32" else ("int32_t", lambda v: str(int(v)))
         self.state.append(f"static {ctype} {name}_data[{values.size}] = {{{', '.join(literal(v) for v in values.reshape(-1))}}};")
         self.state.append(f"static dnnl_memory_t {name} = NULL;")

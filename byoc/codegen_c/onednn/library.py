@@ -267,9 +267,8 @@ typedef struct { dnnl_memory_t memory; dnnl_memory_t owned; } byoc_weights;
 
 static dnnl_status_t byoc_weights_init(byoc_weights* weights, dnnl_memory_t source, const_dnnl_memory_desc_t wanted) {
   byoc_arena* owner = byoc_arena_now;
-  dnnl_primitive_desc_t pd = NULL;
-  dnnl_primitive_t reorder = NULL;
-  dnnl_status_t status = dnnl_success;
+  byoc_conversion made = {NULL, NULL};
+  dnnl_status_t status;
   if (weights->owned != NULL && dnnl_memory_desc_equal(byoc_md(weights->owned), wanted)) {
     weights->memory = weights->owned;
     return dnnl_success;
@@ -277,22 +276,15 @@ static dnnl_status_t byoc_weights_init(byoc_weights* weights, dnnl_memory_t sour
   byoc_arena_now = NULL;
   if (weights->owned != NULL) dnnl_memory_destroy(weights->owned);
   weights->owned = NULL;
-  weights->memory = source;
-  if (!dnnl_memory_desc_equal(byoc_md(source), wanted)) {
-    status = dnnl_memory_create(&weights->owned, wanted, byoc_engine, DNNL_MEMORY_ALLOCATE);
-    if (status == dnnl_success) status = dnnl_reorder_primitive_desc_create(&pd, byoc_md(source), byoc_engine, wanted, byoc_engine, NULL);
-    if (status == dnnl_success) status = dnnl_primitive_create(&reorder, pd);
-    if (status == dnnl_success) status = byoc_reorder(reorder, source, weights->owned);
-    if (status == dnnl_success) status = dnnl_stream_wait(byoc_stream);
-    if (reorder != NULL) dnnl_primitive_destroy(reorder);
-    if (pd != NULL) dnnl_primitive_desc_destroy(pd);
-    if (status == dnnl_success) {
-      weights->memory = weights->owned;
-    } else if (weights->owned != NULL) {
-      dnnl_memory_destroy(weights->owned);
-      weights->owned = NULL;
-    }
+  status = byoc_conversion_init(&made, source, wanted);
+  if (status == dnnl_success) status = byoc_reorder(made.reorder, source, made.memory);
+  if (status == dnnl_success) status = dnnl_stream_wait(byoc_stream);
+  if (made.reorder != NULL) dnnl_primitive_destroy(made.reorder);
+  if (made.memory != NULL && made.memory != source) {
+    if (status == dnnl_success) weights->owned = made.memory;
+    else dnnl_memory_destroy(made.memory);
   }
+  weights->memory = status == dnnl_success ? made.memory : source;
   byoc_arena_now = owner;
   return status;
 }
