@@ -343,8 +343,9 @@ def test_transposes_and_unit_reshapes_in_a_chain_are_one_transpose(read_twice):
 
 def test_a_transposed_chain_that_adds_a_unit_axis_adds_it_first():
     """Llama's repeated keys: reshape to three axes (heads merged), transpose, reshape adding the
-    batch axis back: the unit axis is added to the source first, then one transpose of four axes
-    (which a vendor reads as a view where a product reads it)."""
+    batch axis back: the source is reshaped first, its heads merged and the unit axis added (a
+    view), then one transpose of four axes (which a vendor reads as a view where a product reads
+    it)."""
     nodes = [helper.make_node("Reshape", ["k", "three"], ["merged"], name="merged"),
              helper.make_node("Transpose", ["merged"], ["merged_t"], perm=[0, 2, 1], name="merged_t"),
              helper.make_node("Reshape", ["merged_t", "four"], ["keys_t"], name="keys_t"),
@@ -357,9 +358,63 @@ def test_a_transposed_chain_that_adds_a_unit_axis_adds_it_first():
     mod = byoc.from_onnx(model)
     moves = [(b.value.op.name, static_shape(b.value.ty)) for block in mod["main"].body.blocks for b in block.bindings
              if isinstance(b.value, relax.Call) and b.value.op.name in ("relax.permute_dims", "relax.reshape")]
-    assert moves == [("relax.reshape", (4, 8, 16)), ("relax.reshape", (1, 4, 8, 16)), ("relax.permute_dims", (1, 4, 16, 8))], moves
+    assert moves == [("relax.reshape", (1, 4, 8, 16)), ("relax.permute_dims", (1, 4, 16, 8))], moves
     rng = np.random.default_rng(0)
     inputs = {"k": rng.standard_normal((1, 2, 2, 8, 16), np.float32), "q": rng.standard_normal((1, 4, 8, 16), np.float32)}
+    assert_fp32_close([np.asarray(o) for o in byoc.build(byoc.partition_for(mod, "reference")).run(inputs)],
+                      onnxruntime_outputs(model, inputs))
+
+
+@pytest.mark.parametrize("batch", [2, "batch"])
+def test_a_chain_merging_batch_and_heads_is_one_transpose(batch):
+    """Attention's keys as an export with batch > 1, or a dynamic batch, writes them: the reshape
+    merges batch and heads (`batch * 4`, static or symbolic) and the last splits them again.
+    One transpose of the source, which dnnl reads as a view: the keys were copied twice at each
+    call (two reorders a layer in ONEDNN_VERBOSE)."""
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["heads"], perm=[0, 2, 1, 3], name="heads"),
+        helper.make_node("Reshape", ["heads", "three"], ["flat"], name="flat"),
+        helper.make_node("Transpose", ["flat"], ["flat_t"], perm=[0, 2, 1], name="flat_t"),
+        helper.make_node("Reshape", ["flat_t", "four"], ["keys_t"], name="keys_t"),
+        helper.make_node("MatMul", ["q", "keys_t"], ["scores"], name="scores"),
+    ]
+    initializers = [helper.make_tensor("three", TensorProto.INT64, [3], [-1, 8, 16]),
+                    helper.make_tensor("four", TensorProto.INT64, [4], [-1, 4, 16, 8])]
+    graph = helper.make_graph(nodes, "keys", [helper.make_tensor_value_info("k", TensorProto.FLOAT, [batch, 8, 4, 16]),
+                                              helper.make_tensor_value_info("q", TensorProto.FLOAT, [batch, 4, 8, 16])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [batch, 4, 8, 8])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    mod = byoc.from_onnx(model, dims={"batch": (1, 8)} if batch == "batch" else None)
+    moves = [b.value for block in mod["main"].body.blocks for b in block.bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name in ("relax.permute_dims", "relax.reshape")]
+    assert len(moves) == 1 and moves[0].op.name == "relax.permute_dims" and [int(a) for a in moves[0].attrs.axes] == [0, 2, 3, 1], mod
+    model_dnnl = byoc.build(byoc.partition_for(mod, "dnnl"))
+    for size in (2,) if batch == 2 else (1, 3):
+        rng = np.random.default_rng(size)
+        inputs = {"k": rng.standard_normal((size, 8, 4, 16), np.float32), "q": rng.standard_normal((size, 4, 8, 16), np.float32)}
+        assert_fp32_close([np.asarray(o) for o in model_dnnl.run(inputs)], onnxruntime_outputs(model, inputs))
+
+
+def test_a_chain_that_splits_or_merges_axes_apart_is_left_as_it_was():
+    """A reshape splitting the source's axis (a dense layer's 64 features into 4 heads of 16),
+    and one merging axes that a transpose moved apart (batch and heads, with the sequence between
+    them in memory), move no axes of their source whole: the moves stay as written, and compute
+    the same."""
+    nodes = [helper.make_node("Reshape", ["x", "split"], ["heads"], name="heads"),
+             helper.make_node("Transpose", ["heads"], ["heads_t"], perm=[0, 2, 1, 3], name="heads_t"),
+             helper.make_node("Reshape", ["heads_t", "three"], ["flat"], name="flat"),
+             helper.make_node("Transpose", ["flat"], ["flat_t"], perm=[0, 2, 1], name="flat_t")]
+    initializers = [helper.make_tensor("split", TensorProto.INT64, [4], [2, 8, 4, 16]),
+                    helper.make_tensor("three", TensorProto.INT64, [3], [8, 8, 16])]
+    graph = helper.make_graph(nodes, "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 64])],
+                              [helper.make_tensor_value_info("flat_t", TensorProto.FLOAT, [8, 16, 8])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    mod = byoc.from_onnx(model)
+    moves = [(b.value.op.name, static_shape(b.value.ty)) for block in mod["main"].body.blocks for b in block.bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name in ("relax.permute_dims", "relax.reshape")]
+    assert moves == [("relax.reshape", (2, 8, 4, 16)), ("relax.permute_dims", (2, 4, 8, 16)), ("relax.reshape", (8, 8, 16)),
+                     ("relax.permute_dims", (8, 16, 8))], moves
+    inputs = {"x": np.random.default_rng(0).standard_normal((2, 8, 64), np.float32)}
     assert_fp32_close([np.asarray(o) for o in byoc.build(byoc.partition_for(mod, "reference")).run(inputs)],
                       onnxruntime_outputs(model, inputs))
 

@@ -136,33 +136,83 @@ def fold_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     return _tidy(rebuild_module(mod, replace_binding=rewrite))
 
 
-def _unit_reshape(call: relax.Expr) -> bool:
-    """A reshape that only inserts or removes axes of size 1."""
-    if op_name(call) != "relax.reshape" or not (has_static_shape(call.ty) and has_static_shape(call.args[0].ty)):
-        return False
-    return [d for d in static_shape(call.ty) if d != 1] == [d for d in static_shape(call.args[0].ty) if d != 1]
+def _shape_of(ty: relax.Type) -> list | None:
+    """A tensor type's dimensions (static or symbolic), or None where its shape is unknown."""
+    shape = getattr(ty, "shape", None)
+    return list(shape.values) if isinstance(shape, relax.ShapeExpr) else None
 
 
-def _moved_axes(call: relax.Call, axes: list[int | None]) -> list[int | None]:
-    """Which axis of the chain's source each axis of `call`'s result is (None: a unit axis),
-    given that of its operand: a permute reorders them, a unit reshape keeps the others' order."""
+def _unit(dim) -> bool:
+    return isinstance(dim, tvm.ir.prim.expr.IntImm) and int(dim) == 1
+
+
+def _is_move(value: relax.Expr) -> bool:
+    return op_name(value) in ("relax.permute_dims", "relax.reshape") and _shape_of(value.ty) is not None \
+        and _shape_of(value.args[0].ty) is not None
+
+
+_Groups = list[tuple[int, ...]]  # per axis, the source's axes (of size other than 1) it holds, in order
+
+
+def _moved(call: relax.Call, groups: _Groups, sizes: dict[int, object], analyzer) -> _Groups | None:
+    """The source axes each axis of `call`'s result holds, given its operand's: a transpose
+    reorders the axes; a reshape groups the source axes in their order in memory anew, each
+    dimension the product of the axes it holds (None where it splits one: no move of the source's
+    axes)."""
     if op_name(call) == "relax.permute_dims":
-        order = range(len(axes))[::-1] if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-        return [axes[a] for a in order]
-    shape, kept = static_shape(call.ty), iter(a for a, d in zip(axes, static_shape(call.args[0].ty)) if d != 1)
-    return [None if d == 1 else next(kept) for d in shape]
+        order = range(len(groups))[::-1] if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+        return [groups[a] for a in order]
+    atoms = [a for group in groups for a in group]
+    result, taken = [], 0
+    for dim in _shape_of(call.ty):
+        group: list[int] = []
+        product = tvm.tirx.IntImm("int64", 1)
+        while not (_unit(dim) and not group or group and analyzer.can_prove_equal(product, dim)):
+            if taken == len(atoms):
+                return None
+            group.append(atoms[taken])
+            product = product * sizes[atoms[taken]]
+            taken += 1
+        result.append(tuple(group))
+    return result if taken == len(atoms) else None
+
+
+def _as_one_move(links: list[relax.Call]) -> tuple[list | None, list[int]] | None:
+    """A chain of moves (last link first) as one: the shape to reshape the chain's source to
+    first (None: none; it only merges axes next to each other, or adds unit axes before them,
+    a view) and the transpose after it. None where the chain is no transpose of its source's
+    axes so merged (it splits one, or merges axes it first moved apart)."""
+    source = _shape_of(links[-1].args[0].ty)
+    sizes = {a: d for a, d in enumerate(source) if not _unit(d)}
+    groups: _Groups | None = [(a,) if a in sizes else () for a in range(len(source))]
+    analyzer = tvm.sym.Analyzer()
+    for link in reversed(links):
+        groups = _moved(link, groups, sizes, analyzer)
+        if groups is None:
+            return None
+    if any(list(g) != list(range(g[0], g[0] + len(g))) for g in groups if g):
+        return None
+    result = _shape_of(links[0].ty)
+    units = [axis for axis, g in enumerate(groups) if not g]
+    merged = sorted((axis for axis, g in enumerate(groups) if g), key=lambda axis: groups[axis][0])
+    shape = [tvm.tirx.IntImm("int64", 1)] * len(units) + [result[axis] for axis in merged]
+    order = [units.index(axis) if not groups[axis] else len(units) + merged.index(axis) for axis in range(len(groups))]
+    same = [str(d) for d in shape] == [str(d) for d in source]
+    return (None if same else shape), order
 
 
 def fold_moves(mod: tvm.IRModule) -> tvm.IRModule:
-    """A chain of transposes and reshapes that only add or drop axes of size 1 (attention's keys
-    as exporters write them: heads split, `reshape` to three axes, `transpose`, `reshape` back to
-    four; Llama's, repeated per head, `reshape` to three axes, `transpose`, `reshape` to four), each
-    link read once, is one transpose of the chain's source (the unit axes it adds first, a
-    reshape), or nothing. A vendor then sees one move it can read as a view, and no copies.
-    Exact."""
+    """A chain of transposes and reshapes, each link read once, that only moves its source's axes
+    is one transpose of the source, or nothing: attention's keys as exporters write them (heads
+    split, `reshape` to three axes merging batch and heads, `transpose`, `reshape` back to four),
+    Llama's repeated per head. The reshapes may merge and split axes, of static or symbolic size
+    (an export with dynamic batch writes `batch * heads`), as long as the chain's result holds
+    each axis of its source whole: where it holds axes next to each other merged, or adds unit
+    axes, the source is reshaped to that first (a view). A chain that is no such move is folded
+    from the first link on where it is. A vendor then sees one move it can read as a view, and no
+    copies. Exact."""
     values, readers = _bindings(mod)
-    movers = {var for var, value in values.items() if _unit_reshape(value) or op_name(value) == "relax.permute_dims"
-              and has_static_shape(value.ty) and has_static_shape(value.args[0].ty)}
+    movers = {var for var, value in values.items() if _is_move(value)}
     inner = {value.args[0] for value in (values[v] for v in movers) if isinstance(value.args[0], relax.Var)}
 
     def rewrite(binding: relax.Binding, value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
@@ -171,23 +221,18 @@ def fold_moves(mod: tvm.IRModule) -> tvm.IRModule:
         links = [binding.value]
         while (operand := links[-1].args[0]) in movers and readers.get(operand, 0) == 1:
             links.append(values[operand])
+        while len(links) >= 2 and (plan := _as_one_move(links)) is None:
+            links.pop()
         if len(links) < 2:
             return None
-        source_shape = static_shape(links[-1].args[0].ty)
-        axes: list[int | None] = list(range(len(source_shape)))
-        for link in reversed(links):
-            axes = _moved_axes(link, axes)
-        added = len(axes) - len(source_shape)  # unit axes the chain adds: put before the source's first
-        if added < 0:
-            return None
-        axes = [None if a is None else a + added for a in axes]
-        free = iter(a for a in range(len(axes)) if a not in axes)  # the unit axes, for the result's
-        order = [next(free) if a is None else a for a in axes]
+        shape, order = plan
+        if (shape is not None) + (order != sorted(order)) >= len(links):
+            return None  # no fewer moves than written
         data = value.args[0]  # the same chain in the function being rebuilt
         for _ in links[1:]:
             data = bound_value(data, builder).args[0]
-        if added:
-            data = builder.emit(relax.op.reshape(data, (1,) * added + tuple(source_shape)))
+        if shape is not None:
+            data = builder.emit(relax.op.reshape(data, shape))
         return data if order == sorted(order) else relax.op.permute_dims(data, order)
 
     return _tidy(rebuild_module(mod, replace_binding=rewrite))
