@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import byoc
+from byoc.codegen_c.generate import SETTLE_CALLS
 from byoc.codegen_c.onednn.emitters import SIZED_PRODUCT_MACS
 
 from conftest import onednn_verbose
@@ -118,3 +119,55 @@ def test_small_products_make_no_primitive_per_length():
     ran = lines(large, "exec", "matmul")
     assert len(ran) == 2 and not any(sized(line) for line in ran), "\n".join(ran)
     assert any("binary_add" in line for line in ran)  # the mask a post-op of the product
+
+
+def test_a_shape_that_stays_settles_exactly():
+    """Repeated, one small shape settles (`SETTLE_CALLS`): the products are made for its sizes,
+    the mask fused; a new length goes back to run-time dimensions. Exact on every call."""
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(_attention(), dims=DIMS), "dnnl"))
+    for seed, shape in enumerate([SMALL[0]] * (SETTLE_CALLS + 2) + [SMALL[1], SMALL[0]]):
+        feeds = _inputs(*shape, seed)
+        (got,) = compiled.run(feeds)
+        want = _expected(feeds)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())), err_msg=f"call {seed}")
+
+
+_SETTLING_RUN = r"""
+import sys
+import byoc
+from byoc.codegen_c.generate import SETTLE_CALLS
+sys.path.insert(0, sys.argv[1])
+from test_dnnl_any_size import DIMS, SMALL, _attention, _inputs
+compiled = byoc.build(byoc.partition_for(byoc.from_onnx(_attention(), dims=DIMS), "dnnl"))
+feeds = _inputs(*SMALL[0], 0)
+for _ in range(SETTLE_CALLS):  # the first makes the region for the shape, the others hold it
+    compiled.run(feeds)
+print("HELD", flush=True)
+compiled.run(feeds)
+print("NEW", flush=True)
+compiled.run(_inputs(*SMALL[1], 0))
+print("END", flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="oneDNN's verbose output is read on Linux")
+def test_a_shape_that_stays_runs_the_products_made_for_it():
+    """A server's run of one request shape, a benchmark: after SETTLE_CALLS calls the products
+    run as a static compile's do (made for the sizes, the mask a post-op), not GEMM with run-time
+    dimensions and the mask a pass of its own (at most 1.5x slower a call, and a primitive more)."""
+    stdout = onednn_verbose(_SETTLING_RUN, [os.path.dirname(__file__)])
+    unsettled = stdout.split("HELD")[0].splitlines()
+    settled = stdout.split("HELD")[1].split("NEW")[0].splitlines()
+    new = stdout.split("NEW")[1].split("END")[0].splitlines()
+
+    def ran(part: list[str], primitive: str) -> list[str]:
+        return [line for line in part if line.startswith("onednn_verbose,exec") and f",{primitive}," in line]
+
+    def sized(line: str) -> bool:
+        return "*" in line.split(",")[-2]
+
+    assert all(sized(line) for line in ran(unsettled, "matmul")[-2:]), "\n".join(ran(unsettled, "matmul"))
+    products = ran(settled, "matmul")
+    assert len(products) == 2 and not any(sized(line) for line in products), "\n".join(products)
+    assert "binary_add" in products[0] and not ran(settled, "binary"), "\n".join(settled)
+    assert all(sized(line) for line in ran(new, "matmul")), "\n".join(ran(new, "matmul"))

@@ -24,6 +24,14 @@ result made anew (the library says so in `byoc_replaced`). Each is made in an ar
 it is made again. Memory slots only grow. Initialisation makes the static kernels once and the
 others at each dimension's opt value.
 
+A kernel may also choose how it is made by how long the dimensions have held (`reads_settled`):
+`byoc_settled` is 0 when they are new and turns 1 once they have held for `SETTLE_CALLS` calls,
+and each such kernel is made again when it turns. A kernel that is cheap to make again but
+slower to run (oneDNN's GEMM with run-time dimensions, for the key/value cache one position
+longer at every step of a generation) can so give way to one that is dearer to make but faster
+(a JIT kernel for these sizes, its mask fused) once the shapes stop changing: a server's run of
+one request shape, a benchmark.
+
 What is the same for every constant or intermediate (its check, its pointer, its slot) is a table
 and a loop, and the library's binding code goes into functions of `_CHUNK` buffers each: a
 quantized BERT region has 899 constants, and its initialisation as one function of 11,600 lines
@@ -299,6 +307,8 @@ class _Generator:
         lines += ["static pthread_mutex_t byoc_lock = PTHREAD_MUTEX_INITIALIZER;", "static int byoc_ready = 0;"]
         lines += [f"static void* byoc_slots[{max(1, self.num_slots)}];"]
         lines += [f"static int64_t {c_variable(n)} = -1;  /* the dimension the region is made for now */" for n in names]
+        if names and self._settling(codes):
+            lines += ["static int byoc_settled = 0, byoc_same_calls = 0;  /* see SETTLE_CALLS */"]
         constants = [b for b in self.buffers.values() if b.kind == "constant"]
         lines += [f"static {b.ctype}* {b.name};" for b in constants + intermediates]
         lines += [f"static size_t {b.name}_bytes = {0 if names_of(b.shape) else _dense_bytes(b)};" for b in intermediates]
@@ -331,10 +341,14 @@ class _Generator:
         lines += [f"static int byoc_made_k{k} = 0, byoc_new_k{k} = 0;  /* made; made again with a new result */" for k in kernels]
         lines += [f"static size_t byoc_slot_capacity[{max(1, self.num_slots)}];"]
         lines += [_init_function(f"byoc_bind_dim{i}", code.init) for i, (_, code) in enumerate(dependent)]
-        lines += [f"static const char* byoc_reshape({', '.join(f'int64_t d_{n}' for n in names)}) {{", "  const char* byoc_error = NULL;",
+        settling = self._settling(codes)
+        parameters = [*(f"int64_t d_{n}" for n in names), *(["int settled"] if settling else [])]
+        lines += [f"static const char* byoc_reshape({', '.join(parameters)}) {{", "  const char* byoc_error = NULL;",
                   f"  size_t slot_bytes[{max(1, self.num_slots)}] = {{0}};", "  int i;"]
         lines += [f"  const int changed_{n} = d_{n} != {c_variable(n)};" for n in names]
         lines += [f"  {c_variable(n)} = d_{n};" for n in names]
+        if settling:
+            lines += ["  const int changed_settled = settled != byoc_settled;", "  byoc_settled = settled;"]
 
         def again(condition: str, arena: str, make: str, after: str = "") -> str:
             return (f"  if ({condition}) {{ byoc_release(&{arena}); byoc_arena_now = &{arena}; byoc_replaced = 0; byoc_error = {make}(); "
@@ -348,13 +362,14 @@ class _Generator:
             if names_of(b.shape):
                 lines.append(f"  if ({' || '.join(changed(names_of(b.shape)))}) {b.name}_bytes = {_dense_bytes(b)};")
         for k in kernels:
-            condition = " || ".join([f"!byoc_made_k{k}", *changed(self.kernel_names[k]),
+            condition = " || ".join([f"!byoc_made_k{k}", *changed(self.kernel_names[k]), *(["changed_settled"] if codes[k].reads_settled else []),
                                      *(f"byoc_new_k{p}" for p in sorted(self.kernel_producers[k]) if p in kernels)])
             lines.append(again(condition, f"byoc_arena_k{k}", f"{_KERNEL_INIT}{k}", f"byoc_made_k{k} = 1; byoc_new_k{k} = byoc_replaced; ")
                          + f" else byoc_new_k{k} = 0;")
         lines += self._slots("byoc_slot_capacity")
         lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in _bind_last(stages)]
         lines += ["  return NULL;", "fail:", "  byoc_arena_now = NULL;", *(f"  {c_variable(n)} = -1;" for n in names),
+                  *(["  byoc_settled = 0; byoc_same_calls = 0;"] if settling else []),
                   *(f"  byoc_made_k{k} = 0;" for k in kernels), "  return byoc_error;", "}", ""]
         return lines
 
@@ -429,7 +444,7 @@ class _Generator:
         lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in calls]
         if names:
             lines.append("  (void)slot_bytes; (void)i;")
-            opt = ", ".join(str(self.opt[n]) for n in names)
+            opt = ", ".join([*(str(self.opt[n]) for n in names), *(["0"] if self._settling(codes) else [])])
             lines.append(f"  {{ const char* failure = byoc_reshape({opt}); if (failure != NULL) BYOC_FAIL(failure); }}")
         else:
             lines += self._slots(None)
@@ -453,7 +468,7 @@ class _Generator:
         lines.append("  pthread_mutex_lock(&byoc_lock);")
         lines.append(f'  if (!byoc_ready) BYOC_FAIL("{where}: called before initialisation");')
         if names:
-            lines += self._read_dims(inputs, names)
+            lines += self._read_dims(inputs, names, self._settling(codes))
         for index, buffer in enumerate([*inputs, *self.outputs]):
             what = f"input {index}" if index < len(inputs) else f"output {index - len(inputs)}"
             lines.append(_match_check(index, buffer, what, where))
@@ -465,9 +480,14 @@ class _Generator:
         lines += ['  TVMFFIErrorSetRaisedFromCStr("RuntimeError", byoc_error);', "  return -1;", "}", ""]
         return lines
 
-    def _read_dims(self, inputs: list[CBuffer], names: list[str]) -> list[str]:
+    @staticmethod
+    def _settling(codes: list[KernelCode]) -> bool:
+        return any(code.reads_settled for code in codes)
+
+    def _read_dims(self, inputs: list[CBuffer], names: list[str], settling: bool) -> list[str]:
         """C that reads each named dimension off the first input that has it as a dimension of
-        its own, and makes the region again where one changed."""
+        its own, and makes the region again where one changed, or (`settling`) where the
+        dimensions have now held for `SETTLE_CALLS` calls."""
         lines = []
         for name in names:
             place = next(((i, axis) for i, b in enumerate(inputs) for axis, d in enumerate(b.shape) if d == SymbolicDim.name(name)), None)
@@ -479,9 +499,13 @@ class _Generator:
                       f'    if (tensor == NULL || tensor->ndim != {rank}) BYOC_FAIL("{self.where}: input {index} is not a tensor of rank {rank}");',
                       f"    d_{name} = tensor->shape[{axis}]; }}"]
         changed = " || ".join(f"d_{n} != {c_variable(n)}" for n in names)
-        lines.append(f"  if ({changed}) {{ const char* failure = byoc_reshape({', '.join(f'd_{n}' for n in names)}); "
-                     "if (failure != NULL) BYOC_FAIL(failure); }")
-        return lines
+        dims = ", ".join(f"d_{n}" for n in names)
+        if not settling:
+            return [*lines, f"  if ({changed}) {{ const char* failure = byoc_reshape({dims}); if (failure != NULL) BYOC_FAIL(failure); }}"]
+        return [*lines,
+                f"  if ({changed}) {{ byoc_same_calls = 0; const char* failure = byoc_reshape({dims}, 0); if (failure != NULL) BYOC_FAIL(failure); }}",
+                f"  else if (byoc_same_calls < {SETTLE_CALLS} && ++byoc_same_calls == {SETTLE_CALLS}) {{",
+                f"    const char* failure = byoc_reshape({dims}, 1); if (failure != NULL) BYOC_FAIL(failure); }}"]
 
 
 def init_symbol(symbol: str) -> str:
@@ -492,6 +516,10 @@ def init_symbol(symbol: str) -> str:
 
 
 _KERNEL_INIT = "byoc_init_kernel"
+# Calls at the same dimensions after which `byoc_settled` turns 1. Making a kernel for new sizes
+# costs about as much as a few calls of a small model, and a generation's cache changes at every
+# step: a run of 8 calls of one shape is a shape that stays.
+SETTLE_CALLS = 8
 _CHUNK = 64  # buffers whose binding code shares one function
 
 

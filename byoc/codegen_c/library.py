@@ -93,6 +93,9 @@ class KernelCode:
     run: str = ""
     # Extra include lines this kernel needs.
     includes: Sequence[str] = ()
+    # In a region with symbolic shapes: whether its init reads `byoc_settled` (see
+    # byoc.codegen_c.generate), so that it is made again when that changes.
+    reads_settled: bool = False
 
 
 Emitter = Callable[[KernelCall], KernelCode]

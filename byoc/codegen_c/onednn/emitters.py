@@ -381,10 +381,10 @@ def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split:
     sized = in_sequence(codes)
     macs = math.prod(out.shape) * x.shape[-1]
     flag = f"{call.name}_any_size"
-    choose = f"{flag} = {macs} <= {SIZED_PRODUCT_MACS} && byoc_gemm_axis({kernel.md_of(x)}) >= 0 && byoc_gemm_axis({kernel.md_of(w)}) >= 0;"
+    choose = f"{flag} = !byoc_settled && {macs} <= {SIZED_PRODUCT_MACS} && byoc_gemm_axis({kernel.md_of(x)}) >= 0 && byoc_gemm_axis({kernel.md_of(w)}) >= 0;"
     return KernelCode(state="\n".join([jit.state, sized.state, f"static int {flag} = 0;"]),
                       init="\n".join([choose, f"if ({flag}) {{", sized.init, "} else {", jit.init, "}"]),
-                      run="\n".join([f"if ({flag}) {{", sized.run, "} else {", jit.run, "}"]))
+                      run="\n".join([f"if ({flag}) {{", sized.run, "} else {", jit.run, "}"]), reads_settled=True)
 
 
 def _unscaled(call: KernelCall, operand: CBuffer) -> tuple[CBuffer, float]:

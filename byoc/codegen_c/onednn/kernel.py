@@ -345,7 +345,8 @@ def _keep_faster(again: str) -> list[str]:
 
 def in_sequence(codes: list[KernelCode]) -> KernelCode:
     """The kernels of several primitives as one, run in the order given."""
-    return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")})
+    return KernelCode(**{part: "\n".join(getattr(code, part) for code in codes) for part in ("state", "init", "run")},
+                      reads_settled=any(code.reads_settled for code in codes))
 
 
 def post_op(algorithm: str, alpha: float = 0.0, beta: float = 0.0) -> dict:
