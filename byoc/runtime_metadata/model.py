@@ -67,9 +67,10 @@ class CompiledModel:
         self._backends = backends
         self._cache = cache
         self.specialised = {region.symbol: self._specialised_runtime(region) for region in parts.specialised}
-        # What the host asks of Python by name: the shape-specialised regions, and the values
-        # that depend on the shape only (see byoc.runtime_metadata.shape_values).
-        self._by_name: dict[str, Callable] = dict(self.specialised)
+        # What the host calls by name: the shape-specialised regions (C for every shape in the
+        # host library directly, see `host_function`), and the values that depend on the shape
+        # only (see byoc.runtime_metadata.shape_values).
+        self._by_name: dict[str, Callable] = {symbol: runtime.host_function() or runtime for symbol, runtime in self.specialised.items()}
         if parts.dims:
             self._by_name[SHAPE_VALUES] = ShapeValues(lambda: self._vm_of_its_own()[SHAPE_VALUES_FUNCTION])
         self._input_kinds = [(spec.name, tuple(spec.shape), np.dtype(spec.dtype)) for spec in parts.inputs]
