@@ -23,6 +23,8 @@ Needs the torch extra (`pip install 'byoc[torch]'`).
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -30,12 +32,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from byoc.benchmarking.table import describe_machine
-from byoc.timing import pin_threads, spread, time_blocks
+from byoc.timing import pin_threads, spread, time_blocks, time_runs
 
 BATCHES = (1, 4, 16)
 SEQUENCES = (8, 32, 128, 512)
 TEXT_LIMIT = 512
 MIXED_REQUESTS = 48  # requests of the grid's shapes in a seeded order, as a server meets them
+# A shape's runs are timed over at least this long per system, up to MAX_RUNS: sub-millisecond
+# shapes timed over 20 runs (blocks of 5 after an idle) gave ratios that moved by 20% between
+# two runs of the benchmark, either way.
+MIN_TIMED_S = 0.4
+MAX_RUNS = 1000
 
 
 @dataclass
@@ -91,6 +98,12 @@ def mixed(feeds: list[dict[str, np.ndarray]], dynamic, session, runs: int) -> tu
     return timings["dynamic"].median_ms / len(order), timings["onnxruntime"].median_ms / len(order)
 
 
+def _runs_for(run, runs: int) -> int:
+    """At least `runs`, and as many as fill `MIN_TIMED_S` (at most `MAX_RUNS`)."""
+    each = statistics.median(time_runs(run, 3, warmup=2))
+    return max(runs, min(MAX_RUNS, math.ceil(MIN_TIMED_S / each)))
+
+
 def benchmark(name: str, size: str, vendor: str, threads: int, runs: int) -> tuple[list[Row], float, str, tuple[float, float]]:
     import onnxruntime as ort
 
@@ -129,7 +142,7 @@ def benchmark(name: str, size: str, vendor: str, threads: int, runs: int) -> tup
         error = _error(dynamic.run(feeds), want)
         runners = {"dynamic": lambda feeds=feeds: dynamic.run(feeds), "static": lambda feeds=feeds, static=static: static.run(feeds),
                    "onnxruntime": lambda feeds=feeds: session.run(None, feeds)}
-        timings = {system: spread(samples) for system, samples in time_blocks(runners, runs).items()}
+        timings = {system: spread(samples) for system, samples in time_blocks(runners, _runs_for(runners["static"], runs)).items()}
         label = " x ".join(str(v) for v in values.values())
         rows.append(Row(label, timings["dynamic"].median_ms, timings["dynamic"].p90_ms, timings["static"].median_ms,
                         timings["static"].p90_ms, timings["onnxruntime"].median_ms, error, static_build_s, first_run_ms))
@@ -166,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(exported.SUITE), help="comma-separated architectures (default: the suite)")
     parser.add_argument("--size", default="tiny", choices=exported.SIZES)
     parser.add_argument("--vendor", default="dnnl")
-    parser.add_argument("--runs", type=int, default=20, help="timed runs per system and shape (default: 20)")
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per system and shape at least (default: 20; more where they take under 0.4 s)")
     parser.add_argument("--threads", type=int, default=2, help="threads for every system (default: 2)")
     args = parser.parse_args(argv)
     missing = exported.available()
