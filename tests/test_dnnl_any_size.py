@@ -171,3 +171,31 @@ def test_a_shape_that_stays_runs_the_products_made_for_it():
     assert len(products) == 2 and not any(sized(line) for line in products), "\n".join(products)
     assert "binary_add" in products[0] and not ran(settled, "binary"), "\n".join(settled)
     assert all(sized(line) for line in ran(new, "matmul")), "\n".join(ran(new, "matmul"))
+
+
+def test_a_kernel_that_fails_to_settle_runs_on_as_it_was():
+    """Settling only makes faster what runs already: a kernel whose making fails once settled
+    leaves the region as it was at that shape, and every call is still answered, right."""
+    import dataclasses
+
+    from byoc.codegen_c.onednn import emitters, onednn_library
+
+    from graphs import registered
+
+    def refuses_to_settle(call):
+        code = emitters.eltwise(call)
+        return dataclasses.replace(code, init='if (byoc_settled) BYOC_FAIL("refuses to settle");\n' + code.init, reads_settled=True)
+
+    backend = byoc.Backend(name="onednn_unsettled", codegen=onednn_library(), limits=byoc.Limits(dtypes=("float32",)),
+                           symbolic_shapes=True)
+    backend.supports("relax.nn.relu", emit=refuses_to_settle)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with registered(backend):
+        compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 8)}), "onednn_unsettled"))
+        assert compiled.inspect()["shape_specialised"]["onednn_unsettled_0"]["symbolic"]
+        for call, batch in enumerate([3] * (2 * SETTLE_CALLS) + [2, 3]):
+            x = np.random.default_rng(call).standard_normal((batch, 16)).astype(np.float32)
+            np.testing.assert_array_equal(compiled.run(x)[0], np.maximum(x, 0), err_msg=f"call {call}")
