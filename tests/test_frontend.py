@@ -301,10 +301,12 @@ def test_reshapes_that_undo_each_other_around_element_wise_ops_are_dropped(read_
                       onnxruntime_outputs(model, inputs))
 
 
-def _keys_transposed(read_twice: bool) -> onnx.ModelProto:
-    """Attention's keys as exporters write them: heads (1, 4, 8, 16) transposed from (1, 8, 4, 16),
-    reshaped to three axes, transposed, reshaped back to four; with `read_twice`, the heads are
-    an output of their own too."""
+def _keys_transposed(read_twice: bool, batch: int | str = 1) -> onnx.ModelProto:
+    """Attention's keys as exporters write them: heads (batch, 4, 8, 16) transposed from
+    (batch, 8, 4, 16), reshaped to three axes (batch and heads merged), transposed, reshaped back
+    to four; with `read_twice`, the heads are an output of their own too. At batch 1 the
+    reshapes are given in full, else with -1 for the merged axis, as an export with a dynamic
+    batch writes them."""
     nodes = [
         helper.make_node("Transpose", ["k"], ["heads"], perm=[0, 2, 1, 3], name="heads"),
         helper.make_node("Reshape", ["heads", "three"], ["flat"], name="flat"),
@@ -312,13 +314,13 @@ def _keys_transposed(read_twice: bool) -> onnx.ModelProto:
         helper.make_node("Reshape", ["flat_t", "four"], ["keys_t"], name="keys_t"),
         helper.make_node("MatMul", ["q", "keys_t"], ["scores"], name="scores"),
     ]
-    outputs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 4, 8, 8])]
+    outputs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [batch, 4, 8, 8])]
     if read_twice:
-        outputs.append(helper.make_tensor_value_info("heads", TensorProto.FLOAT, [1, 4, 8, 16]))
-    initializers = [helper.make_tensor("three", TensorProto.INT64, [3], [4, 8, 16]),
-                    helper.make_tensor("four", TensorProto.INT64, [4], [1, 4, 16, 8])]
-    graph = helper.make_graph(nodes, "keys", [helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 8, 4, 16]),
-                                              helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 4, 8, 16])], outputs, initializers)
+        outputs.append(helper.make_tensor_value_info("heads", TensorProto.FLOAT, [batch, 4, 8, 16]))
+    initializers = [helper.make_tensor("three", TensorProto.INT64, [3], [4 if batch == 1 else -1, 8, 16]),
+                    helper.make_tensor("four", TensorProto.INT64, [4], [1 if batch == 1 else -1, 4, 16, 8])]
+    graph = helper.make_graph(nodes, "keys", [helper.make_tensor_value_info("k", TensorProto.FLOAT, [batch, 8, 4, 16]),
+                                              helper.make_tensor_value_info("q", TensorProto.FLOAT, [batch, 4, 8, 16])], outputs, initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
 
@@ -371,19 +373,7 @@ def test_a_chain_merging_batch_and_heads_is_one_transpose(batch):
     merges batch and heads (`batch * 4`, static or symbolic) and the last splits them again.
     One transpose of the source, which dnnl reads as a view: the keys were copied twice at each
     call (two reorders a layer in ONEDNN_VERBOSE)."""
-    nodes = [
-        helper.make_node("Transpose", ["k"], ["heads"], perm=[0, 2, 1, 3], name="heads"),
-        helper.make_node("Reshape", ["heads", "three"], ["flat"], name="flat"),
-        helper.make_node("Transpose", ["flat"], ["flat_t"], perm=[0, 2, 1], name="flat_t"),
-        helper.make_node("Reshape", ["flat_t", "four"], ["keys_t"], name="keys_t"),
-        helper.make_node("MatMul", ["q", "keys_t"], ["scores"], name="scores"),
-    ]
-    initializers = [helper.make_tensor("three", TensorProto.INT64, [3], [-1, 8, 16]),
-                    helper.make_tensor("four", TensorProto.INT64, [4], [-1, 4, 16, 8])]
-    graph = helper.make_graph(nodes, "keys", [helper.make_tensor_value_info("k", TensorProto.FLOAT, [batch, 8, 4, 16]),
-                                              helper.make_tensor_value_info("q", TensorProto.FLOAT, [batch, 4, 8, 16])],
-                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [batch, 4, 8, 8])], initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model = _keys_transposed(False, batch)
     mod = byoc.from_onnx(model, dims={"batch": (1, 8)} if batch == "batch" else None)
     moves = [b.value for block in mod["main"].body.blocks for b in block.bindings
              if isinstance(b.value, relax.Call) and b.value.op.name in ("relax.permute_dims", "relax.reshape")]
