@@ -566,3 +566,15 @@ def test_unnamed_nodes_are_named_by_op_and_position():
     hosted = {row["node"] for row in byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl")).to_dict()["host_ops"]}
     assert hosted == {"Relu_0", "Relu_2", "Relu_2_1"}, hosted
     assert [node.name for node in model.graph.node] == ["", "Relu_2", ""]
+
+
+def test_unsqueeze_takes_one_axis_as_a_0d_tensor():
+    """onnx's own function bodies (AffineGrid's) give Unsqueeze its one axis as a 0-d tensor,
+    which onnxruntime takes; TVM's converter failed on it ('int' object is not iterable)."""
+    graph = helper.make_graph([helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="u")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4, 1])],
+                              [onnx.numpy_helper.from_array(np.array(-1, np.int64), "axes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    inputs = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)}
+    assert_fp32_close(byoc.build(byoc.partition_for(byoc.from_onnx(model), "reference")).run(**inputs), onnxruntime_outputs(model, inputs))

@@ -503,6 +503,15 @@ def resize(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
     return tvm("Resize", operands, rest)
 
 
+def unsqueeze(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
+    """One axis given as a 0-d tensor (onnx's own function body of AffineGrid writes it so, and
+    onnxruntime takes it), as the 1-D tensor TVM's converter reads: it failed on it (a
+    TypeError)."""
+    if len(inputs) > 1 and inputs[1] is not None and is_tensor_constant(inputs[1]) and constant_array(inputs[1]).ndim == 0:
+        return tvm("Unsqueeze", [inputs[0], relax.const(constant_array(inputs[1]).reshape(1))], attrs)
+    return None
+
+
 CONVERTERS: dict[str, Converter] = {
     "IsInf": is_inf,
     "Mish": mish,
@@ -533,6 +542,7 @@ CONVERTERS: dict[str, Converter] = {
     "Range": range_,
     "Dropout": dropout,
     "LayerNormalization": layer_normalization,
+    "Unsqueeze": unsqueeze,
     **INDEX_CONVERTERS,
     **SEQUENCE_CONVERTERS,
 }
