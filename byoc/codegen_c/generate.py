@@ -161,6 +161,7 @@ class _Generator:
         self.kernel_names: list[set[str]] = []
         self.kernel_producers: list[set[int]] = []
         self.remade: list[bool] = []
+        self.settling = False  # a region with symbolic shapes one of whose kernels reads `byoc_settled`
         self.producer_of: dict[str, int] = {}  # intermediate buffer name -> the kernel that makes it
 
     # ---------------------------------------------------------------- buffers
@@ -296,6 +297,7 @@ class _Generator:
         names = sorted(set().union(*(names_of(b.shape) for b in self.buffers.values())))
         if names and not self.library.ownership:
             raise SymbolicShapeError(f"{self.library.name} regions take static shapes only")
+        self.settling = bool(names) and any(code.reads_settled for code in codes)
         # With symbolic shapes, an input's or output's library code is made again for each shape.
         dependent = [(b, code) for b, code in bindings if b.kind != "intermediate" and names_of(b.shape)]
         includes = ["<stdint.h>", "<stdio.h>", "<stdlib.h>", "<string.h>", "<pthread.h>", "<tvm/ffi/c_api.h>", "<dlpack/dlpack.h>"]
@@ -307,7 +309,7 @@ class _Generator:
         lines += ["static pthread_mutex_t byoc_lock = PTHREAD_MUTEX_INITIALIZER;", "static int byoc_ready = 0;"]
         lines += [f"static void* byoc_slots[{max(1, self.num_slots)}];"]
         lines += [f"static int64_t {c_variable(n)} = -1;  /* the dimension the region is made for now */" for n in names]
-        if names and self._settling(codes):
+        if self.settling:
             lines += ["static int byoc_settled = 0, byoc_same_calls = 0;  /* see SETTLE_CALLS */"]
         constants = [b for b in self.buffers.values() if b.kind == "constant"]
         lines += [f"static {b.ctype}* {b.name};" for b in constants + intermediates]
@@ -341,13 +343,12 @@ class _Generator:
         lines += [f"static int byoc_made_k{k} = 0, byoc_new_k{k} = 0;  /* made; made again with a new result */" for k in kernels]
         lines += [f"static size_t byoc_slot_capacity[{max(1, self.num_slots)}];"]
         lines += [_init_function(f"byoc_bind_dim{i}", code.init) for i, (_, code) in enumerate(dependent)]
-        settling = self._settling(codes)
-        parameters = [*(f"int64_t d_{n}" for n in names), *(["int settled"] if settling else [])]
+        parameters = [*(f"int64_t d_{n}" for n in names), *(["int settled"] if self.settling else [])]
         lines += [f"static const char* byoc_reshape({', '.join(parameters)}) {{", "  const char* byoc_error = NULL;",
                   f"  size_t slot_bytes[{max(1, self.num_slots)}] = {{0}};", "  int i;"]
         lines += [f"  const int changed_{n} = d_{n} != {c_variable(n)};" for n in names]
         lines += [f"  {c_variable(n)} = d_{n};" for n in names]
-        if settling:
+        if self.settling:
             lines += ["  const int changed_settled = settled != byoc_settled;", "  byoc_settled = settled;"]
 
         def again(condition: str, arena: str, make: str, after: str = "") -> str:
@@ -369,7 +370,7 @@ class _Generator:
         lines += self._slots("byoc_slot_capacity")
         lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in _bind_last(stages)]
         lines += ["  return NULL;", "fail:", "  byoc_arena_now = NULL;", *(f"  {c_variable(n)} = -1;" for n in names),
-                  *(["  byoc_settled = 0; byoc_same_calls = 0;"] if settling else []),
+                  *(["  byoc_settled = 0; byoc_same_calls = 0;"] if self.settling else []),
                   *(f"  byoc_made_k{k} = 0;" for k in kernels), "  return byoc_error;", "}", ""]
         return lines
 
@@ -444,7 +445,7 @@ class _Generator:
         lines += [f"  {{ const char* failure = {call}(); if (failure != NULL) BYOC_FAIL(failure); }}" for call in calls]
         if names:
             lines.append("  (void)slot_bytes; (void)i;")
-            opt = ", ".join([*(str(self.opt[n]) for n in names), *(["0"] if self._settling(codes) else [])])
+            opt = ", ".join([*(str(self.opt[n]) for n in names), *(["0"] if self.settling else [])])
             lines.append(f"  {{ const char* failure = byoc_reshape({opt}); if (failure != NULL) BYOC_FAIL(failure); }}")
         else:
             lines += self._slots(None)
@@ -468,7 +469,7 @@ class _Generator:
         lines.append("  pthread_mutex_lock(&byoc_lock);")
         lines.append(f'  if (!byoc_ready) BYOC_FAIL("{where}: called before initialisation");')
         if names:
-            lines += self._read_dims(inputs, names, self._settling(codes))
+            lines += self._read_dims(inputs, names)
         for index, buffer in enumerate([*inputs, *self.outputs]):
             what = f"input {index}" if index < len(inputs) else f"output {index - len(inputs)}"
             lines.append(_match_check(index, buffer, what, where))
@@ -480,13 +481,9 @@ class _Generator:
         lines += ['  TVMFFIErrorSetRaisedFromCStr("RuntimeError", byoc_error);', "  return -1;", "}", ""]
         return lines
 
-    @staticmethod
-    def _settling(codes: list[KernelCode]) -> bool:
-        return any(code.reads_settled for code in codes)
-
-    def _read_dims(self, inputs: list[CBuffer], names: list[str], settling: bool) -> list[str]:
+    def _read_dims(self, inputs: list[CBuffer], names: list[str]) -> list[str]:
         """C that reads each named dimension off the first input that has it as a dimension of
-        its own, and makes the region again where one changed, or (`settling`) where the
+        its own, and makes the region again where one changed, or (`self.settling`) where the
         dimensions have now held for `SETTLE_CALLS` calls."""
         lines = []
         for name in names:
@@ -500,7 +497,7 @@ class _Generator:
                       f"    d_{name} = tensor->shape[{axis}]; }}"]
         changed = " || ".join(f"d_{n} != {c_variable(n)}" for n in names)
         dims = ", ".join(f"d_{n}" for n in names)
-        if not settling:
+        if not self.settling:
             return [*lines, f"  if ({changed}) {{ const char* failure = byoc_reshape({dims}); if (failure != NULL) BYOC_FAIL(failure); }}"]
         return [*lines,
                 f"  if ({changed}) {{ byoc_same_calls = 0; const char* failure = byoc_reshape({dims}, 0); if (failure != NULL) BYOC_FAIL(failure); }}",
