@@ -28,6 +28,7 @@ from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backe
 from byoc.partition.precision import int8_plan, quantize_model
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
+from byoc.placement.joint import PrecisionBudget
 from byoc.placement.precision import DEFAULT_BUDGET, PRECISION_ATTR, PrecisionReport, choose_precision
 from byoc.placement.remote import measurer_for
 from byoc.processing.passes import needs_calibration
@@ -133,6 +134,9 @@ def partition_for(
     model's layers runs in int8 or fp32 by measurement: the fastest choice whose relative L2
     error against the fp32 model on the calibration inputs is within `max_rel_l2` (default 2%;
     see `byoc.placement.precision`); `byoc.precision_report` reads what was measured and chosen.
+    A `max_rel_l2` alone asks for `precision="auto"`. With `placement="auto"` too, precision is
+    chosen with placement: each segment's backend and precision together, by measured time and
+    measured error (see `byoc.placement.joint`), in the placement report.
     """
     if placement not in PLACEMENTS:
         raise PartitionError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
@@ -141,14 +145,16 @@ def partition_for(
         raise PartitionError("budget_s, placement_inputs and the rpc_* options apply to placement='auto' only")
     if budget_s is not None and not budget_s >= 0:
         raise PartitionError(f"budget_s is the time allowed for measuring, in seconds: it must be at least 0, not {budget_s}")
-    mod, options, measured_precision = _at_precision(mod, precision, max_rel_l2, backends, options)
+    if max_rel_l2 is not None and precision == "fp32":
+        precision = "auto"  # an error budget is what precision by measurement spends
+    mod, options, measured_precision, joint = _at_precision(mod, precision, max_rel_l2, backends, options, placement)
     configured, cost, routed = configure(backends, options)
     dims = dims_of(mod)
     if dims and placement == "auto":
         raise PartitionError(f"placement='auto' times the model at one shape; this model has dynamic dimensions "
                              f"({', '.join(dims)}): use placement='priority', or import it with static shapes")
     partitioned = _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local,
-                               placement_cache_dir, placement_inputs)
+                               placement_cache_dir, placement_inputs, joint)
     for backend in configured:
         regions = [func for _, name, func in region_functions(partitioned) if name == backend.name]
         if not needs_calibration(backend.processing) or not regions:
@@ -170,16 +176,17 @@ def partition_for(
     return partitioned
 
 
-def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, backends,
-                  options: dict[str, Any]) -> tuple[tvm.IRModule, dict[str, Any], PrecisionReport | None]:
+def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, backends, options: dict[str, Any],
+                  placement: str) -> tuple[tvm.IRModule, dict[str, Any], PrecisionReport | None, PrecisionBudget | None]:
     """The model as `precision` asks, the options left for the backends (the calibration options
-    that only int8 precision took are used up), and what `precision="auto"` measured."""
+    that only int8 precision took are used up), what `precision="auto"` measured, and for
+    precision chosen with placement, what placement needs for it."""
     if precision not in PRECISIONS:
         raise PartitionError(f"precision must be one of {PRECISIONS}, not {precision!r}")
     if max_rel_l2 is not None and precision != "auto":
         raise PartitionError("max_rel_l2 is the error budget of precision='auto'")
     if precision == "fp32":
-        return mod, options, None
+        return mod, options, None, None
     ordered = resolve_backends(backends)
     if not any(b.limits.quantized and b.limits.int8_weights for b in ordered):
         raise PartitionError(f"precision={precision!r} quantizes the model for a vendor that computes a quantized model in "
@@ -195,31 +202,40 @@ def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, b
     float_backends = [b for b in ordered if not needs_calibration(b.processing)]
     known: dict[int, list[float]] = {}
 
-    def bounds(plan):
-        missing = [i for i in plan.calibrated if i not in known]
+    def ranges(var_ids):
+        missing = [i for i in var_ids if i not in known]
         if missing:
             known.update(value_ranges(mod, missing, samples, method=options.get("calibration_method") or "minmax",
                                       backends=float_backends))
         return known
 
-    report = None
+    def bounds(plan):
+        return ranges(plan.calibrated)
+
+    report = joint = None
+    budget = DEFAULT_BUDGET if max_rel_l2 is None else max_rel_l2
     if precision == "int8":
         plan = int8_plan(mod)
         quantized = quantize_model(mod, plan, bounds(plan))
+    elif placement == "auto":
+        if not 0 < budget < 1:
+            raise QuantizationError(f"max_rel_l2 must be a relative error between 0 and 1, not {budget!r}")
+        int8_plan(mod)  # refuses a model with nothing to quantize
+        quantized, joint = mod, PrecisionBudget(budget, samples, float_backends, ranges)
     else:
-        quantized, report = choose_precision(mod, float_backends, samples, bounds,
-                                             DEFAULT_BUDGET if max_rel_l2 is None else max_rel_l2)
+        quantized, report = choose_precision(mod, float_backends, samples, bounds, budget)
     declared = {o.name for b in ordered for o in declared_options(b)}
     calibration_names = {o.name for o in CALIBRATION_OPTIONS}
-    return quantized, {k: v for k, v in options.items() if k in declared or k not in calibration_names}, report
+    return quantized, {k: v for k, v in options.items() if k in declared or k not in calibration_names}, report, joint
+
 
 
 def _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local, placement_cache_dir,
-                 placement_inputs) -> tvm.IRModule:
+                 placement_inputs, joint: PrecisionBudget | None) -> tvm.IRModule:
     if placement == "auto":
         measurer = measurer_for(rpc_tracker, rpc_key, rpc_fallback_local)
         return place(mod, configured, budget_s if budget_s is not None else DEFAULT_BUDGET_S, measurer,
-                     MeasurementCache(placement_cache_dir), placement_inputs, **cost)
+                     MeasurementCache(placement_cache_dir), placement_inputs, precision=joint, **cost)
     return partition_graph(mod, configured, **cost)
 
 

@@ -45,8 +45,8 @@ def test_partition_at_int8_precision(capsys):
     data = json.loads(capsys.readouterr().out)
     (region,) = data["regions"]
     assert any(pattern.startswith("dnnl.qconv2d") for pattern in region["patterns"]), region["patterns"]
-    # a budget without precision auto: a clear error, no traceback
-    assert main(["partition", "mlp", "--small", "--vendor", "dnnl", "--max-rel-l2", "0.01"]) != 0
+    # a budget with another precision than auto: a clear error, no traceback
+    assert main(["partition", "mlp", "--small", "--vendor", "dnnl", "--precision", "int8", "--max-rel-l2", "0.01"]) != 0
     assert "max_rel_l2 is the error budget of precision='auto'" in capsys.readouterr().err
 
 

@@ -646,6 +646,33 @@ def test_precision_auto_keeps_the_measured_error_within_the_budget():
     assert "all int8" in report.to_table() and report.fp32_ms > 0
 
 
+def test_int8_layers_between_fp32_ones_run_in_oneDNN_jit_kernels(tmp_path):
+    """Some of a model's layers in int8, as precision chosen per segment leaves them: where a
+    residual add is quantized from float32 data, the quantize wrote plain NCHW, and the int8
+    convolution that adds it, NHWC, ran in oneDNN's reference code (3.4 ms instead of 0.02 on
+    the small ResNet-18). The residual is brought into the convolution's layout first."""
+    from byoc.partition.precision import int8_plan, quantize_model
+    from byoc.runtime_metadata.calibration import value_ranges
+
+    mod = byoc.from_onnx(FLOAT_RESNET)
+    samples = [zoo.sample_inputs(FLOAT_RESNET, seed=s) for s in range(2)]
+    names = {b.var.id_: b.var.name for b in mod["main"].body.blocks[0].bindings}
+    layers = frozenset(i for i in int8_plan(mod).order
+                       if names[i] in ("layer1/block0/Conv", "layer1/block0/Conv_1", "layer1/block1/Conv"))
+    plan = int8_plan(mod, layers)
+    quantized = quantize_model(mod, plan, value_ranges(mod, plan.calibrated, samples, backends=[byoc.get_backend("dnnl")]))
+    partitioned = byoc.partition_for(quantized, "dnnl")
+    assert len(byoc.report(partitioned).regions) == 1
+    compiled = byoc.build(partitioned)
+    convolutions = [e for e in onednn_executions(compiled, FLOAT_RESNET, tmp_path) if e[3] == "convolution"]
+    int8 = [e for e in convolutions if "src_u8" in e[6]]
+    assert len(int8) == 3 and any("binary_add" in ",".join(e) for e in int8), int8
+    assert not [e for e in convolutions if e[4].startswith("ref")], [e[4:7] for e in convolutions]
+    want = byoc.build(byoc.partition_for(mod, "dnnl")).run(samples[0])[0]
+    got = compiled.run(samples[0])[0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 0.02
+
+
 @pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
 def test_conv_integer_of_weights_computed_at_run_time_is_imported(vendor):
     """Wav2Vec2's positional convolution normalises its weight per call, so `quantize_dynamic`

@@ -74,9 +74,11 @@ def add_partition_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=("fp32", "int8", "auto"), default="fp32",
                         help="int8: quantize the float model first, calibrated on --calibration N seeded random inputs, for "
                              "a vendor that computes quantized models in int8 (dnnl); auto: int8 or fp32 per segment, the "
-                             "fastest within --max-rel-l2 of fp32 on those inputs")
+                             "fastest within --max-rel-l2 of fp32 on those inputs (with --placement auto, chosen with "
+                             "each segment's vendor)")
     parser.add_argument("--max-rel-l2", type=non_negative, metavar="ERROR",
-                        help="--precision auto: the relative L2 error allowed against fp32 (default 0.02)")
+                        help="--precision auto: the relative L2 error allowed against fp32 (default 0.02); given alone, "
+                             "it asks for --precision auto")
     parser.add_argument("--placement", choices=("priority", "auto"), default="priority",
                         help="priority: the first vendor that takes an op runs it; auto: measured cost chooses")
     parser.add_argument("--budget-s", type=non_negative, metavar="SECONDS", help="--placement auto: time allowed for measuring (default 600)")
@@ -142,7 +144,7 @@ def partition(args: argparse.Namespace, mod: tvm.IRModule, model: onnx.ModelProt
     `--calibration N` seeded random inputs."""
     backends = [get_backend(name) for name in vendors(args)]
     options = {**partition_options(args), **vendor_options(args, backends)}
-    calibrating = args.precision != "fp32" or any(needs_calibration(b.processing) for b in backends)
+    calibrating = args.precision != "fp32" or args.max_rel_l2 is not None or any(needs_calibration(b.processing) for b in backends)
     if calibrating and "calibration" not in options:
         options["calibration"] = [random_inputs(mod, model, seed) for seed in range(args.calibration)]
     if args.precision != "fp32":

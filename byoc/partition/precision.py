@@ -130,6 +130,7 @@ class _Quantizer:
         self.bounds = bounds
         self.dtype = activations
         self.scales: dict[int, tuple[float, int]] = {}
+        self.dequantized: dict[int, relax.Call] = {}  # var id quantized at its definition -> its dequantize
 
     def scale(self, var_id: int) -> tuple[float, int]:
         if var_id not in self.scales:
@@ -144,7 +145,8 @@ class _Quantizer:
         step, zero = self.scale(var_id)
         scale, zero_point = relax.const(np.float32(step)), relax.const(np.asarray(zero, self.dtype))
         quantized = builder.emit(relax.op.quantize(expr, scale, zero_point, axis=-1, out_dtype=self.dtype), f"{name}/QuantizeLinear")
-        return relax.op.dequantize(quantized, scale, zero_point, axis=-1, out_dtype="float32")
+        self.dequantized[var_id] = relax.op.dequantize(quantized, scale, zero_point, axis=-1, out_dtype="float32")
+        return self.dequantized[var_id]
 
     def read(self, arg: relax.Expr, original: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr:
         if isinstance(original, relax.Var) and original.id_ in self.plan.inputs:
@@ -157,6 +159,12 @@ class _Quantizer:
 
     def rewrite(self, binding: relax.Binding, value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
         var_id, original = binding.var.id_, binding.value
+        if isinstance(original, relax.Var) and original.id_ in self.dequantized and not isinstance(binding.var, relax.DataflowVar):
+            # A quantized value the model also hands out (a segment's output where placement cuts
+            # it) gets a dequantize of its own: the int8 op reading it fuses the other one, which
+            # a composite cannot both fuse and hand out.
+            return relax.Call(self.dequantized[original.id_].op, self.dequantized[original.id_].args,
+                              self.dequantized[original.id_].attrs)
         if var_id in self.plan.layers:
             weights = constant_array(original.args[1])
             axis = 0 if op_name(original) != "relax.matmul" else 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import tvm
@@ -28,10 +28,22 @@ from byoc.partition.pipeline import partition_graph
 from byoc.partition.report import report as partition_report
 from byoc.placement.cache import MeasurementCache
 from byoc.placement.candidates import BUDGET_SPENT, GIVE_UP_FACTOR, Search
+from byoc.placement.joint import (
+    INT8,
+    ErrorProbe,
+    PrecisionBudget,
+    Switch,
+    backend_of,
+    choose,
+    computes_quantized,
+    int8_option,
+    quantized_piece,
+    segment_layers,
+)
 from byoc.placement.measure import LocalMeasurer
 from byoc.placement.report import PLACEMENT_ATTR, PlacementReport, SegmentRow
 from byoc.placement.search import cheapest_cover
-from byoc.placement.segments import Segment, cut_segments, extract
+from byoc.placement.segments import Extracted, Segment, cut_segments, extract
 from byoc.placement.switch import SwitchCosts, switch_costs
 from byoc.progress import Progress
 from byoc.runtime_metadata.build import model_io
@@ -41,9 +53,11 @@ DEFAULT_BUDGET_S = 600.0
 
 
 def _runs(chosen: Sequence[str]) -> list[tuple[str, int, int]]:
-    """(backend, first segment, last segment) of each stretch of segments on one backend."""
+    """(backend, first segment, last segment) of each stretch of segments on one backend (its
+    fp32 and int8 segments together: one region)."""
     runs: list[tuple[str, int, int]] = []
-    for index, backend in enumerate(chosen):
+    for index, option in enumerate(chosen):
+        backend = backend_of(option)
         if runs and runs[-1][0] == backend:
             runs[-1] = (backend, runs[-1][1], index)
         else:
@@ -53,9 +67,12 @@ def _runs(chosen: Sequence[str]) -> list[tuple[str, int, int]]:
 
 def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFAULT_BUDGET_S, measurer=None,
           cache: MeasurementCache | None = None, inputs: Mapping[str, np.ndarray] | None = None,
-          pieces: int = DEFAULT_PIECES, show_progress: bool = True, **cost_options) -> tvm.IRModule:
+          pieces: int = DEFAULT_PIECES, show_progress: bool = True, precision: PrecisionBudget | None = None,
+          **cost_options) -> tvm.IRModule:
     """Partition `mod` between the host and `backends` by measured cost (see the module doc).
-    `inputs` by name are the model inputs the candidates see (default: seeded random)."""
+    `inputs` by name are the model inputs the candidates see (default: seeded random). With
+    `precision`, each segment also runs in int8 or fp32, chosen under its error budget (see
+    `byoc.placement.joint`); the result is the model quantized where int8 was chosen."""
     start = time.perf_counter()
     measurer = measurer if measurer is not None else LocalMeasurer()
     cache = cache if cache is not None else MeasurementCache()
@@ -79,38 +96,82 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
         search.values.update(_model_inputs(mod, inputs))
         costs = SwitchCosts(0.0, {}, {}) if not backends else switch_costs(search)
         rows, options = _measure_segments(search, segments, extracted, costs)
-        chosen, segment_sum = cheapest_cover(options, costs.switch, [s.label for s in segments])
-        for row, backend in zip(rows, chosen):
-            row.chosen = backend
-        predicted = _predict(search, mod, segments, rows, costs)
+        labels = [s.label for s in segments]
+        layers: list[frozenset[int]] = []
+        chosen_model, error = mod, None
+        if precision is None:
+            chosen, segment_sum = cheapest_cover(options, costs.switch, labels)
+        else:
+            layers = segment_layers(mod, segments)
+            _measure_int8(search, segments, extracted, layers, rows, options, costs, precision)
+            probe = ErrorProbe(mod, precision, backends, segments, layers, measured_options)
+            chosen, error, errors = choose(options, Switch(costs.switch), search.by_name, probe, precision.budget, labels,
+                                           progress)
+            for (index, option), alone in errors.items():
+                rows[index].errors[option] = alone
+            segment_sum = _cover_cost(options, chosen, Switch(costs.switch))
+            chosen_model = probe.model(dict(enumerate(chosen)))
+        for row, option in zip(rows, chosen):
+            row.chosen = option
+
+        def quantize(piece: Extracted, first: int, last: int) -> tvm.IRModule | None:
+            """A stretch's piece with its int8 segments' layers quantized (None: it has none)."""
+            if precision is None:
+                return None
+            return quantized_piece(piece, _int8_layers(rows, layers, first, last), precision.ranges)
+
+        predicted = _predict(search, mod, segments, rows, costs, quantize)
         singles = {}
         for backend in backends:
             only = [{k: v for k, v in row.costs.items() if k in (backend.name, HOST)} for row in rows]
             if all(only):
                 singles[backend.name] = costs.base_ms + cheapest_cover(only, costs.switch)[1]
         placement, why = _placement(mod, segments, rows)
-        partitioned = partition_graph(mod, backends, placement, why, **measured_options)
+        partitioned = partition_graph(chosen_model, backends, placement, why, **measured_options)
         params = [p.name for p in mod["main"].params]
         # Costs are not additive (layouts kept across cuts, thread pools that clash): the chosen
         # placement and every backend alone are timed end to end against each other, and the
         # fastest is kept.
         ends = {"the chosen placement": partitioned}
         ends.update({f"{b.name} alone": partition_graph(mod, [b], **cost_options) for b in backends})
+        # With int8 chosen, the same quantized model on one backend alone too (no switches
+        # between backends' int8 kernels), kept only if its own error is within the budget.
+        at_precision = {f"{b.name} alone at the chosen precision": b for b in backends if computes_quantized(b)} \
+            if error else {}
+        ends.update({label: partition_graph(chosen_model, [b], **cost_options) for label, b in at_precision.items()})
         timed = search.compare(ends, params)
-        fastest = min(timed, key=timed.get) if timed else "the chosen placement"
         listed = ", ".join(f"{label} {ms:.3f} ms" for label, ms in timed.items())
-        decision = f"end to end: {listed or 'nothing could be timed (a simulated accelerator is only estimated)'}; kept {fastest}"
+        fastest = min(timed, key=timed.get) if timed else "the chosen placement"
+        rejected = []
+        while fastest in at_precision:
+            alone = probe.measure(ends[fastest])
+            if alone <= precision.budget:
+                error = alone
+                break
+            rejected.append(f"{fastest}, whose error {alone:.2%} exceeds the budget")
+            timed.pop(fastest)
+            fastest = min(timed, key=timed.get)
+        decision = f"end to end: {listed or 'nothing could be timed (a simulated accelerator is only estimated)'}; kept {fastest}" \
+            + (f" (not {'; '.join(rejected)})" if rejected else "")
         partitioned = ends[fastest]
         chosen = [row.chosen for row in rows]
-        running = segment_backends(partitioned, segments, chosen)
-        if running != chosen:  # the report says where each segment runs
-            for row, backend in zip(rows, running):
-                row.chosen = backend
-            predicted = _predict(search, mod, segments, rows, costs)
+        if fastest in at_precision:  # one backend runs the quantized model
+            name = at_precision[fastest].name
+            chosen = [int8_option(name) if option.endswith(INT8) else name for option in chosen]
+        elif fastest != "the chosen placement":  # a backend alone runs the fp32 model
+            chosen = [backend_of(option) for option in chosen]
+            error = None if error is None else 0.0
+        running = segment_backends(partitioned, segments, [backend_of(option) for option in chosen])
+        running = [option if backend_of(option) == backend else backend for option, backend in zip(chosen, running)]
+        if running != [row.chosen for row in rows]:  # the report says where each segment runs
+            for row, option in zip(rows, running):
+                row.chosen = option
+            predicted = _predict(search, mod, segments, rows, costs, quantize)
         report = PlacementReport(
             [b.name for b in backends], f"{measurer.where} ({search.machine})", rows,
             {f"{a} -> {b}": ms for (a, b), ms in costs.switch.items()}, costs.base_ms, costs.base_ms + segment_sum, predicted,
             timed.get(fastest), singles, decision, time.perf_counter() - start, search.measured, search.cached,
+            precision.budget if precision is not None else None, error, len(precision.samples) if precision is not None else 0,
         )
     finally:
         measurer.close()
@@ -136,6 +197,39 @@ def _measure_segments(search: Search, segments, extracted, costs: SwitchCosts):
         rows.append(row)
         options.append(dict(row.costs) or _unmeasured(segment, row))
     return rows, options
+
+
+def _measure_int8(search: Search, segments, extracted, layers, rows, options, costs: SwitchCosts,
+                  precision: PrecisionBudget) -> None:
+    """Each segment with layers to quantize, quantized and timed on each backend that takes it
+    and computes byoc's quantization in int8: its `<backend>:int8` option."""
+    takers = [(i, name) for i, segment in enumerate(segments) if layers[i] for name in segment.takers
+              if name in search.by_name and computes_quantized(search.by_name[name])]
+    if search.progress is not None:
+        search.progress.total += len(takers) + 2 * len(segments)  # the timings, and at most two errors a segment
+    for index, name in takers:
+        piece = quantized_piece(extracted[index], layers[index], precision.ranges)
+        option = int8_option(name)
+        found = search.time(f"segment {index} on {option}", piece, name, extracted[index].inputs, extracted[index].outputs,
+                            extra_key="int8")
+        if found.ms is None:
+            rows[index].notes[option] = found.note
+            continue
+        rows[index].costs[option] = options[index][option] = max(0.0, found.ms - costs.base_ms - costs.invocation.get(name, 0.0))
+
+
+def _int8_layers(rows: Sequence[SegmentRow], layers: Sequence[frozenset[int]], first: int, last: int) -> frozenset[int]:
+    """The layers of the segments from `first` to `last` whose chosen option runs int8 by byoc's quantization."""
+    return frozenset().union(*(layers[i] for i in range(first, last + 1) if rows[i].chosen.endswith(INT8)))
+
+
+def _cover_cost(options: Sequence[Mapping[str, float]], chosen: Sequence[str], switch: Switch) -> float:
+    """What the search minimises for `chosen`: its segments' costs and the switches between them."""
+    total, previous = 0.0, HOST
+    for costs, option in zip(options, chosen):
+        total += costs[option] + (0.0 if option == previous else switch.get((previous, option)))
+        previous = option
+    return total
 
 
 def _unmeasured(segment: Segment, row: SegmentRow) -> dict[str, float]:
@@ -166,7 +260,7 @@ def segment_backends(partitioned: tvm.IRModule, segments: Sequence[Segment], def
 
 
 def _predict(search: Search, mod: tvm.IRModule, segments: Sequence[Segment], rows: Sequence[SegmentRow],
-             costs: SwitchCosts) -> float | None:
+             costs: SwitchCosts, quantize: Callable[[Extracted, int, int], tvm.IRModule | None]) -> float | None:
     """The whole model's latency from measurements: each stretch of segments on one backend
     timed as one region (a region keeps its layouts and threads across segment cuts, which
     the segments alone cannot show), plus the switch costs between stretches; None where a
@@ -179,11 +273,13 @@ def _predict(search: Search, mod: tvm.IRModule, segments: Sequence[Segment], row
     for backend, first, last in runs:
         span = Segment(-1, segments[first].start, segments[last].end, [n for s in segments[first:last + 1] for n in s.nodes], 0, [], {})
         piece = extract(mod, span)
-        found = search.time(f"segments {first}-{last} on {backend}", piece.mod, backend, piece.inputs, piece.outputs)
+        quantized = quantize(piece, first, last) if backend != HOST else None
+        found = search.time(f"segments {first}-{last} on {backend}", quantized or piece.mod, backend, piece.inputs, piece.outputs,
+                            extra_key="int8" if quantized is not None else "")
         if found.ms is not None:
             total += max(0.0, found.ms - costs.base_ms - costs.invocation.get(backend, 0.0))
-        elif all(backend in row.costs for row in rows[first:last + 1]):  # the segments' own sum
-            total += sum(row.costs[backend] for row in rows[first:last + 1])
+        elif all(row.chosen in row.costs for row in rows[first:last + 1]):  # the segments' own sum
+            total += sum(row.costs[row.chosen] for row in rows[first:last + 1])
         else:
             return None
         if backend != previous:
@@ -208,6 +304,6 @@ def _placement(mod: tvm.IRModule, segments: Sequence[Segment], rows: Sequence[Se
     for segment, row in zip(segments, rows):
         measured = ", ".join(f"{b} {ms:.3f} ms" for b, ms in row.costs.items()) or row.notes.get(row.chosen, "")
         for binding in bindings[segment.start:segment.end]:
-            placement[binding.var.name] = row.chosen
+            placement[binding.var.name] = backend_of(row.chosen)
             why[binding.var.name] = f"segment {segment.index}: {measured}"
     return placement, why

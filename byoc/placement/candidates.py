@@ -60,15 +60,21 @@ class Search:
         self.producers: dict[str, tuple] = {}  # value name -> (the extracted segment making it, its takers)
         self.modules: list[tvm.IRModule] = []
 
+    def step(self, what: str) -> None:
+        if self.progress is not None:
+            self.progress.step(what)
+
+    def advance(self, what: str) -> None:
+        if self.progress is not None:
+            self.progress.advance(what)
+
     def time(self, what: str, mod: tvm.IRModule, backend: str, input_names: Sequence[str],
              output_names: Sequence[str] = (), extra_key: str = "", give_up_ms: float | None = None) -> Candidate:
         """`candidate` for a backend by name (HOST: the module as it is, on the host), shown
         as a step of the progress bar."""
-        if self.progress is not None:
-            self.progress.step(what)
+        self.step(what)
         found = self.candidate(mod, self.by_name.get(backend), input_names, output_names, extra_key, give_up_ms)
-        if self.progress is not None:
-            self.progress.advance(what)
+        self.advance(what)
         return found
 
     def compare(self, modules: Mapping[str, tvm.IRModule], input_names: Sequence[str]) -> dict[str, float]:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 import tvm
 
 PLACEMENT_ATTR = "byoc.placement"
+INT8 = ":int8"  # an option's suffix: the segment quantized by byoc, on the backend named before it
 
 
 @dataclass
@@ -21,6 +22,7 @@ class SegmentRow:
     chosen: str
     costs: dict[str, float]  # backend -> measured ms of the segment alone (invocation removed)
     notes: dict[str, str] = field(default_factory=dict)  # backend -> why it has no cost here
+    errors: dict[str, float] = field(default_factory=dict)  # int8 option -> the model's error with this segment alone on it
 
 
 @dataclass
@@ -38,6 +40,9 @@ class PlacementReport:
     search_s: float
     measured: int  # candidates timed in this search
     cached: int  # candidates whose time came from the cache
+    budget: float | None = None  # the error budget precision was chosen under (max_rel_l2), if any
+    rel_l2: float | None = None  # the kept placement's measured error against fp32
+    samples: int = 0  # calibration inputs the errors were measured on
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,27 +55,41 @@ class PlacementReport:
         return cls(**{**data, "rows": [SegmentRow(**r) for r in data["rows"]]})
 
     def to_table(self) -> str:
-        columns = [*self.backends, "host"]
+        int8 = sorted({o for row in self.rows for o in (*row.costs, *row.notes) if o.endswith(INT8)})
+        columns = [*self.backends, *int8, "host"]
+        errors = self.budget is not None
         lines = [
             f"measured placement over {', '.join(columns)} on {self.where}: {len(self.rows)} segments, "
             f"{self.measured} candidate(s) measured, {self.cached} from the cache, {self.search_s:.1f} s",
-            f"{'seg':>4}  {'nodes':<44}{'ops':>5}{'MMACs':>8}  {'chosen':<12}" + "".join(f"{c:>13}" for c in columns),
         ]
+        if errors:
+            chosen = [row for row in self.rows if row.chosen in row.errors or row.chosen.endswith(INT8)]
+            measured = "-" if self.rel_l2 is None else f"{self.rel_l2:.2%}"
+            lines.append(f"precision under an error budget of {self.budget:.2%} (relative L2 against fp32 on {self.samples} "
+                         f"calibration input(s)): {len(chosen)} of {len(self.rows)} segments in int8, error {measured}")
+        widths = [max(13, len(c) + 2) for c in columns]
+        lines.append(f"{'seg':>4}  {'nodes':<44}{'ops':>5}{'MMACs':>8}  {'chosen':<17}"
+                     + "".join(f"{c:>{w}}" for c, w in zip(columns, widths)) + (f"{'error':>9}" if errors else ""))
         lines.append("-" * len(lines[-1]))
         notes = []
         for row in self.rows:
             cells = []
-            for backend in columns:
+            for backend, width in zip(columns, widths):
                 if backend in row.costs:
                     mark = "*" if backend == row.chosen else " "
-                    cells.append(f"{row.costs[backend]:>12.3f}{mark}")
+                    cells.append(f"{row.costs[backend]:>{width - 1}.3f}{mark}")
                 else:
-                    cells.append(f"{'-':>13}")
+                    cells.append(f"{'-':>{width}}")
                     if backend in row.notes:
                         notes.append(f"  segment {row.index}, {backend}: {row.notes[backend]}")
             label = row.label if len(row.label) <= 42 else row.label[:39] + "..."
-            lines.append(f"{row.index:>4}  {label:<44}{row.ops:>5}{row.macs / 1e6:>8.0f}  {row.chosen:<12}" + "".join(cells))
-        lines.append("times in ms, each segment alone without its invocation; * chosen")
+            error = row.errors.get(row.chosen)
+            lines.append(f"{row.index:>4}  {label:<44}{row.ops:>5}{row.macs / 1e6:>8.0f}  {row.chosen:<17}" + "".join(cells)
+                         + ((f"{error:>9.2%}" if error is not None else f"{'-':>9}") if errors else ""))
+        lines.append("times in ms, each segment alone without its invocation; * chosen"
+                     + ("; error: the model's with that segment alone in int8 as chosen" if errors else ""))
+        if errors and self.rel_l2 and not any(row.errors for row in self.rows):
+            lines.append("(the fastest placement is within the error budget: segments were not measured alone)")
         if notes:
             lines.append("no time for:")
             lines.extend(notes)

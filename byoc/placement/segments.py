@@ -141,6 +141,7 @@ class Extracted:
     mod: tvm.IRModule
     inputs: list[str]  # keys of the values it reads (model inputs or earlier bindings; `value_keys`)
     outputs: list[str]  # keys of the values it makes for later segments or the model's output
+    origin: dict[int, int]  # its parameters' and bindings' variable ids -> those of the model's values they stand for
 
 
 def value_keys(main: relax.Function) -> dict[int, str]:
@@ -192,4 +193,8 @@ def extract(mod: tvm.IRModule, segment: Segment) -> Extracted:
                 made[binding.var.id_] = new
             results = [builder.emit_output(made[v.id_], f"{v.name}_out") for v in outputs]
         builder.emit_func_output(results[0] if len(results) == 1 else relax.Tuple(results))
-    return Extracted(builder.get(), [keys[v.id_] for v in inputs.values()], [keys[v.id_] for v in outputs])
+    piece = builder.get()
+    # By position: the function keeps its parameters, then one binding per binding inside, in order.
+    origin = {param.id_: var.id_ for param, var in zip(piece["main"].params, inputs.values())}
+    origin.update({new.var.id_: old.var.id_ for new, old in zip(piece["main"].body.blocks[0].bindings, inside)})
+    return Extracted(piece, [keys[v.id_] for v in inputs.values()], [keys[v.id_] for v in outputs], origin)
