@@ -28,8 +28,8 @@ from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backe
 from byoc.partition.precision import int8_plan, quantize_model
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
-from byoc.placement.joint import PrecisionBudget
-from byoc.placement.precision import DEFAULT_BUDGET, PRECISION_ATTR, PrecisionReport, choose_precision
+from byoc.placement.joint import PrecisionBudget, computes_quantized
+from byoc.placement.precision import DEFAULT_BUDGET, PRECISION_ATTR, PrecisionReport, checked_budget, choose_precision
 from byoc.placement.remote import measurer_for
 from byoc.processing.passes import needs_calibration
 from byoc.processing.ranges import METHODS
@@ -188,7 +188,7 @@ def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, b
     if precision == "fp32":
         return mod, options, None, None
     ordered = resolve_backends(backends)
-    if not any(b.limits.quantized and b.limits.int8_weights for b in ordered):
+    if not any(computes_quantized(b) for b in ordered):
         raise PartitionError(f"precision={precision!r} quantizes the model for a vendor that computes a quantized model in "
                              f"int8 with its scales (dnnl); {', '.join(b.name for b in ordered)} does not (vitis_ai and "
                              "ethos_u quantize at compile time anyway)")
@@ -209,25 +209,18 @@ def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, b
                                       backends=float_backends))
         return known
 
-    def bounds(plan):
-        return ranges(plan.calibrated)
-
     report = joint = None
+    plan = int8_plan(mod)  # refuses a model with nothing to quantize
     budget = DEFAULT_BUDGET if max_rel_l2 is None else max_rel_l2
     if precision == "int8":
-        plan = int8_plan(mod)
-        quantized = quantize_model(mod, plan, bounds(plan))
+        quantized = quantize_model(mod, plan, ranges(plan.calibrated))
     elif placement == "auto":
-        if not 0 < budget < 1:
-            raise QuantizationError(f"max_rel_l2 must be a relative error between 0 and 1, not {budget!r}")
-        int8_plan(mod)  # refuses a model with nothing to quantize
-        quantized, joint = mod, PrecisionBudget(budget, samples, float_backends, ranges)
+        quantized, joint = mod, PrecisionBudget(checked_budget(budget), samples, float_backends, ranges)
     else:
-        quantized, report = choose_precision(mod, float_backends, samples, bounds, budget)
+        quantized, report = choose_precision(mod, float_backends, samples, ranges, budget)
     declared = {o.name for b in ordered for o in declared_options(b)}
     calibration_names = {o.name for o in CALIBRATION_OPTIONS}
     return quantized, {k: v for k, v in options.items() if k in declared or k not in calibration_names}, report, joint
-
 
 
 def _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local, placement_cache_dir,

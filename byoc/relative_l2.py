@@ -35,3 +35,8 @@ def relative_l2(got: Iterable[np.ndarray], want: Iterable[np.ndarray]) -> float:
     for g, w in zip(got, want):
         measure.add(g, w)
     return measure.value
+
+
+def samples_relative_l2(got: Iterable[Iterable[np.ndarray]], want: Iterable[Iterable[np.ndarray]]) -> float:
+    """Over every output of every sample: `got[s]` the outputs of sample s, as `want[s]`."""
+    return relative_l2((g for gs in got for g in gs), (w for ws in want for w in ws))

@@ -16,7 +16,7 @@ model on the calibration samples on the host (byoc.runtime_metadata.calibration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -163,8 +163,8 @@ class _Quantizer:
             # A quantized value the model also hands out (a segment's output where placement cuts
             # it) gets a dequantize of its own: the int8 op reading it fuses the other one, which
             # a composite cannot both fuse and hand out.
-            return relax.Call(self.dequantized[original.id_].op, self.dequantized[original.id_].args,
-                              self.dequantized[original.id_].attrs)
+            dequantize = self.dequantized[original.id_]
+            return relax.Call(dequantize.op, dequantize.args, dequantize.attrs)
         if var_id in self.plan.layers:
             weights = constant_array(original.args[1])
             axis = 0 if op_name(original) != "relax.matmul" else 1
@@ -192,6 +192,15 @@ def int8_plan(mod: tvm.IRModule, only: frozenset[int] | None = None) -> Int8Plan
         raise QuantizationError("precision='int8': the model has no convolution or dense layer with constant float32 weights "
                                 "to quantize")
     return plan
+
+
+def quantize_layers(mod: tvm.IRModule, layers: frozenset[int], ranges: Callable[[Sequence[int]], Mapping[int, list[float]]]) -> tvm.IRModule:
+    """`mod` with those of its layers (var ids) quantized, each value's range given by `ranges`
+    (var ids -> [low, high]); `mod` itself where there are none."""
+    if not layers:
+        return mod
+    plan = int8_plan(mod, layers)
+    return quantize_model(mod, plan, ranges(plan.calibrated))
 
 
 def quantize_model(mod: tvm.IRModule, plan: Int8Plan, bounds: Mapping[int, list[float]], activations: str = "uint8") -> tvm.IRModule:

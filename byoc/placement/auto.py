@@ -105,11 +105,11 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
             layers = segment_layers(mod, segments)
             _measure_int8(search, segments, extracted, layers, rows, options, costs, precision)
             probe = ErrorProbe(mod, precision, backends, segments, layers, measured_options)
-            chosen, error, errors = choose(options, Switch(costs.switch), search.by_name, probe, precision.budget, labels,
-                                           progress)
+            switch = Switch(costs.switch)
+            chosen, error, errors = choose(options, switch, search.by_name, probe, precision.budget, labels, progress)
             for (index, option), alone in errors.items():
                 rows[index].errors[option] = alone
-            segment_sum = _cover_cost(options, chosen, Switch(costs.switch))
+            segment_sum = _cover_cost(options, chosen, switch)
             chosen_model = probe.model(dict(enumerate(chosen)))
         for row, option in zip(rows, chosen):
             row.chosen = option

@@ -27,16 +27,15 @@ import numpy as np
 import tvm
 
 from byoc.backend.spec import Backend
-from byoc.errors import QuantizationError
 from byoc.partition.group import HOST
 from byoc.partition.pipeline import partition_graph
-from byoc.partition.precision import int8_plan, quantize_model
+from byoc.partition.precision import int8_plan, quantize_layers
 from byoc.placement.report import INT8
 from byoc.placement.search import cheapest_cover
 from byoc.placement.segments import Extracted, Segment, main_block
 from byoc.processing.passes import needs_calibration
 from byoc.progress import Progress
-from byoc.relative_l2 import relative_l2
+from byoc.relative_l2 import samples_relative_l2
 from byoc.runtime_metadata.build import build
 from byoc.runtime_metadata.calibration import calibrate, run_sample
 
@@ -81,10 +80,7 @@ class Switch:
 
 def segment_layers(mod: tvm.IRModule, segments: Sequence[Segment]) -> list[frozenset[int]]:
     """The quantizable layers (variable ids) of each segment."""
-    try:
-        order = set(int8_plan(mod).order)
-    except QuantizationError:
-        return [frozenset() for _ in segments]
+    order = int8_plan(mod).layers
     bindings = list(main_block(mod).bindings)
     return [frozenset(b.var.id_ for b in bindings[s.start:s.end] if b.var.id_ in order) for s in segments]
 
@@ -94,9 +90,12 @@ def quantized_piece(piece: Extracted, layers: frozenset[int], ranges) -> tvm.IRM
     local = frozenset(i for i, o in piece.origin.items() if o in layers)
     if not local:
         return None
-    plan = int8_plan(piece.mod, local)
-    known = ranges(sorted({piece.origin[i] for i in plan.calibrated}))
-    return quantize_model(piece.mod, plan, {i: known[piece.origin[i]] for i in plan.calibrated})
+
+    def piece_ranges(var_ids: Sequence[int]) -> dict[int, list[float]]:
+        known = ranges(sorted({piece.origin[i] for i in var_ids}))
+        return {i: known[piece.origin[i]] for i in var_ids}
+
+    return quantize_layers(piece.mod, local, piece_ranges)
 
 
 class ErrorProbe:
@@ -108,16 +107,12 @@ class ErrorProbe:
         self.by_name = {b.name: b for b in backends}
         self.cost_options = dict(cost_options)
         self.want = self._outputs(partition_graph(mod, precision.float_backends, **self.cost_options), ())
-        self.measured = 0
 
     def model(self, choice: Mapping[int, str]) -> tvm.IRModule:
         """The model quantized where `choice` (segment index -> option) runs int8 on a backend that
         computes byoc's quantization."""
         layers = frozenset().union(*(self.layers[i] for i, option in choice.items() if option.endswith(INT8)))
-        if not layers:
-            return self.mod
-        plan = int8_plan(self.mod, layers)
-        return quantize_model(self.mod, plan, self.precision.ranges(plan.calibrated))
+        return quantize_layers(self.mod, layers, self.precision.ranges)
 
     def placement(self, choice: Mapping[int, str]) -> dict[str, str]:
         return {node: backend_of(option) for i, option in choice.items() for node in self.segments[i].nodes}
@@ -134,8 +129,7 @@ class ErrorProbe:
     def measure(self, partitioned: tvm.IRModule, vendors: Sequence[Backend] = ()) -> float:
         """The relative L2 error of a partitioned model (its `vendors` that quantize at compile
         time calibrated here)."""
-        self.measured += 1
-        return relative_l2((g for gs in self._outputs(partitioned, vendors) for g in gs), (w for ws in self.want for w in ws))
+        return samples_relative_l2(self._outputs(partitioned, vendors), self.want)
 
     def _outputs(self, partitioned: tvm.IRModule, vendors: Sequence[Backend]) -> list[list[np.ndarray]]:
         for vendor in vendors:

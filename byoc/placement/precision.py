@@ -27,9 +27,9 @@ import tvm
 from byoc.backend.spec import Backend
 from byoc.errors import QuantizationError
 from byoc.partition.pipeline import partition_graph
-from byoc.partition.precision import Int8Plan, int8_plan, quantize_model
+from byoc.partition.precision import int8_plan, quantize_layers
 from byoc.progress import Progress
-from byoc.relative_l2 import relative_l2
+from byoc.relative_l2 import samples_relative_l2
 from byoc.runtime_metadata.build import build
 from byoc.runtime_metadata.calibration import run_sample
 from byoc.timing import time_blocks
@@ -96,19 +96,21 @@ def precision_report(mod: tvm.IRModule) -> PrecisionReport | None:
     return PrecisionReport.from_json(str(text)) if text is not None else None
 
 
-def _relative_l2(got: Sequence[Sequence[np.ndarray]], want: Sequence[Sequence[np.ndarray]]) -> float:
-    """Over every output of every sample."""
-    return relative_l2((g for gs in got for g in gs), (w for ws in want for w in ws))
+def checked_budget(budget: float) -> float:
+    """`budget` (max_rel_l2), refused unless it is a relative error between 0 and 1."""
+    if not 0 < budget < 1:
+        raise QuantizationError(f"max_rel_l2 must be a relative error between 0 and 1, not {budget!r}")
+    return budget
 
 
 class _Candidates:
     """Builds a model for a set of int8 layers and runs it on the calibration inputs."""
 
-    def __init__(self, mod: tvm.IRModule, backends: Sequence[Backend], samples: list, bounds: Callable[[Int8Plan], Mapping]):
-        self.mod, self.backends, self.samples, self.bounds = mod, list(backends), samples, bounds
+    def __init__(self, mod: tvm.IRModule, backends: Sequence[Backend], samples: list, ranges: Callable[[Sequence[int]], Mapping]):
+        self.mod, self.backends, self.samples, self.ranges = mod, list(backends), samples, ranges
 
     def model(self, layers: frozenset[int]) -> tvm.IRModule:
-        return quantize_model(self.mod, plan := int8_plan(self.mod, layers), self.bounds(plan)) if layers else self.mod
+        return quantize_layers(self.mod, layers, self.ranges)
 
     def compiled(self, layers: frozenset[int]):
         return build(partition_graph(self.model(layers), self.backends))
@@ -117,31 +119,30 @@ class _Candidates:
         return [run_sample(compiled, sample) for sample in self.samples]
 
 
-def choose_precision(mod: tvm.IRModule, backends: Sequence[Backend], samples: list, bounds: Callable[[Int8Plan], Mapping],
+def choose_precision(mod: tvm.IRModule, backends: Sequence[Backend], samples: list, ranges: Callable[[Sequence[int]], Mapping],
                      budget: float = DEFAULT_BUDGET, segments: int = DEFAULT_SEGMENTS, runs: int = 10,
                      show_progress: bool = True) -> tuple[tvm.IRModule, PrecisionReport]:
     """The model with the int8 segments chosen (see the module doc) quantized, and the report.
-    `bounds(plan)` gives the calibrated ranges of a plan's values."""
-    if not 0 < budget < 1:
-        raise QuantizationError(f"max_rel_l2 must be a relative error between 0 and 1, not {budget!r}")
+    `ranges(var ids)` gives the calibrated ranges of the model's values."""
+    checked_budget(budget)
     start = time.perf_counter()
     order = int8_plan(mod).order
     count = max(1, min(segments, len(order)))
     cuts = [round(i * len(order) / count) for i in range(count + 1)]
     parts = [frozenset(order[a:b]) for a, b in zip(cuts, cuts[1:])]
     names = {b.var.id_: b.var.name for block in mod["main"].body.blocks for b in block.bindings}
-    candidates = _Candidates(mod, backends, samples, bounds)
+    candidates = _Candidates(mod, backends, samples, ranges)
     progress = Progress(len(parts) + 2, "measuring precision") if show_progress else None
     compiled = {"fp32": candidates.compiled(frozenset())}
     want = candidates.outputs(compiled["fp32"])
     _advance(progress, "fp32")
     compiled["int8"] = candidates.compiled(frozenset(order))
-    errors = {"int8": _relative_l2(candidates.outputs(compiled["int8"]), want)}
+    errors = {"int8": samples_relative_l2(candidates.outputs(compiled["int8"]), want)}
     _advance(progress, "all int8")
     if errors["int8"] > budget:
         for index, part in enumerate(parts):
             compiled[index] = candidates.compiled(part)
-            errors[index] = _relative_l2(candidates.outputs(compiled[index]), want)
+            errors[index] = samples_relative_l2(candidates.outputs(compiled[index]), want)
             _advance(progress, f"segment {index} in int8")
     ms = _median_ms(compiled, samples[0], runs)
     chosen: set[int] = set()
@@ -155,7 +156,7 @@ def choose_precision(mod: tvm.IRModule, backends: Sequence[Backend], samples: li
             if ms["fp32"] - ms[index] <= 0 or errors[index] > budget:
                 continue
             trial = chosen | {index}
-            measured = errors[index] if not chosen else _relative_l2(
+            measured = errors[index] if not chosen else samples_relative_l2(
                 candidates.outputs(candidates.compiled(frozenset().union(*(parts[i] for i in trial)))), want)
             if measured <= budget:
                 chosen, error = trial, measured
