@@ -1,9 +1,9 @@
 """Attention over a key/value cache whose length is new at every call, on dnnl with symbolic
 shapes: its two products, small, run one oneDNN primitive for every length (GEMM with run-time
-dimensions) with the mask added in place after the first; large, the primitive made for the
-sizes (oneDNN's JIT kernel; its GEMM on AVX2, which has no brgemm). Checked against numpy
-(fp32: 1e-5 of the output's scale) and, with ONEDNN_VERBOSE, by which primitives ran and how
-many were made."""
+dimensions), the mask added in place after the first and the softmax computed by byoc's loops
+(no primitive made for the length); large, the primitives made for the sizes (oneDNN's JIT
+kernel; its GEMM on AVX2, which has no brgemm). Checked against numpy (fp32: 1e-5 of the
+output's scale) and, with ONEDNN_VERBOSE, by which primitives ran and how many were made."""
 
 from __future__ import annotations
 
@@ -25,8 +25,24 @@ HEADS, WIDTH = 4, 16
 DIMS = {"batch": (1, 4), "sequence": (1, 64), "total": (1, 128)}
 
 
-def _attention() -> onnx.ModelProto:
-    """softmax(q @ k^T * 0.25 + mask) @ v, as exporters write a decoder's attention."""
+# torch's two ways of making a row masked whole by -inf give 0: the softmax's NaN replaced
+# (torch.onnx), and the rows whose every score is -inf found and zeroed (torch.export's safe softmax).
+_ZEROED_ROWS = {
+    "nan_to_zero": [helper.make_node("IsNaN", ["probabilities"], ["undefined"]),
+                    helper.make_node("Where", ["undefined", "zero", "probabilities"], ["weights"])],
+    "masked_rows": [helper.make_node("Equal", ["masked", "minus_inf"], ["is_masked"]),
+                    helper.make_node("Not", ["is_masked"], ["kept"]),
+                    helper.make_node("Cast", ["kept"], ["kept_number"], to=TensorProto.INT32),
+                    helper.make_node("ReduceMax", ["kept_number"], ["any_kept"], axes=[-1], keepdims=1),
+                    helper.make_node("Cast", ["any_kept"], ["any_kept_bool"], to=TensorProto.BOOL),
+                    helper.make_node("Not", ["any_kept_bool"], ["all_masked"]),
+                    helper.make_node("Where", ["all_masked", "zero", "probabilities"], ["weights"])],
+}
+
+
+def _attention(zeroed_rows: str | None = None) -> onnx.ModelProto:
+    """softmax(q @ k^T * 0.25 + mask) @ v, as exporters write a decoder's attention; with
+    `zeroed_rows`, a row masked whole by -inf made 0 in that form of `_ZEROED_ROWS`."""
     def tensor(name: str, *dims) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(dims))
 
@@ -35,7 +51,8 @@ def _attention() -> onnx.ModelProto:
         helper.make_node("MatMul", ["q", "kt"], ["scores"]),
         helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
         helper.make_node("Add", ["scaled", "mask"], ["masked"]),
-        helper.make_node("Softmax", ["masked"], ["weights"], axis=-1),
+        helper.make_node("Softmax", ["masked"], ["probabilities"], axis=-1),
+        *(_ZEROED_ROWS[zeroed_rows] if zeroed_rows else [helper.make_node("Identity", ["probabilities"], ["weights"])]),
         helper.make_node("MatMul", ["weights", "v"], ["out"]),
     ]
     graph = helper.make_graph(
@@ -43,7 +60,8 @@ def _attention() -> onnx.ModelProto:
         [tensor("q", "batch", HEADS, "sequence", WIDTH), tensor("k", "batch", HEADS, "total", WIDTH),
          tensor("v", "batch", HEADS, "total", WIDTH), tensor("mask", "batch", 1, "sequence", "total")],
         [tensor("out", "batch", HEADS, "sequence", WIDTH)],
-        [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.25])])
+        [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.25]), helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+         helper.make_tensor("minus_inf", TensorProto.FLOAT, [], [-np.inf])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -56,8 +74,9 @@ def _inputs(batch: int, sequence: int, total: int, seed: int) -> dict[str, np.nd
 
 def _expected(feeds: dict[str, np.ndarray]) -> np.ndarray:
     scores = feeds["q"] @ feeds["k"].transpose(0, 1, 3, 2) * np.float32(0.25) + feeds["mask"]
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    return (weights / weights.sum(-1, keepdims=True)) @ feeds["v"]
+    with np.errstate(invalid="ignore"):  # a row masked whole: NaN, made 0 where the model says so
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        return np.nan_to_num(weights / weights.sum(-1, keepdims=True), nan=0.0) @ feeds["v"]
 
 
 def _macs(batch: int, sequence: int, total: int) -> int:
@@ -79,6 +98,22 @@ def test_every_length_in_and_out_of_the_limit_is_exact():
         feeds = _inputs(*shape, seed)
         (got,) = compiled.run(feeds)
         want = _expected(feeds)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())), err_msg=str(shape))
+
+
+@pytest.mark.parametrize("zeroed_rows", sorted(_ZEROED_ROWS))
+def test_a_row_masked_whole_gives_zeros_at_every_length(zeroed_rows):
+    """torch's attention: the softmax of a row whose every score is -inf is NaN, made 0. byoc's
+    loops (small lengths) and oneDNN's softmax (large) give numpy's result, zeros in that row."""
+    partitioned = byoc.partition_for(byoc.from_onnx(_attention(zeroed_rows), dims=DIMS), "dnnl")
+    assert len(byoc.report(partitioned).regions) == 1
+    compiled = byoc.build(partitioned)
+    for seed, shape in enumerate([*SMALL[:3], LARGE, SMALL[0]]):
+        feeds = _inputs(*shape, seed)
+        feeds["mask"][:, :, 0, :] = -np.inf  # every query's first row masked whole
+        (got,) = compiled.run(feeds)
+        want = _expected(feeds)
+        assert not np.any(got[:, :, 0]), str(shape)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())), err_msg=str(shape))
 
 
@@ -114,11 +149,13 @@ def test_small_products_make_no_primitive_per_length():
     assert len(ran) == 2 * len(SMALL[1:]) and all(",gemm:jit" in line and sized(line) for line in ran), "\n".join(ran)
     # The same primitive for every length: oneDNN's cache hands it back, nothing is made anew.
     assert not lines(small, "create:cache_miss", "matmul"), "\n".join(lines(small, "create:cache_miss", "matmul"))
-    assert len(lines(small, "exec", "binary")) == len(SMALL[1:])  # the mask, in place
+    # The mask's sum and the softmax are byoc's loops at these sizes: no primitive made or run.
+    assert not [line for line in small if ",binary," in line or ",softmax," in line], "\n".join(small)
     # Made for these sizes: oneDNN's JIT kernel (brgemm) where the CPU has AVX-512, its GEMM on AVX2.
     ran = lines(large, "exec", "matmul")
     assert len(ran) == 2 and not any(sized(line) for line in ran), "\n".join(ran)
     assert any("binary_add" in line for line in ran)  # the mask a post-op of the product
+    assert len(lines(large, "exec", "softmax")) == 1
 
 
 def test_a_shape_that_stays_settles_exactly():

@@ -378,13 +378,40 @@ def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split:
         create = (f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {node.get('algorithm') or BINARY[node['op']]}, "
                   f"byoc_md({result}), {masked.md_of(operand)}, byoc_md({result}), {attr})")
         codes.append(masked.code(create, (attr,)))
-    sized = in_sequence(codes)
+        if not tail and node["op"] in LOOP_BINARY and not node.get("algorithm"):
+            codes[-1] = _chosen(f"{call.name}_mask_in_loops", _in_loops(masked, result, operand, node["op"]), codes[-1],
+                                f"byoc_small_rows(byoc_md({result}), {SMALL_ROWS}) > 0 && "
+                                f"byoc_broadcast_rows({result}, {operand.name}_mem, {LOOP_BINARY[node['op']]}, 0)")
     macs = math.prod(out.shape) * x.shape[-1]
-    flag = f"{call.name}_any_size"
-    choose = f"{flag} = !byoc_settled && {macs} <= {SIZED_PRODUCT_MACS} && byoc_gemm_axis({kernel.md_of(x)}) >= 0 && byoc_gemm_axis({kernel.md_of(w)}) >= 0;"
-    return KernelCode(state="\n".join([jit.state, sized.state, f"static int {flag} = 0;"]),
-                      init="\n".join([choose, f"if ({flag}) {{", sized.init, "} else {", jit.init, "}"]),
-                      run="\n".join([f"if ({flag}) {{", sized.run, "} else {", jit.run, "}"]), reads_settled=True)
+    return _chosen(f"{call.name}_any_size", in_sequence(codes), jit,
+                   f"!byoc_settled && {macs} <= {SIZED_PRODUCT_MACS} && byoc_gemm_axis({kernel.md_of(x)}) >= 0 && "
+                   f"byoc_gemm_axis({kernel.md_of(w)}) >= 0")
+
+
+# Attention's scores over a decoder's cache have a new size at every step, and oneDNN's binary
+# (the mask) and softmax primitives are made for one size: 30-37 us each to make (GPT-2 tiny's
+# first layer, every new length), where its whole step runs in 100. Up to this many values, in a
+# dense row-major layout and before the sizes settle (`byoc_settled`), the mask's sum and the
+# softmax run as loops of byoc's own (`byoc_broadcast_rows`, `byoc_softmax_rows`): at most about
+# 15 us at this size, nothing to make.
+SMALL_ROWS = 4096
+LOOP_BINARY = {"relax.add": 0, "relax.subtract": 1, "relax.multiply": 2, "relax.divide": 3}
+
+
+def _chosen(flag: str, first: KernelCode, otherwise: KernelCode, condition: str) -> KernelCode:
+    """`first` where the C `condition` holds when the kernel is made (for the dimensions then),
+    else `otherwise`; which one is kept in `flag`. It reads `byoc_settled`, or may."""
+    return KernelCode(state="\n".join([otherwise.state, first.state, f"static int {flag} = 0;"]),
+                      init="\n".join([f"{flag} = {condition};", f"if ({flag}) {{", first.init, "} else {", otherwise.init, "}"]),
+                      run="\n".join([f"if ({flag}) {{", first.run, "} else {", otherwise.run, "}"]), reads_settled=True)
+
+
+def _in_loops(kernel: Kernel, result: str, operand: CBuffer, op: str) -> KernelCode:
+    """`result op= operand` in place by `byoc_broadcast_rows`, no primitive made."""
+    loops = Kernel(kernel.call, "loops")
+    loops.state = []
+    loops.before.append(f"byoc_broadcast_rows({result}, {operand.name}_mem, {LOOP_BINARY[op]}, 1);")
+    return loops.code_without_primitive()
 
 
 def _unscaled(call: KernelCall, operand: CBuffer) -> tuple[CBuffer, float]:
@@ -731,7 +758,35 @@ def softmax(call: KernelCall) -> KernelCode:
         f"dnnl_softmax_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_softmax_accurate, "
         f"{kernel.md_of(x)}, {dst_md}, {axis}, {attr})"
     )
-    return kernel.code(create, attrs=(attr,) if quantize is not None else ())
+    code = kernel.code(create, attrs=(attr,) if quantize is not None else ())
+    if quantize is not None or axis != len(x.shape) - 1 or not names_of(x.shape) or {x.dtype, out.dtype} != {"float32"}:
+        return code
+    return _chosen(f"{call.name}_in_loops", _softmax_in_loops(call, x, out), code,
+                   f"!byoc_settled && byoc_small_rows({kernel.md_of(x)}, {SMALL_ROWS}) > 0")
+
+
+def _softmax_in_loops(call: KernelCall, x: CBuffer, out: CBuffer) -> KernelCode:
+    """The softmax over the last axis of dense scores by `byoc_softmax_rows`, its result in the
+    scores' layout; no primitive made (see SMALL_ROWS)."""
+    kernel = Kernel(call, "loops")
+    kernel.state = []
+    name = kernel.name_of("dst")
+    kernel.state.append(f"static byoc_conversion {name};")
+    size = f"&{out.name}_bytes" if out.kind == "intermediate" else "NULL"
+    kernel.setup.append(kernel.check(f"byoc_result_init(&{name}, &{out.name}_mem, {size}, {kernel.md_of(x)})", "result layout"))
+    mode = {"softmax_nan_to_zero": 1, "softmax_masked_rows_to_zero": 2}.get(call.pattern, 0)
+    kernel.before += [
+        "{",
+        "  const float* src = NULL;",
+        "  float* dst = NULL;",
+        "  " + kernel.check(f"dnnl_memory_get_data_handle({x.name}_mem, (void**)&src)", "softmax scores"),
+        "  " + kernel.check(f"dnnl_memory_get_data_handle({name}.memory, (void**)&dst)", "softmax result"),
+        f"  byoc_softmax_rows(src, dst, {math.prod(x.shape[:-1])}, {x.shape[-1]}, {mode});",
+        "}",
+    ]
+    if out.kind != "intermediate":
+        kernel.after.append(kernel.check(f"byoc_reorder({name}.reorder, {name}.memory, {out.name}_mem)", f"reorder into {out.name}"))
+    return kernel.code_without_primitive()
 
 
 def concat(call: KernelCall) -> KernelCode:

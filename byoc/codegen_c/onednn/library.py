@@ -357,6 +357,97 @@ __attribute__((unused, optimize("O3", "fast-math"))) static void byoc_range(cons
 __attribute__((unused, optimize("O3"))) static void byoc_fill(float* data, long n, float value) {
   for (long i = 0; i < n; ++i) data[i] = value;
 }
+
+/* The number of values of a dense row-major layout (plain, its last axis contiguous, no gaps),
+   at most `limit`; 0 for any other layout or more values. Attention's scores at a decoder's new
+   cache length are this small: the loops below run them without a primitive made for the size. */
+__attribute__((unused)) static long byoc_small_rows(const_dnnl_memory_desc_t md, long limit) {
+  int ndims = 0, axis;
+  long count = 1;
+  const dnnl_dims_t* dims = NULL;
+  const dnnl_dims_t* strides = byoc_plain_strides(md);
+  dnnl_data_type_t type = dnnl_data_type_undef;
+  dnnl_memory_desc_query(md, dnnl_query_data_type, &type);
+  if (strides == NULL || type != dnnl_f32) return 0;
+  dnnl_memory_desc_query(md, dnnl_query_ndims_s32, &ndims);
+  dnnl_memory_desc_query(md, dnnl_query_dims, &dims);
+  for (axis = ndims - 1; axis >= 0; --axis) {
+    if ((*dims)[axis] > 1 && (*strides)[axis] != count) return 0;
+    count *= (long)(*dims)[axis];
+  }
+  return count <= limit ? count : 0;
+}
+
+/* Softmax over the last axis of `rows` dense rows of `width`, as oneDNN's accurate softmax
+   computes it (exp(x - max) / sum). mode 1: NaN results become 0 (torch's `Where(IsNaN(p), 0,
+   p)`); mode 2: a row whose every score is -inf (masked whole) becomes 0, and only such a row. */
+__attribute__((unused, optimize("O3"))) static void byoc_softmax_rows(const float* src, float* dst, long rows, long width, int mode) {
+  for (long row = 0; row < rows; ++row) {
+    const float* x = src + row * width;
+    float* y = dst + row * width;
+    float high = -INFINITY, sum = 0.f;
+    for (long i = 0; i < width; ++i) high = x[i] > high ? x[i] : high;
+    if (mode == 2 && high == -INFINITY) {
+      long i = 0;
+      while (i < width && x[i] == -INFINITY) ++i;
+      if (i == width) {
+        memset(y, 0, (size_t)width * sizeof(float));
+        continue;
+      }
+    }
+    for (long i = 0; i < width; ++i) {
+      y[i] = expf(x[i] - high);
+      sum += y[i];
+    }
+    for (long i = 0; i < width; ++i) y[i] /= sum;
+    if (mode == 1)
+      for (long i = 0; i < width; ++i) y[i] = isnan(y[i]) ? 0.f : y[i];
+  }
+}
+
+/* `result op= operand` in place, `result` dense and `operand` a plain layout of the same rank
+   whose every axis is the result's or 1 (broadcast): attention's mask over the heads and
+   query rows. 0 when `operand` is not such a layout, else 1 once done. op: 0 add, 1 subtract,
+   2 multiply, 3 divide. */
+__attribute__((unused, optimize("O3"))) static int byoc_broadcast_rows(dnnl_memory_t result, dnnl_memory_t operand, int op, int run) {
+  int ndims = 0, operand_ndims = 0, axis;
+  const dnnl_dims_t *dims = NULL, *operand_dims = NULL;
+  const dnnl_dims_t* strides = byoc_plain_strides(byoc_md(operand));
+  dnnl_dims_t step, index;
+  dnnl_data_type_t type = dnnl_data_type_undef;
+  float* y = NULL;
+  const float* b = NULL;
+  long inner, outer = 1, done;
+  dnnl_memory_desc_query(byoc_md(operand), dnnl_query_data_type, &type);
+  dnnl_memory_desc_query(byoc_md(result), dnnl_query_ndims_s32, &ndims);
+  dnnl_memory_desc_query(byoc_md(operand), dnnl_query_ndims_s32, &operand_ndims);
+  if (strides == NULL || type != dnnl_f32 || ndims != operand_ndims || ndims < 1) return 0;
+  dnnl_memory_desc_query(byoc_md(result), dnnl_query_dims, &dims);
+  dnnl_memory_desc_query(byoc_md(operand), dnnl_query_dims, &operand_dims);
+  for (axis = 0; axis < ndims; ++axis) {
+    if ((*operand_dims)[axis] != (*dims)[axis] && (*operand_dims)[axis] != 1) return 0;
+    step[axis] = (*operand_dims)[axis] == 1 ? 0 : (*strides)[axis];
+    index[axis] = 0;
+  }
+  if (!run) return 1;
+  dnnl_memory_get_data_handle(result, (void**)&y);
+  dnnl_memory_get_data_handle(operand, (void**)&b);
+  inner = (long)(*dims)[ndims - 1];
+  for (axis = 0; axis < ndims - 1; ++axis) outer *= (long)(*dims)[axis];
+  for (done = 0; done < outer; ++done) {
+    long offset = 0, i, s = (long)step[ndims - 1];
+    float* row = y + done * inner;
+    for (axis = 0; axis < ndims - 1; ++axis) offset += (long)(index[axis] * step[axis]);
+    switch (op) {
+      case 0: for (i = 0; i < inner; ++i) row[i] += b[offset + i * s]; break;
+      case 1: for (i = 0; i < inner; ++i) row[i] -= b[offset + i * s]; break;
+      case 2: for (i = 0; i < inner; ++i) row[i] *= b[offset + i * s]; break;
+      default: for (i = 0; i < inner; ++i) row[i] /= b[offset + i * s]; break;
+    }
+    for (axis = ndims - 2; axis >= 0 && ++index[axis] == (*dims)[axis]; --axis) index[axis] = 0;
+  }
+  return 1;
+}
 """
 
 
