@@ -562,3 +562,32 @@ def test_the_host_calls_a_c_region_for_every_shape_with_no_python_between(compil
             sys.setprofile(None)
         np.testing.assert_allclose(got, session.run(None, {"input_ids": tokens})[0], rtol=TOLERANCE, atol=TOLERANCE)
     assert "SpecialisedRuntime" not in dispatched, dispatched
+
+
+def test_shape_values_are_kept_within_their_count_and_bytes(monkeypatch):
+    """Values of the shape alone are computed once per shape and kept, for as many shapes as a
+    generation loop meets (every cache length, met again by the next request), within a bound on
+    their bytes too: past it the least recently used go first, and are computed again if met."""
+    import tvm
+
+    from byoc.runtime_metadata import shape_values
+
+    computed = []
+
+    def compute():
+        def function(dims):
+            computed.append(tuple(int(d) for d in dims))
+            return (tvm.runtime.tensor(np.full((int(dims[0]),), float(dims[0]), np.float32)),)
+        return function
+
+    values = shape_values.ShapeValues(compute)
+    for length in [*range(1, 65), *range(1, 65)]:  # a 64-token generation, then the next request's
+        (view,) = values.views((length,))
+        np.testing.assert_array_equal(view, np.full((length,), length, np.float32))
+    assert computed == [(n,) for n in range(1, 65)]
+    monkeypatch.setattr(shape_values, "KEPT_BYTES", 4 * 10)  # ten float32 values: shapes 4 and 6 fit, not 8 beside them
+    small = shape_values.ShapeValues(compute)
+    computed.clear()
+    for length in (4, 6, 4, 8, 4, 6):
+        assert int(small(tvm.runtime.ShapeTuple([length]))[0].shape[0]) == length
+    assert computed == [(4,), (6,), (8,), (4,), (6,)]

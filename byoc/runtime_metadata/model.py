@@ -43,6 +43,9 @@ from byoc.runtime_metadata.signing import PrivateKey, PublicKey
 
 # Input buffers a model with dynamic dimensions keeps per thread, for its most recent shapes.
 _KEPT_INPUT_SHAPES = 8
+# Input shapes whose dimension values are kept (a few numbers each): every cache length of a
+# generation loop, met again by the next request.
+_KEPT_DIMS = 1024
 
 
 class CompiledModel:
@@ -190,6 +193,14 @@ class CompiledModel:
         computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
         return {position: computed[index] for position, index in direct.shape_values.items()}
 
+    def _shape_value_views(self, values: Mapping[str, int]) -> dict[int, np.ndarray]:
+        """`_shape_values` as numpy views, kept with the values."""
+        direct = self.parts.direct_call
+        if not direct.shape_values:
+            return {}
+        views = self._by_name[SHAPE_VALUES].views(tuple(values[name] for name in direct.dims))
+        return {position: views[index] for position, index in direct.shape_values.items()}
+
     def _met_before(self, values: Mapping[str, int]) -> bool:
         """Whether this thread ran the model at these dimensions before (the most recent kept)."""
         met = getattr(self._local, "met", None)
@@ -211,7 +222,7 @@ class CompiledModel:
         function = self.regions.get(direct.symbol)  # not a region generated per shape (those are in `specialised`)
         if not isinstance(function, RegionRuntime):
             return None
-        fixed = {position: numpy_view(tensor) for position, tensor in self._shape_values(values).items()}
+        fixed = self._shape_value_views(values)
         fed = iter(direct.inputs)
         feeds = [(None, fixed[p]) if p in fixed else (next(fed), None) for p in range(len(function.artifact.inputs))]
         outputs = [(shape_at(s.shape, values), np.dtype(s.dtype)) for s in function.artifact.outputs]
@@ -285,7 +296,7 @@ class CompiledModel:
         known = self._dims_of_shapes.get(shapes)
         if known is None:
             known = self._dims_of_shapes[shapes] = self._check_dims(arrays)
-            while len(self._dims_of_shapes) > 4 * _KEPT_INPUT_SHAPES:
+            while len(self._dims_of_shapes) > _KEPT_DIMS:
                 self._dims_of_shapes.pop(next(iter(self._dims_of_shapes)), None)
         return dict(known)
 

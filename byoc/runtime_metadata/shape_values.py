@@ -9,26 +9,34 @@ them, and computing them on every run cost T5 2.3x at 1 x 512 tokens. So the hos
   dimensions into a function of its own (`byoc_shape_values_compute`, taking the dimensions as
   a shape), and `main` asks for them by a packed call (`byoc_shape_values`);
 - `ShapeValues` answers that call: it runs the function once per shape and keeps the results
-  (at most `KEPT_SHAPES` shapes, least recently used first out). The results are tensors the
-  VM only reads.
+  (at most `KEPT_SHAPES` shapes and `KEPT_BYTES` of tensors, least recently used first out). The
+  results are tensors the VM only reads.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import threading
 from collections.abc import Callable
 
+import numpy as np
 import tvm
 from tvm import relax
 
 from byoc.ir.rewrite import VarSubstitution, rebuild_function
 from byoc.ir.shape_only import dimension_vars, shape_only_bindings
 from byoc.partition.graph import used_vars
+from byoc.runtime_metadata.arrays import numpy_view
 
 SHAPE_VALUES = "byoc_shape_values"  # the packed call `main` makes, answered by `ShapeValues`
 SHAPE_VALUES_FUNCTION = "byoc_shape_values_compute"  # the host's function that computes them
-KEPT_SHAPES = 16
+# A generation loop meets a new cache length at every step, and a server meets them all again
+# with every request: kept for 16 shapes only, a tiny GPT-2's 64-token generation computed its
+# values again at every step of every request (23 us of a 150 us step). A decoding step's values
+# are small (its positions and mask over the cache), a long prompt's mask is not: both bounds hold.
+KEPT_SHAPES = 1024
+KEPT_BYTES = 64 << 20
 
 
 def hoist_shape_values(mod: tvm.IRModule) -> tvm.IRModule:
@@ -111,19 +119,41 @@ class ShapeValues:
     def __init__(self, compute: Callable[[], Callable]) -> None:
         self._compute = compute  # -> the host's byoc_shape_values, on a machine of its own
         self._function: Callable | None = None
-        self._kept: collections.OrderedDict[tuple[int, ...], object] = collections.OrderedDict()
+        self._kept: collections.OrderedDict[tuple[int, ...], list] = collections.OrderedDict()  # [values, their bytes, numpy views or None]
+        self._kept_bytes = 0
         self._lock = threading.Lock()
 
     def __call__(self, dims: tvm.runtime.ShapeTuple):
-        key = tuple(int(d) for d in dims)
+        return self._entry(tuple(int(d) for d in dims))[0]
+
+    def views(self, dims: tuple[int, ...]) -> list[np.ndarray]:
+        """The values for these dimensions as numpy views, in the function's order, kept with
+        them: a model that is one engine feeds them to it directly (each view made per call, and
+        the shape asked through the VM's types, took 10 us a decoding step)."""
+        entry = self._entry(dims)
+        if entry[2] is None:
+            entry[2] = [numpy_view(value) for value in entry[0]]
+        return entry[2]
+
+    def _entry(self, key: tuple[int, ...]) -> list:
         with self._lock:
-            values = self._kept.get(key)
-            if values is not None:
+            kept = self._kept.get(key)
+            if kept is not None:
                 self._kept.move_to_end(key)
-                return values
+                return kept
             if self._function is None:
                 self._function = self._compute()
-            values = self._kept[key] = self._function(dims)
-            while len(self._kept) > KEPT_SHAPES:
-                self._kept.popitem(last=False)
-            return values
+            values = self._function(tvm.runtime.ShapeTuple(key))
+            kept = self._kept[key] = [values, _bytes(values), None]
+            self._kept_bytes += kept[1]
+            while len(self._kept) > 1 and (len(self._kept) > KEPT_SHAPES or self._kept_bytes > KEPT_BYTES):
+                self._kept_bytes -= self._kept.popitem(last=False)[1][1]
+            return kept
+
+def _bytes(values) -> int:
+    """The bytes of the tensors in `values` (a tensor, or a tuple of them and of shapes)."""
+    if isinstance(values, tvm.runtime.Tensor):
+        return math.prod(values.shape) * np.dtype(values.dtype).itemsize
+    if isinstance(values, (tvm.runtime.ShapeTuple, int, float)):
+        return 0
+    return sum(_bytes(value) for value in values)
