@@ -236,3 +236,23 @@ def test_a_kernel_that_fails_to_settle_runs_on_as_it_was():
         for call, batch in enumerate([3] * (2 * SETTLE_CALLS) + [2, 3]):
             x = np.random.default_rng(call).standard_normal((batch, 16)).astype(np.float32)
             np.testing.assert_array_equal(compiled.run(x)[0], np.maximum(x, 0), err_msg=f"call {call}")
+
+
+def test_a_softmax_that_is_the_models_output_at_every_batch():
+    """A classifier's last softmax over a dynamic batch, written into the region's output by
+    byoc's loops (small) or oneDNN's primitive (once the batch settles): numpy's result at each."""
+    weights = np.random.default_rng(0).standard_normal((16, 10)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["logits"]), helper.make_node("Softmax", ["logits"], ["p"], axis=-1)], "classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("p", TensorProto.FLOAT, ["batch", 10])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [16, 10], weights.reshape(-1).tolist())])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims={"batch": (1, 64)}), "dnnl"))
+    for call, batch in enumerate([3, 1, 5, *[2] * (SETTLE_CALLS + 2), 64, 3]):
+        x = np.random.default_rng(call).standard_normal((batch, 16)).astype(np.float32)
+        logits = x @ weights
+        want = np.exp(logits - logits.max(-1, keepdims=True))
+        want /= want.sum(-1, keepdims=True)
+        (got,) = compiled.run(x)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"call {call}, batch {batch}")
