@@ -582,7 +582,7 @@ def test_shape_values_are_kept_within_their_count_and_bytes(monkeypatch):
 
     values = shape_values.ShapeValues(compute)
     for length in [*range(1, 65), *range(1, 65)]:  # a 64-token generation, then the next request's
-        (view,) = values.views((length,))
+        ((_, view),) = values.kept((length,))
         np.testing.assert_array_equal(view, np.full((length,), length, np.float32))
     assert computed == [(n,) for n in range(1, 65)]
     monkeypatch.setattr(shape_values, "KEPT_BYTES", 4 * 10)  # ten float32 values: shapes 4 and 6 fit, not 8 beside them

@@ -169,9 +169,8 @@ class CompiledModel:
         tensors = [tvm.runtime.empty(shape_at(s.shape, values), s.dtype) for s in [*artifact.inputs, *artifact.outputs]]
         views = [numpy_view(t) for t in tensors]
         count = len(artifact.inputs)
-        for position, tensor in self._shape_values(values).items():
-            tensors[position] = tensor
-            views[position] = numpy_view(tensor)
+        for position, (tensor, view) in self._shape_values(values).items():
+            tensors[position], views[position] = tensor, view
         fed = [view for position, view in enumerate(views[:count]) if position not in direct.shape_values]
         if isinstance(function, RegionRuntime):  # an engine, on numpy views of the same buffers
             inputs, outputs = views[:count], views[count:]
@@ -184,22 +183,14 @@ class CompiledModel:
                 function(*tensors)
         return call, fed, views[count:], tensors
 
-    def _shape_values(self, values: Mapping[str, int]) -> dict[int, tvm.runtime.Tensor]:
+    def _shape_values(self, values: Mapping[str, int]) -> dict[int, tuple[tvm.runtime.Tensor, np.ndarray]]:
         """The direct call's inputs that are values of the shape alone, by region input position:
-        the host's, computed for these dimensions."""
+        the host's, computed for these dimensions and kept, each a tensor and its numpy view."""
         direct = self.parts.direct_call
         if not direct.shape_values:
             return {}
-        computed = self._by_name[SHAPE_VALUES](tvm.runtime.ShapeTuple([values[name] for name in direct.dims]))
-        return {position: computed[index] for position, index in direct.shape_values.items()}
-
-    def _shape_value_views(self, values: Mapping[str, int]) -> dict[int, np.ndarray]:
-        """`_shape_values` as numpy views, kept with the values."""
-        direct = self.parts.direct_call
-        if not direct.shape_values:
-            return {}
-        views = self._by_name[SHAPE_VALUES].views(tuple(values[name] for name in direct.dims))
-        return {position: views[index] for position, index in direct.shape_values.items()}
+        kept = self._by_name[SHAPE_VALUES].kept(tuple(values[name] for name in direct.dims))
+        return {position: kept[index] for position, index in direct.shape_values.items()}
 
     def _met_before(self, values: Mapping[str, int]) -> bool:
         """Whether this thread ran the model at these dimensions before (the most recent kept)."""
@@ -222,7 +213,7 @@ class CompiledModel:
         function = self.regions.get(direct.symbol)  # not a region generated per shape (those are in `specialised`)
         if not isinstance(function, RegionRuntime):
             return None
-        fixed = self._shape_value_views(values)
+        fixed = {position: view for position, (_, view) in self._shape_values(values).items()}
         fed = iter(direct.inputs)
         feeds = [(None, fixed[p]) if p in fixed else (next(fed), None) for p in range(len(function.artifact.inputs))]
         outputs = [(shape_at(s.shape, values), np.dtype(s.dtype)) for s in function.artifact.outputs]

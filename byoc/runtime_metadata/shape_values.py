@@ -119,20 +119,21 @@ class ShapeValues:
     def __init__(self, compute: Callable[[], Callable]) -> None:
         self._compute = compute  # -> the host's byoc_shape_values, on a machine of its own
         self._function: Callable | None = None
-        self._kept: collections.OrderedDict[tuple[int, ...], list] = collections.OrderedDict()  # [values, their bytes, numpy views or None]
+        self._kept: collections.OrderedDict[tuple[int, ...], list] = collections.OrderedDict()  # [values, their bytes, (tensor, view) pairs or None]
         self._kept_bytes = 0
         self._lock = threading.Lock()
 
     def __call__(self, dims: tvm.runtime.ShapeTuple):
         return self._entry(tuple(int(d) for d in dims))[0]
 
-    def views(self, dims: tuple[int, ...]) -> list[np.ndarray]:
-        """The values for these dimensions as numpy views, in the function's order, kept with
-        them: a model that is one engine feeds them to it directly (each view made per call, and
-        the shape asked through the VM's types, took 10 us a decoding step)."""
+    def kept(self, dims: tuple[int, ...]) -> list[tuple[tvm.runtime.Tensor, np.ndarray]]:
+        """The values for these dimensions, each a tensor and its numpy view, in the function's
+        order, kept with them: a model that is one region is called with them directly (each
+        view made per call, and the shape asked through the VM's types, took 10 us a decoding
+        step)."""
         entry = self._entry(dims)
         if entry[2] is None:
-            entry[2] = [numpy_view(value) for value in entry[0]]
+            entry[2] = [(value, numpy_view(value)) for value in entry[0]]
         return entry[2]
 
     def _entry(self, key: tuple[int, ...]) -> list:
@@ -150,10 +151,7 @@ class ShapeValues:
                 self._kept_bytes -= self._kept.popitem(last=False)[1][1]
             return kept
 
+
 def _bytes(values) -> int:
-    """The bytes of the tensors in `values` (a tensor, or a tuple of them and of shapes)."""
-    if isinstance(values, tvm.runtime.Tensor):
-        return math.prod(values.shape) * np.dtype(values.dtype).itemsize
-    if isinstance(values, (tvm.runtime.ShapeTuple, int, float)):
-        return 0
-    return sum(_bytes(value) for value in values)
+    """The bytes of the tensors `byoc_shape_values` returns (tensors only: see `_hoisted`)."""
+    return sum(math.prod(value.shape) * np.dtype(value.dtype).itemsize for value in values)
