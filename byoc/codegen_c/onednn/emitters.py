@@ -725,31 +725,7 @@ def softmax(call: KernelCall) -> KernelCode:
     axis = node["attrs"]["axis"] % len(x.shape)
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
     kernel.result(out)
-    if call.pattern == "softmax_masked_rows_to_zero":  # exact: rows whose scores are all -inf, and only those
-        result, width = kernel.exec_args[-1][1], x.shape[-1]
-        kernel.after.insert(0, "\n".join([
-            "{",
-            "  const float* src = NULL;",
-            "  float* data = NULL;",
-            "  " + kernel.check(f"dnnl_memory_get_data_handle({x.name}_mem, (void**)&src)", "softmax scores"),
-            "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, (void**)&data)", "softmax result"),
-            f"  for (size_t row = 0; row < {x.size // width}; ++row) {{",
-            "    size_t i = 0;",
-            f"    while (i < {width} && isinf(src[row * {width} + i]) && src[row * {width} + i] < 0) ++i;",
-            f"    if (i == {width}) memset(data + row * {width}, 0, {width} * sizeof(float));",
-            "  }",
-            "}",
-        ]))
-    if call.pattern == "softmax_nan_to_zero":
-        result = kernel.exec_args[-1][1]
-        kernel.after.insert(0, "\n".join([
-            "{",
-            "  float* data = NULL;",
-            "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, (void**)&data)", "softmax result"),
-            f"  size_t count = dnnl_memory_desc_get_size(byoc_md({result})) / sizeof(float);",
-            "  for (size_t i = 0; i < count; ++i) if (isnan(data[i])) data[i] = 0.f;",
-            "}",
-        ]))
+    kernel.after[0:0] = _rows_masked_whole(kernel, call, x, kernel.exec_args[-1][1])
     attr, dst_md, quantize = "NULL", kernel.md_of(x), result_quantize(call)
     if quantize is not None:
         attr, dst_md = kernel.post_ops([], [], len(out.shape)), kernel.like_md(x, out.dtype)
@@ -765,6 +741,18 @@ def softmax(call: KernelCall) -> KernelCode:
                    f"!byoc_settled && byoc_small_rows({kernel.md_of(x)}, {SMALL_ROWS}) > 0")
 
 
+def _rows_masked_whole(kernel: Kernel, call: KernelCall, x: CBuffer, result: str) -> list[str]:
+    """C after the softmax of scores `x` into memory `result` for torch's two forms of a row
+    masked whole: its NaN made 0 (`softmax_nan_to_zero`), or the rows whose every score is -inf,
+    and only those, made 0 (`softmax_masked_rows_to_zero`); none for a plain softmax."""
+    if call.pattern == "softmax_masked_rows_to_zero":
+        return [kernel.check(f"byoc_zero_masked_rows({x.name}_mem, {result}, {math.prod(x.shape[:-1])}, {x.shape[-1]})",
+                             "softmax's masked rows")]
+    if call.pattern == "softmax_nan_to_zero":
+        return [kernel.check(f"byoc_nan_to_zero({result})", "softmax result")]
+    return []
+
+
 def _softmax_in_loops(call: KernelCall, x: CBuffer, out: CBuffer) -> KernelCode:
     """The softmax over the last axis of dense scores by `byoc_softmax_rows`, its result in the
     scores' layout; no primitive made (see SMALL_ROWS)."""
@@ -774,16 +762,9 @@ def _softmax_in_loops(call: KernelCall, x: CBuffer, out: CBuffer) -> KernelCode:
     kernel.state.append(f"static byoc_conversion {name};")
     size = f"&{out.name}_bytes" if out.kind == "intermediate" else "NULL"
     kernel.setup.append(kernel.check(f"byoc_result_init(&{name}, &{out.name}_mem, {size}, {kernel.md_of(x)})", "result layout"))
-    mode = {"softmax_nan_to_zero": 1, "softmax_masked_rows_to_zero": 2}.get(call.pattern, 0)
-    kernel.before += [
-        "{",
-        "  const float* src = NULL;",
-        "  float* dst = NULL;",
-        "  " + kernel.check(f"dnnl_memory_get_data_handle({x.name}_mem, (void**)&src)", "softmax scores"),
-        "  " + kernel.check(f"dnnl_memory_get_data_handle({name}.memory, (void**)&dst)", "softmax result"),
-        f"  byoc_softmax_rows(src, dst, {math.prod(x.shape[:-1])}, {x.shape[-1]}, {mode});",
-        "}",
-    ]
+    kernel.before += [kernel.check(f"byoc_softmax_rows({x.name}_mem, {name}.memory, {math.prod(x.shape[:-1])}, {x.shape[-1]})",
+                                   "softmax"),
+                      *_rows_masked_whole(kernel, call, x, f"{name}.memory")]
     if out.kind != "intermediate":
         kernel.after.append(kernel.check(f"byoc_reorder({name}.reorder, {name}.memory, {out.name}_mem)", f"reorder into {out.name}"))
     return kernel.code_without_primitive()

@@ -378,31 +378,58 @@ __attribute__((unused)) static long byoc_small_rows(const_dnnl_memory_desc_t md,
   return count <= limit ? count : 0;
 }
 
+/* The data of a row kernel's `scores`, read, and of its `result`, written. */
+__attribute__((unused)) static dnnl_status_t byoc_rows_data(dnnl_memory_t scores, dnnl_memory_t result, const float** src, float** dst) {
+  dnnl_status_t status = dnnl_memory_get_data_handle(scores, (void**)src);
+  return status == dnnl_success ? dnnl_memory_get_data_handle(result, (void**)dst) : status;
+}
+
 /* Softmax over the last axis of `rows` dense rows of `width`, as oneDNN's accurate softmax
-   computes it (exp(x - max) / sum). mode 1: NaN results become 0 (torch's `Where(IsNaN(p), 0,
-   p)`); mode 2: a row whose every score is -inf (masked whole) becomes 0, and only such a row. */
-__attribute__((unused, optimize("O3"))) static void byoc_softmax_rows(const float* src, float* dst, long rows, long width, int mode) {
+   computes it (exp(x - max) / sum); a row whose every score is -inf gives NaN, as there. */
+__attribute__((unused, optimize("O3"))) static dnnl_status_t byoc_softmax_rows(dnnl_memory_t scores, dnnl_memory_t result, long rows,
+                                                                              long width) {
+  const float* src = NULL;
+  float* dst = NULL;
+  dnnl_status_t status = byoc_rows_data(scores, result, &src, &dst);
+  if (status != dnnl_success) return status;
   for (long row = 0; row < rows; ++row) {
     const float* x = src + row * width;
     float* y = dst + row * width;
     float high = -INFINITY, sum = 0.f;
     for (long i = 0; i < width; ++i) high = x[i] > high ? x[i] : high;
-    if (mode == 2 && high == -INFINITY) {
-      long i = 0;
-      while (i < width && x[i] == -INFINITY) ++i;
-      if (i == width) {
-        memset(y, 0, (size_t)width * sizeof(float));
-        continue;
-      }
-    }
     for (long i = 0; i < width; ++i) {
       y[i] = expf(x[i] - high);
       sum += y[i];
     }
     for (long i = 0; i < width; ++i) y[i] /= sum;
-    if (mode == 1)
-      for (long i = 0; i < width; ++i) y[i] = isnan(y[i]) ? 0.f : y[i];
   }
+  return dnnl_success;
+}
+
+/* After a softmax: 0 for each row of plain `scores` whose every score is -inf (masked whole),
+   and only such rows (torch.export's safe softmax). */
+__attribute__((unused, optimize("O3"))) static dnnl_status_t byoc_zero_masked_rows(dnnl_memory_t scores, dnnl_memory_t result,
+                                                                                  long rows, long width) {
+  const float* src = NULL;
+  float* dst = NULL;
+  dnnl_status_t status = byoc_rows_data(scores, result, &src, &dst);
+  if (status != dnnl_success) return status;
+  for (long row = 0; row < rows; ++row) {
+    long i = 0;
+    while (i < width && isinf(src[row * width + i]) && src[row * width + i] < 0) ++i;
+    if (i == width) memset(dst + row * width, 0, (size_t)width * sizeof(float));
+  }
+  return dnnl_success;
+}
+
+/* After a softmax: NaN (a row masked whole) made 0 (torch.onnx's `Where(IsNaN(p), 0, p)`). */
+__attribute__((unused, optimize("O3"))) static dnnl_status_t byoc_nan_to_zero(dnnl_memory_t result) {
+  float* data = NULL;
+  size_t count = dnnl_memory_desc_get_size(byoc_md(result)) / sizeof(float);
+  dnnl_status_t status = dnnl_memory_get_data_handle(result, (void**)&data);
+  if (status != dnnl_success) return status;
+  for (size_t i = 0; i < count; ++i) data[i] = isnan(data[i]) ? 0.f : data[i];
+  return dnnl_success;
 }
 
 /* `result op= operand` in place, `result` dense and `operand` a plain layout of the same rank
