@@ -108,6 +108,12 @@ class QuantizedModelWarning(UserWarning):
     still runs as its file says, and the warning names the nodes."""
 
 
+class SaturationWarning(UserWarning):
+    """int8 kernels of a quantized model computed in float32, exactly, because this CPU's int8
+    kernels would saturate them (x86 without VNNI); the warning names the region, the kernels
+    and why. The model's own scales are kept."""
+
+
 class ShapeVariantWarning(UserWarning):
     """A region generated per shape meets more new shapes than it keeps: each generates and
     compiles code again (a decoder's cache length changes every step). The warning names the

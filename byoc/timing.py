@@ -170,6 +170,20 @@ def onednn_has_avx512_core() -> bool:
     return {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags() and (cap is None or cap.upper() not in _BELOW_AVX512_CORE)
 
 
+# oneDNN's instruction sets without VNNI, as ONEDNN_MAX_CPU_ISA names them: a cap at one of these
+# keeps oneDNN off its VNNI kernels on any CPU.
+_WITHOUT_VNNI = frozenset({"SSE41", "AVX", "AVX2", "AVX512_CORE"})
+
+
+def onednn_has_vnni() -> bool:
+    """Whether oneDNN's int8 kernels sum u8 x s8 products in 32 bits here (VNNI, and no
+    `ONEDNN_MAX_CPU_ISA` below it). Without it they add pairs of products in 16 bits, which
+    saturate once a pair passes 32,767: a u8 source and weights beyond +-64 (matmul), or a
+    signed source (convolution, where oneDNN halves the weights instead)."""
+    cap = onednn_isa_cap()
+    return has_vnni() and (cap is None or cap.upper() not in _WITHOUT_VNNI)
+
+
 def instruction_set() -> str:
     """The widest vector instruction set of this CPU that oneDNN and onnxruntime choose kernels
     by, whether it has VNNI (see `has_vnni`) and AMX (matrix tiles: oneDNN runs int8 and bf16

@@ -41,6 +41,15 @@ def small_module(name: str):
     return byoc.from_onnx(small_model(name))
 
 
+def int8_product_formats() -> tuple[str, str]:
+    """The source and weight formats oneDNN's log shows for an int8 convolution or product with
+    the full-range weights onnxruntime's tool writes: u8 x s8 with VNNI; without it, float32, as
+    its 16-bit sums of pairs of products would saturate (byoc.processing.saturation)."""
+    from byoc.timing import onednn_has_vnni
+
+    return ("src_u8", "wei_s8") if onednn_has_vnni() else ("src_f32", "wei_f32")
+
+
 _RUN_TWICE = """
 import sys, onnx, byoc
 from byoc import models as zoo

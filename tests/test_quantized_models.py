@@ -30,8 +30,9 @@ from byoc.errors import IndexOutOfRangeError
 from byoc.ir.types import dtype_name, op_name, static_shape
 from byoc.models.graph_builder import OnnxGraphBuilder
 from byoc.models.quantized import quantize_static
+from byoc.timing import onednn_has_avx512_core, onednn_has_vnni
 
-from conftest import onednn_executions
+from conftest import int8_product_formats, onednn_executions
 
 pytest.importorskip("onnxruntime.quantization")
 
@@ -92,7 +93,8 @@ def test_a_model_quantized_by_onnxruntime_runs_in_int8_primitives_in_one_region(
     executed = onednn_executions(compiled, resnet_u8, tmp_path)
     convolutions_run = [fields for fields in executed if fields[3] == "convolution"]
     assert len(convolutions_run) == convolutions
-    assert all("src_u8" in fields[6] and "wei_s8" in fields[6] for fields in convolutions_run), convolutions_run[:2]
+    source, weights = int8_product_formats()
+    assert all(source in fields[6] and weights in fields[6] for fields in convolutions_run), convolutions_run[:2]
     assert not [fields for fields in executed if fields[4].startswith("ref")], "oneDNN ran reference (C loop) kernels"
 
 
@@ -112,7 +114,8 @@ def test_int8_activations_run_as_uint8(resnet_s8, tmp_path):
     assert _as_accurate_as_onnxruntime(compiled, resnet_s8, FLOAT_RESNET)
     convolutions_run = [fields for fields in onednn_executions(compiled, resnet_s8, tmp_path) if fields[3] == "convolution"]
     assert len(convolutions_run) == sum(1 for n in resnet_s8.graph.node if n.op_type == "Conv")
-    assert all("src_u8" in fields[6] and "wei_s8" in fields[6] for fields in convolutions_run), convolutions_run[:2]
+    source, weights = int8_product_formats()
+    assert all(source in fields[6] and weights in fields[6] for fields in convolutions_run), convolutions_run[:2]
 
 
 def test_moving_int8_activations_to_uint8_changes_no_value(resnet_s8):
@@ -371,7 +374,7 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     assert len(report.regions) == 1 and report.offload_ratio_nodes == 1.0, report.to_table()
     patterns = Counter({p: n for r in report.regions for p, n in r.patterns.items()})
     expected = {"dnnl.qadd_constant", "dnnl.qmultiply_constant", "dnnl.qeltwise_sigmoid", "dnnl.qmultiply_float", "dnnl.qadd_float",
-                "dnnl.softmax_quantized", "dnnl.requantize"}
+                "dnnl.requantize"} | ({"dnnl.softmax_quantized"} if onednn_has_avx512_core() else set())
     assert expected <= set(patterns) and patterns["dnnl.qmatmul"] == 2, patterns  # scores, and the values' weighted sum
     region = next(f for gv, f in partitioned.functions.items() if gv.name_hint.startswith("dnnl_"))
     moves = [(op_name(b.value), dtype_name(b.value.args[0].ty)) for block in region.body.blocks for b in block.bindings
@@ -382,9 +385,11 @@ def test_a_quantized_export_runs_on_the_int8_data_in_one_region(tmp_path):
     executed = onednn_executions(compiled, quantized, tmp_path)
     assert not [fields for fields in executed if fields[4].startswith("ref")], "oneDNN ran reference (C loop) kernels"
     results = {fields[3]: fields[6] for fields in executed if fields[3] in ("softmax", "binary")}
-    assert "dst_u8" in results["softmax"] and "dst_u8" in results["binary"], results
+    # below AVX-512 oneDNN 3.2 writes an int8 softmax in its reference code: float, then a reorder
+    assert ("dst_u8" if onednn_has_avx512_core() else "dst_f32") in results["softmax"] and "dst_u8" in results["binary"], results
     products = [fields[6] for fields in executed if fields[3] == "matmul"]
-    assert len(products) == 6 and all("src_u8" in p and "wei_s8" in p for p in products), products
+    source, weights = int8_product_formats()
+    assert len(products) == 6 and all(source in p and weights in p for p in products), products
     # A float softmax keeps its check (the host's NaN case is the vendor's to honour).
     ops = Counter(op_name(b.value) for block in byoc.from_onnx(model)["main"].body.blocks for b in block.bindings)
     assert ops["relax.isnan"] == 1, ops
@@ -445,7 +450,9 @@ def test_an_activation_between_quantized_dense_layers_runs_on_the_int8_data(tmp_
     assert any("eltwise_gelu_erf" in field for fields in executed if fields[3] == "binary" for field in fields), executed
     conversions = Counter((m[0], m[1]) for fields in executed if fields[3] == "reorder"
                           for m in [re.findall(r"(?:src|dst)_(\w+?):", fields[6])] if m[0] != m[1])
-    assert conversions == {("f32", "u8"): 1, ("u8", "f32"): 1}, conversions  # the region's input quantized, its result dequantized
+    # the region's input quantized, its result dequantized; without VNNI each dense layer's too (computed in float32)
+    expected = 1 if onednn_has_vnni() else 3
+    assert conversions == {("f32", "u8"): expected, ("u8", "f32"): expected}, conversions
 
 
 def test_a_layer_norm_reads_and_writes_int8_data_as_onnxruntime_computes_it(tmp_path):
@@ -593,8 +600,10 @@ def test_precision_int8_quantizes_a_float_model_for_dnnl():
     compiled = byoc.build(partitioned)
     session = ort.InferenceSession(FLOAT_RESNET.SerializeToString(), providers=["CPUExecutionProvider"])
     ours = onnxruntimes = 0.0
-    quantized = ort.InferenceSession(quantize_static(FLOAT_RESNET, samples, "uint8").SerializeToString(),
-                                     providers=["CPUExecutionProvider"])
+    # Without VNNI both quantize weights to 7 bits: byoc itself, and onnxruntime as its docs advise
+    # for such CPUs (with 8 bits its own int8 kernels saturate there).
+    peer = quantize_static(FLOAT_RESNET, samples, "uint8", reduce_range=not onednn_has_vnni())
+    quantized = ort.InferenceSession(peer.SerializeToString(), providers=["CPUExecutionProvider"])
     for seed in (100, 101, 102):
         inputs = zoo.sample_inputs(FLOAT_RESNET, seed=seed)
         exact = session.run(None, inputs)[0]

@@ -20,10 +20,11 @@ ACTIVATION_TYPES = ("uint8", "int8")
 
 
 def quantize_static(model: onnx.ModelProto, calibration: Sequence[Mapping[str, np.ndarray]], activations: str = "uint8",
-                    per_channel: bool = True, operators: bool = False) -> onnx.ModelProto:
+                    per_channel: bool = True, operators: bool = False, reduce_range: bool = False) -> onnx.ModelProto:
     """`model` quantized by onnxruntime's tool (int8 weights, `activations` uint8 or int8),
     calibrated on `calibration` (dicts of inputs by name): in the QDQ format, or with
-    `operators` in the QOperator format (QLinearConv, QLinearAdd, ...)."""
+    `operators` in the QOperator format (QLinearConv, QLinearAdd, ...). `reduce_range` quantizes
+    the weights to 7 bits, as onnxruntime advises for x86 CPUs without VNNI."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType
     from onnxruntime.quantization import quantize_static as ort_quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -47,7 +48,7 @@ def quantize_static(model: onnx.ModelProto, calibration: Sequence[Mapping[str, n
         ort_quantize_static(prepared, quantized, _Samples(), quant_format=QuantFormat.QOperator if operators else QuantFormat.QDQ,
                             per_channel=per_channel,
                             activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
-                            weight_type=QuantType.QInt8)
+                            weight_type=QuantType.QInt8, reduce_range=reduce_range)
         return onnx.load(quantized)
 
 

@@ -5,7 +5,9 @@
 What is quantized, in the QDQ form (quantize -> dequantize on activations, int8 weights behind a
 dequantize), with onnxruntime's defaults:
 - convolutions (channels first) and dense layers with constant float32 weights: weights int8,
-  symmetric per output channel (max |w| / 127); the layer's input, and its result after its bias
+  symmetric per output channel (max |w| / 127; max |w| / 64 where the CPU's int8 kernels have
+  no VNNI, whose 16-bit sums of pairs of products saturate beyond, as onnxruntime's
+  `reduce_range` does for such CPUs); the layer's input, and its result after its bias
   and ReLU/clip, quantized per tensor;
 - adds of two computed tensors of one shape (residual adds), after their ReLU;
 - max pooling of a quantized tensor, which keeps its input's scale.
@@ -28,7 +30,8 @@ from byoc.errors import QuantizationError
 from byoc.ir.dims import dims_of, representative
 from byoc.ir.rewrite import rebuild_function
 from byoc.ir.types import constant_array, dtype_name, has_static_shape, is_tensor_constant, op_name, static_shape
-from byoc.processing.quantize import INTEGER_RANGES, QuantizationConfig, with_zero_point
+from byoc.processing.quantize import INTEGER_RANGES, WEIGHT_LEVELS_WITHOUT_VNNI, QuantizationConfig, with_zero_point
+from byoc.timing import onednn_has_vnni
 
 _LAYERS = ("relax.nn.conv2d", "relax.nn.conv1d", "relax.matmul")
 _CHANNELS_FIRST = (("NCHW", "OIHW"), ("NCW", "OIW"))
@@ -131,6 +134,7 @@ class _Quantizer:
         self.dtype = activations
         self.scales: dict[int, tuple[float, int]] = {}
         self.dequantized: dict[int, relax.Call] = {}  # var id quantized at its definition -> its dequantize
+        self.weight_levels = 127 if onednn_has_vnni() else WEIGHT_LEVELS_WITHOUT_VNNI
 
     def scale(self, var_id: int) -> tuple[float, int]:
         if var_id not in self.scales:
@@ -168,7 +172,7 @@ class _Quantizer:
         if var_id in self.plan.layers:
             weights = constant_array(original.args[1])
             axis = 0 if op_name(original) != "relax.matmul" else 1
-            data, scales = QuantizationConfig(per_channel=True).quantize_weights(weights, axis)
+            data, scales = QuantizationConfig(per_channel=True, weight_levels=self.weight_levels).quantize_weights(weights, axis)
             dequantized = builder.emit(relax.op.dequantize(relax.const(data), relax.const(scales.astype(np.float32)),
                                                            relax.const(np.zeros(scales.shape, np.int8)), axis=axis, out_dtype="float32"),
                                        f"{binding.var.name}/weights/DequantizeLinear")

@@ -1,15 +1,16 @@
 """Accelerator-specific processing (paper section 3.2), applied inside regions only: partial
 quantization with calibration, layout transformation, casting to float16, int8 activations made
-uint8."""
+uint8, int8 kernels that would saturate computed in float32."""
 
 from byoc.processing.cast import to_float16
 from byoc.processing.layout import to_nhwc
-from byoc.processing.passes import Float16Pass, LayoutPass, QuantizePass, RegionContext, RegionPass, UnsignedActivationsPass
+from byoc.processing.passes import Float16Pass, Int8InFloat32Pass, LayoutPass, QuantizePass, RegionContext, RegionPass, UnsignedActivationsPass
 from byoc.processing.quantize import CALIBRATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph
 
 __all__ = [
     "CALIBRATION_ATTR",
     "Float16Pass",
+    "Int8InFloat32Pass",
     "LayoutPass",
     "QuantizationConfig",
     "QuantizePass",

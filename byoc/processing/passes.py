@@ -11,14 +11,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from byoc.backend.region_pass import Constants, Graph, RegionContext, RegionPass
-from byoc.errors import RequantizationWarning
+from byoc.errors import RequantizationWarning, SaturationWarning
 from byoc.processing.adopt import adopt_model_quantization, holds_model_quantization, requantization
 from byoc.processing.cast import to_float16
 from byoc.processing.layout import to_nhwc
 from byoc.processing.quantize import CALIBRATION_ATTR, REQUANTIZATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph
+from byoc.processing.saturation import Saturates, int8_kernels_in_float32
 from byoc.processing.unsigned import int8_activations_to_uint8
 
-__all__ = ["Float16Pass", "LayoutPass", "QuantizePass", "RegionContext", "RegionPass", "UnsignedActivationsPass", "apply_passes"]
+__all__ = ["Float16Pass", "Int8InFloat32Pass", "LayoutPass", "QuantizePass", "RegionContext", "RegionPass", "UnsignedActivationsPass", "apply_passes"]
 
 
 class LayoutPass:
@@ -42,6 +43,29 @@ class UnsignedActivationsPass:
 
     def __call__(self, graph, constants, context):
         return int8_activations_to_uint8(graph, constants)
+
+
+class Int8InFloat32Pass:
+    """A quantized model's int8 kernels that would saturate here computed in float32, exactly
+    (byoc.processing.saturation), with a warning that names them."""
+
+    name = "int8 in float32 where it saturates"
+
+    def __init__(self, saturates: Saturates, float_pattern: Callable[[str], str | None], option: str) -> None:
+        # `option`: the build option that keeps the int8 kernels as they are when it is "int8"
+        self.saturates, self.float_pattern, self.option = saturates, float_pattern, option
+
+    def __call__(self, graph, constants, context):
+        if context.options.get(self.option) == "int8":
+            return graph, constants
+        graph, constants, changed = int8_kernels_in_float32(graph, constants, self.saturates, self.float_pattern)
+        if changed:
+            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            warnings.warn(f"byoc: region {context.symbol} ({context.backend}): {len(changed)} int8 kernel(s) computed in float32 "
+                          f"from the model's own weights and scales, exactly but more slowly, because this CPU's int8 kernels "
+                          f"would saturate them: {changed[0]}{more}. The build option {self.option}='int8' keeps the int8 kernels, "
+                          "which is faster and may lose precision", SaturationWarning, stacklevel=2)
+        return graph, constants
 
 
 class QuantizePass:

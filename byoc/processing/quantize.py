@@ -38,6 +38,9 @@ _QUANTIZE_ATTRS = "relax.attrs.QuantizeAttrs"
 QUANTIZED_WEIGHT_OPS = {"relax.nn.conv2d", "relax.matmul"}
 _QMAX = {"int8": 127, "uint8": 255, "int16": 32767}
 _TINY = 1e-8
+# The largest weight magnitude whose pairs of products with a u8 source fit the 16-bit sums of x86
+# int8 kernels without VNNI (`vpmaddubsw`): 255 * 2 * 64 = 32,640 <= 32,767.
+WEIGHT_LEVELS_WITHOUT_VNNI = 64
 
 
 INTEGER_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}  # the activation types a quantized model has
@@ -60,6 +63,9 @@ class QuantizationConfig:
     calibration: str = "static"  # "static": scales from calibration data; "dynamic": from the data at run time
     calibration_method: str = "minmax"  # how calibration data becomes ranges (byoc.processing.ranges)
     symmetric: bool = True  # activations: zero point 0; else int8 with a zero point over [low, high]
+    # The largest weight in steps: 127, or 64 for x86 int8 kernels without VNNI, which add pairs of
+    # u8 x s8 products in 16 bits (255 * 2 * 64 fits; onnxruntime's `reduce_range` for the same CPUs).
+    weight_levels: int = 127
 
     def __post_init__(self) -> None:
         if self.dtype != "int8":
@@ -71,8 +77,8 @@ class QuantizationConfig:
         if self.power_of_two and not self.symmetric:
             raise QuantizationError("power-of-two scales are fixed-point positions: they need symmetric quantization")
 
-    def scale(self, magnitude: np.ndarray | float) -> np.ndarray:
-        scale = np.maximum(np.asarray(magnitude, dtype=np.float64), _TINY) / _QMAX[self.dtype]
+    def scale(self, magnitude: np.ndarray | float, levels: int | None = None) -> np.ndarray:
+        scale = np.maximum(np.asarray(magnitude, dtype=np.float64), _TINY) / (levels or _QMAX[self.dtype])
         if self.power_of_two:
             scale = np.exp2(np.ceil(np.log2(scale)))
         return scale.astype(np.float32)
@@ -91,7 +97,7 @@ class QuantizationConfig:
             scales = self.weight_scale(weights, tuple(a for a in range(weights.ndim) if a != axis))
         else:
             scales = self.weight_scale(weights, None)
-        quantized = np.clip(np.round(weights / scales), -_QMAX["int8"], _QMAX["int8"]).astype(np.int8)
+        quantized = np.clip(np.round(weights / scales), -self.weight_levels, self.weight_levels).astype(np.int8)
         return quantized, scales.reshape(-1) if self.per_channel else scales.reshape(())
 
     def weight_scale(self, weights: np.ndarray, reduce_axes: tuple[int, ...] | None) -> np.ndarray:
@@ -102,12 +108,12 @@ class QuantizationConfig:
         powers is tried and the one with the least squared error kept (VGG-19 on the DPU: the
         relative error of the output went from 6.7% to 5.5%, ResNet-18 from 4.8% to 4.4%).
         """
-        scale = self.scale(np.abs(weights).max(axis=reduce_axes, keepdims=True))
+        scale = self.scale(np.abs(weights).max(axis=reduce_axes, keepdims=True), self.weight_levels)
         if not self.power_of_two:
             return scale
         best, best_error = scale, None
         for candidate in (scale, scale / 2, scale / 4):
-            restored = np.clip(np.round(weights / candidate), -_QMAX[self.dtype], _QMAX[self.dtype]) * candidate
+            restored = np.clip(np.round(weights / candidate), -self.weight_levels, self.weight_levels) * candidate
             error = np.sum((restored - weights) ** 2, axis=reduce_axes, keepdims=True)
             best = candidate if best_error is None else np.where(error < best_error, candidate, best)
             best_error = error if best_error is None else np.minimum(error, best_error)

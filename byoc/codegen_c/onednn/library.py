@@ -171,6 +171,10 @@ static dnnl_status_t byoc_like_md(dnnl_memory_desc_t* md, const_dnnl_memory_desc
   dnnl_memory_desc_query(like, dnnl_query_ndims_s32, &ndims);
   dnnl_memory_desc_query(like, dnnl_query_dims, &dims);
   if (strides != NULL) return dnnl_memory_desc_create_with_strides(md, ndims, *dims, type, *strides);
+  /* From a blocked layout (nChw8c) to int8: channels last, the layout of oneDNN's int8 kernels
+     (an int8 max pooling of plain NCHW runs its reference code). */
+  if ((type == dnnl_u8 || type == dnnl_s8) && ndims >= 3 && ndims <= 5)
+    return dnnl_memory_desc_create_with_tag(md, ndims, *dims, type, ndims == 3 ? dnnl_acb : ndims == 4 ? dnnl_acdb : dnnl_acdeb);
   return byoc_plain_md(md, ndims, *dims, type);
 }
 

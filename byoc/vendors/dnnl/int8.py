@@ -23,9 +23,33 @@ from byoc.backend import Backend
 from byoc.codegen_c.onednn import ELTWISE_OPS, emitters, quantized
 from byoc.frontend.quantized import same_quantization
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name, static_shape
+from byoc.processing.quantize import WEIGHT_LEVELS_WITHOUT_VNNI
+from byoc.processing.saturation import Int8Product
+from byoc.timing import onednn_has_avx512_core, onednn_has_vnni
 from byoc.vendors.dnnl.predicates import binary_broadcast, layer_norm_last_axis
 
 _OPS = {"conv2d": "relax.nn.conv2d", "conv1d": "relax.nn.conv1d", "dense": "relax.matmul"}
+
+
+def saturates(product: Int8Product) -> str | None:
+    """Why oneDNN 3.2 cannot compute this int8 kernel exactly on this CPU, or None where it can.
+    Measured one kernel at a time under ONEDNN_MAX_CPU_ISA=AVX2 against onnxruntime with VNNI:
+    - a matrix product (`gemm:jit`) of a u8 or s8 source is exact with weights within +-64 and
+      saturates beyond (9% relative L2 on a dense layer with full-range weights, 20% with an s8
+      source); a product of two activations saturates (30% with the weights' zero point 0);
+    - a convolution (`jit_uni_int8:avx2`) of a u8 source is exact with weights within +-64 and
+      saturates beyond (8.5%); of an s8 source it halves the weights, whatever they are (1-2%)."""
+    if onednn_has_vnni():
+        return None
+    largest = int(np.abs(product.weights.astype(np.int32)).max()) if product.weights is not None and product.weights.size else 0
+    no_vnni = "oneDNN's int8 kernels without VNNI add pairs of products in 16 bits"
+    if product.op != "relax.matmul" and product.source_dtype == "int8":
+        return f"an s8 source; {no_vnni}, so oneDNN halves the weights"
+    if largest > WEIGHT_LEVELS_WITHOUT_VNNI:
+        return f"weights reach +-{largest}; {no_vnni}, which saturate with weights beyond +-{WEIGHT_LEVELS_WITHOUT_VNNI}"
+    if product.weights is None:
+        return f"a product of two activations; {no_vnni}, which saturate with operands of full range"
+    return None
 
 
 def quantized_residual(match) -> str | None:
@@ -183,6 +207,8 @@ def quantized_with_float(match) -> str | None:
 
 
 def quantized_softmax(match) -> str | None:
+    if not onednn_has_avx512_core():  # measured: `ref:any` under ONEDNN_MAX_CPU_ISA=AVX2
+        return "oneDNN 3.2 writes a softmax's int8 result in its reference code below AVX-512: a float softmax and a reorder"
     if np.any(constant_array(match["output"].args[2]) != 0):
         return "oneDNN's softmax takes a result scale, not a zero point"
     return _result(match)
