@@ -198,11 +198,16 @@ def instruction_set() -> str:
     return f"{isa}, oneDNN limited to {cap}" if cap else isa
 
 
+def cpu_model() -> str:
+    """This CPU's model name, as /proc/cpuinfo gives it (the platform's name elsewhere)."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
 def machine_description() -> str:
     """What a timing depends on besides the code timed: CPU model and thread count. The CPU
     model names the instruction set too, and this text is part of every cached placement
     measurement's key."""
-    model = _cpuinfo("model name") or platform.processor() or platform.machine()
+    model = cpu_model()
     threads = os.environ.get("OMP_NUM_THREADS") or os.environ.get("TVM_NUM_THREADS") or str(os.cpu_count())
     cap = onednn_isa_cap()
     return f"{model}; {threads} thread(s)" + (f"; oneDNN limited to {cap}" if cap else "")

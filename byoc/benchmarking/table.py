@@ -4,11 +4,11 @@ offload, build time and error, then why each byoc system slower than the fastest
 from __future__ import annotations
 
 from byoc.benchmarking.systems import REFERENCES, ModelResult
-from byoc.timing import instruction_set
+from byoc.timing import cpu_model, instruction_set
 
 
 def describe_machine(threads: int, busy: bool) -> str:
-    return (f"batch 1, {threads} thread(s) for every system, {instruction_set()}"
+    return (f"batch 1, {threads} thread(s) for every system, {cpu_model()} ({instruction_set()})"
             + (", one core kept busy by another process" if busy else ""))
 
 

@@ -10,7 +10,10 @@ The model's own scales are never changed here. A kernel its vendor says would sa
 computed as the QDQ graph defines it instead: its constant weights (and int32 bias) dequantized
 once into float32 constants, its source dequantized and its result quantized by reorders, and
 the convolution or product between them in float32, fused with its bias and activation where the
-vendor has that float composite. That is exact, and slower than the int8 kernel.
+vendor has that float composite. That is exact, and slower than the int8 kernel. A dense layer
+whose input is quantized per call (`quantize_dynamic`) keeps its kernel, its weights folded to
+float32: its emitter reads the quantized input back as float32. A convolution quantized per call
+keeps its int8 kernel.
 """
 
 from __future__ import annotations
@@ -66,12 +69,13 @@ def int8_kernels_in_float32(graph: Mapping[str, Any], constants: Mapping[str, np
     chosen: dict[int, str] = {}
     found = kernels(graph)
     for kernel in found:
-        if not kernel.pattern or not kernel.pattern.startswith("q") or "_dynamic" in kernel.pattern:
+        if not kernel.pattern or not kernel.pattern.startswith("q"):
             continue
         product = _product_of(kernel, constants, dtypes)
         reason = saturates(product) if product is not None else None
         if reason is not None:
-            chosen[kernel.index] = f"{kernel.result['name']}: {reason}"
+            root = next(n for n in kernel.nodes if n["op"] in _ROOTS)
+            chosen[kernel.index] = f"{root['name']}: {reason}"
     if not chosen:
         return dict(graph), dict(constants), []
     writer = GraphWriter(graph, constants)
@@ -81,6 +85,13 @@ def int8_kernels_in_float32(graph: Mapping[str, Any], constants: Mapping[str, np
                 writer.copy(node)
             continue
         composite = kernel.nodes[0]["composite"]
+        if "_dynamic" in kernel.pattern:  # quantized per call: its emitter reads the quantized input back as float32
+            for node in kernel.nodes:
+                if node["op"] == "relax.dequantize" and "const" in node["args"][0]:
+                    writer.mapping[("node", node["id"], 0)] = writer.constant(dequantized_constant(node, constants), "dequantized")
+                else:
+                    writer.copy(node)
+            continue
         name = float_pattern(composite["pattern"])
         for node in kernel.nodes:
             if node["op"] == "relax.dequantize" and "const" in node["args"][0]:
@@ -110,6 +121,8 @@ def _product_of(kernel: GraphKernel, constants: Mapping[str, np.ndarray], dtypes
     source, weights = (_producer(kernel, arg) for arg in root["args"][:2])
     if source is None or weights is None or source["op"] != "relax.dequantize" or weights["op"] != "relax.dequantize":
         return None
+    if "_dynamic" in kernel.pattern and root["op"] != "relax.matmul":
+        return None  # a convolution quantized per call keeps its int8 kernel (see int8_kernels_in_float32)
     data, source_data = weights["args"][0], source["args"][0]
     source_dtype = str(np.asarray(constants[source_data["const"]]).dtype) if "const" in source_data else dtypes[ref_key(source_data)]
     return Int8Product(root["op"], source_dtype, np.asarray(constants[data["const"]]) if "const" in data else None)

@@ -495,6 +495,27 @@ def _quantized_at_run_time(kernel: Kernel, source: str, source_md: str, count: i
     return f"{k}_q"
 
 
+def _dequantized_at_run_time(kernel: Kernel, quantized: str, q_md: str, float_md: str) -> str:
+    """Per call, after `_quantized_at_run_time`, its uint8 result read back as float32 with the same
+    scale and zero point, into a memory of `float_md` that is returned: the source of a float
+    product where the int8 one would saturate (byoc.processing.saturation)."""
+    k = kernel.k
+    kernel.state += [f"static dnnl_memory_t {k}_dq = NULL;", f"static dnnl_primitive_t {k}_dequantize = NULL;"]
+    kernel.setup += [
+        kernel.check(f"dnnl_memory_create(&{k}_dq, {float_md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "dequantized input"),
+        *_reorder_with_attributes(kernel, f"{k}_dequantize", q_md, float_md, [("scales", "DNNL_ARG_SRC"), ("zero_points", "DNNL_ARG_SRC")],
+                                  "input dequantization"),
+    ]
+    kernel.before += [
+        "{",
+        f"  dnnl_exec_arg_t args[4] = {{{{DNNL_ARG_FROM, {quantized}}}, {{DNNL_ARG_TO, {k}_dq}}, "
+        f"{{DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, {k}_scale_mem}}, {{DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, {k}_zero_mem}}}};",
+        "  " + kernel.check(f"byoc_execute({k}_dequantize, 4, args)", "input dequantization"),
+        "}",
+    ]
+    return f"{k}_dq"
+
+
 def _run_time_source_scales(kernel: Kernel, attr: str) -> None:
     """The product's source scale and zero point, set per call (`_quantized_at_run_time`)."""
     k = kernel.k
@@ -508,12 +529,14 @@ def dynamic_dense(call: KernelCall) -> KernelCode:
     `quantize_dynamic` writes it; see byoc.annotate.qdq): per call, the input's range, scale and zero
     point as the op defines them, the input quantized to uint8 by a reorder with them, and the
     product one int8 primitive with that scale and zero point, the weights' scales and the
-    float bias: what onnxruntime's DynamicQuantizeMatMul computes."""
+    float bias: what onnxruntime's DynamicQuantizeMatMul computes. Where that product would
+    saturate (byoc.processing.saturation folded its weights to float32), the quantized input is
+    read back as float32 and the product is a float one, exactly."""
     kernel = Kernel(call)
     node = call.node("relax.matmul")
     x = call.arg(call.node("relax.quantize"), 0)
     weights_node = dequantized(call, call.arg(node, 1))
-    w, weight_scales = call.arg(weights_node, 0), scales_of(call, weights_node)
+    w = call.arg(weights_node, 0) if weights_node is not None else call.arg(node, 1)
     out = call.outputs[0]
     bias, post, residuals = _fused_tail(call, node)
     count = math.prod(x.shape[:-1])
@@ -521,8 +544,12 @@ def dynamic_dense(call: KernelCall) -> KernelCode:
     x_md, q_md = kernel.md(x_shape, "plain", "float32"), kernel.md(x_shape, "plain", "uint8")
     quantized = _quantized_at_run_time(kernel, kernel.rows_view(x, x_md), x_md, count * x.shape[-1], q_md)
     attr = kernel.post_ops(post, residuals, len(out_shape))
-    _run_time_source_scales(kernel, attr)
-    kernel.scales(attr, "DNNL_ARG_WEIGHTS", weight_scales, 1 << 1 if weight_scales.per_channel else 0)
+    if weights_node is None:
+        quantized, q_md = _dequantized_at_run_time(kernel, quantized, q_md, x_md), x_md
+    else:
+        _run_time_source_scales(kernel, attr)
+        weight_scales = scales_of(call, weights_node)
+        kernel.scales(attr, "DNNL_ARG_WEIGHTS", weight_scales, 1 << 1 if weight_scales.per_channel else 0)
     weights_md = kernel.md(w.shape, dtype=w.dtype)
     bias_md = "NULL"
     kernel.direct("DNNL_ARG_SRC", quantized)
