@@ -184,6 +184,11 @@ def onednn_has_vnni() -> bool:
     return has_vnni() and (cap is None or cap.upper() not in _WITHOUT_VNNI)
 
 
+# CPU features a generated kernel may need to compute exactly, by the name an artifact records
+# them under (see byoc.processing.saturation): whether this process has each.
+CPU_FEATURES: dict[str, Callable[[], bool]] = {"VNNI for oneDNN": onednn_has_vnni}
+
+
 def instruction_set() -> str:
     """The widest vector instruction set of this CPU that oneDNN and onnxruntime choose kernels
     by, whether it has VNNI (see `has_vnni`) and AMX (matrix tiles: oneDNN runs int8 and bf16

@@ -14,6 +14,10 @@ limited to AVX2 without VNNI.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import pytest
@@ -103,13 +107,10 @@ def test_without_vnni_a_kernel_that_would_saturate_is_named(monkeypatch):
         byoc.build(partitioned)
 
 
-def test_the_saturation_rule_reads_the_kernel(monkeypatch):
-    """What saturates, as measured kernel by kernel with oneDNN 3.2 limited to AVX2 (see
-    byoc.vendors.dnnl.int8.saturates)."""
+def test_the_saturation_rule_reads_the_kernel():
+    """What saturates without VNNI, as measured kernel by kernel with oneDNN 3.2 limited to AVX2
+    (see byoc.vendors.dnnl.int8.saturates)."""
     full, within = np.array([127, -3], np.int8), np.array([64, -64], np.int8)
-    if onednn_has_vnni():
-        assert int8.saturates(Int8Product("relax.matmul", "uint8", full)) is None
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert "weights reach +-127" in int8.saturates(Int8Product("relax.matmul", "uint8", full))
     assert int8.saturates(Int8Product("relax.matmul", "uint8", within)) is None
     assert int8.saturates(Int8Product("relax.matmul", "int8", within)) is None  # the GEMM's s8 source: exact within +-64
@@ -168,3 +169,33 @@ def test_a_dense_layer_quantized_per_call_is_exact_whatever_the_cpu():
     want = source @ (w_int8.astype(np.float64) * np.float64(w_scale))
     got = byoc.build(byoc.partition_for(byoc.from_onnx(quantized), "dnnl")).run({"x": x})[0]
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+
+
+_LOAD = """
+import sys, warnings
+import byoc
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    byoc.load(sys.argv[1])
+print("WARNED" if any("may saturate here" in str(w.message) for w in caught) else "QUIET")
+"""
+
+
+def test_an_artifact_built_with_vnni_warns_where_it_is_loaded_without(tmp_path):
+    """Built on a CPU with VNNI, an int8 region keeps its int8 kernels, and the artifact records
+    which of them need VNNI to be exact: loaded where oneDNN has none (here: limited to AVX2 in a
+    fresh process), a SaturationWarning names the region and kernels; loaded with VNNI, none."""
+    if not onednn_has_vnni():
+        pytest.skip("this CPU (or its oneDNN limit) has no VNNI: its builds compute such kernels in float32 already")
+    model = _layer("dense", 127)
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    compiled.export(tmp_path / "model.byoc")
+
+    def load(**env) -> str:
+        run = subprocess.run([sys.executable, "-c", _LOAD, str(tmp_path / "model.byoc")], capture_output=True, text=True,
+                             env={**os.environ, **env}, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stdout.strip().splitlines()[-1]
+
+    assert load() == "QUIET"
+    assert load(ONEDNN_MAX_CPU_ISA="AVX2") == "WARNED"

@@ -5,7 +5,7 @@ byoc's own passes (quantization, layout, casting) are in byoc.processing."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -20,6 +20,9 @@ class RegionContext:
     backend: str
     attrs: Mapping[str, str]  # the region function's byoc attributes (calibration ranges)
     options: Mapping[str, Any]  # the backend's build options
+    # What a pass records for the artifact (the region's `info`): e.g. the CPU feature its int8
+    # kernels need to be exact (`REQUIRES`, read back at load by byoc.runtime_metadata.model).
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 class RegionPass(Protocol):

@@ -16,8 +16,9 @@ from byoc.processing.adopt import adopt_model_quantization, holds_model_quantiza
 from byoc.processing.cast import to_float16
 from byoc.processing.layout import to_nhwc
 from byoc.processing.quantize import CALIBRATION_ATTR, REQUANTIZATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph
-from byoc.processing.saturation import Saturates, int8_kernels_in_float32
+from byoc.processing.saturation import REQUIRES, Saturates, in_float32, saturating_kernels
 from byoc.processing.unsigned import int8_activations_to_uint8
+from byoc.timing import CPU_FEATURES
 
 __all__ = ["Float16Pass", "Int8InFloat32Pass", "LayoutPass", "QuantizePass", "RegionContext", "RegionPass", "UnsignedActivationsPass", "apply_passes"]
 
@@ -46,24 +47,33 @@ class UnsignedActivationsPass:
 
 
 class Int8InFloat32Pass:
-    """A quantized model's int8 kernels that would saturate here computed in float32, exactly
-    (byoc.processing.saturation), with a warning that names them."""
+    """A quantized model's int8 kernels that would saturate without a CPU feature (`feature`, a
+    name in byoc.timing.CPU_FEATURES) computed in float32 where this CPU lacks it, exactly
+    (byoc.processing.saturation), with a warning that names them. Where it has the feature, the
+    kernels stay int8 and the region's `info` records them under `REQUIRES`: loading the artifact
+    on a CPU without the feature warns."""
 
     name = "int8 in float32 where it saturates"
 
-    def __init__(self, saturates: Saturates, float_pattern: Callable[[str], str | None], option: str) -> None:
+    def __init__(self, saturates: Saturates, float_pattern: Callable[[str], str | None], option: str, feature: str) -> None:
         # `option`: the build option that keeps the int8 kernels as they are when it is "int8"
-        self.saturates, self.float_pattern, self.option = saturates, float_pattern, option
+        self.saturates, self.float_pattern, self.option, self.feature = saturates, float_pattern, option, feature
 
     def __call__(self, graph, constants, context):
         if context.options.get(self.option) == "int8":
             return graph, constants
-        graph, constants, changed = int8_kernels_in_float32(graph, constants, self.saturates, self.float_pattern)
-        if changed:
-            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-            warnings.warn(f"byoc: region {context.symbol} ({context.backend}): {len(changed)} int8 kernel(s) computed in float32 "
+        chosen = saturating_kernels(graph, constants, self.saturates)
+        kept = list(chosen.values())
+        if CPU_FEATURES[self.feature]():
+            if kept:
+                context.notes[REQUIRES] = {"feature": self.feature, "kernels": kept}
+            return graph, constants
+        graph, constants = in_float32(graph, constants, chosen, self.float_pattern)
+        if kept:
+            more = f" (and {len(kept) - 1} more)" if len(kept) > 1 else ""
+            warnings.warn(f"byoc: region {context.symbol} ({context.backend}): {len(kept)} int8 kernel(s) computed in float32 "
                           f"from the model's own weights and scales, exactly but more slowly, because this CPU's int8 kernels "
-                          f"would saturate them: {changed[0]}{more}. The build option {self.option}='int8' keeps the int8 kernels, "
+                          f"would saturate them: {kept[0]}{more}. The build option {self.option}='int8' keeps the int8 kernels, "
                           "which is faster and may lose precision", SaturationWarning, stacklevel=2)
         return graph, constants
 

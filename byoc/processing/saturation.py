@@ -14,18 +14,24 @@ vendor has that float composite. That is exact, and slower than the int8 kernel.
 whose input is quantized per call (`quantize_dynamic`) keeps its kernel, its weights folded to
 float32: its emitter reads the quantized input back as float32. A convolution quantized per call
 keeps its int8 kernel.
+
+Where the CPU has the feature, the kernels stay int8 and the region's `info` names them
+(`REQUIRES`): an artifact built there and loaded on a CPU without it warns (`warn_where_inexact`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from byoc.codegen_json.graph import GraphKernel, kernels, ref_key
+from byoc.errors import SaturationWarning
 from byoc.processing.rewrite import GraphWriter
+from byoc.timing import CPU_FEATURES
 
 _ROOTS = ("relax.nn.conv2d", "relax.nn.conv1d", "relax.matmul")
 
@@ -40,8 +46,12 @@ class Int8Product:
     weights: np.ndarray | None
 
 
-# Why a kernel cannot run in int8 here (a reason to report), or None where it can.
+# Why a kernel would saturate without the CPU feature (a reason to report), or None where it cannot.
 Saturates = Callable[[Int8Product], "str | None"]
+
+# The key of a region's `info` that names the CPU feature its int8 kernels need to be exact, and
+# those kernels: {"feature": ..., "kernels": [...]}.
+REQUIRES = "int8_exact_with"
 
 
 def dequantized_constant(node: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -59,16 +69,12 @@ def _producer(kernel: GraphKernel, ref: Mapping[str, Any]) -> dict[str, Any] | N
     return next((n for n in kernel.nodes if "node" in ref and n["id"] == ref["node"]), None)
 
 
-def int8_kernels_in_float32(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], saturates: Saturates,
-                            float_pattern: Callable[[str], str | None]) -> tuple[dict[str, Any], dict[str, np.ndarray], list[str]]:
-    """The region with each int8 kernel `saturates` names computed in float32 (see the module's
-    docstring), and the reasons, one per kernel changed. `float_pattern` gives the float
-    composite (a pattern name with its backend) for an int8 one's, or None where there is none:
-    then its ops run one by one."""
+def saturating_kernels(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], saturates: Saturates) -> dict[int, str]:
+    """The int8 kernels of the region (by index in `kernels(graph)`) that `saturates` names, each
+    with its root op's name and the reason."""
     dtypes = _tensor_dtypes(graph)
     chosen: dict[int, str] = {}
-    found = kernels(graph)
-    for kernel in found:
+    for kernel in kernels(graph):
         if not kernel.pattern or not kernel.pattern.startswith("q"):
             continue
         product = _product_of(kernel, constants, dtypes)
@@ -76,10 +82,18 @@ def int8_kernels_in_float32(graph: Mapping[str, Any], constants: Mapping[str, np
         if reason is not None:
             root = next(n for n in kernel.nodes if n["op"] in _ROOTS)
             chosen[kernel.index] = f"{root['name']}: {reason}"
+    return chosen
+
+
+def in_float32(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], chosen: Collection[int],
+               float_pattern: Callable[[str], str | None]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The region with the int8 kernels `chosen` (indices in `kernels(graph)`) computed in float32
+    (see the module's docstring). `float_pattern` gives the float composite (a pattern name with
+    its backend) for an int8 one's, or None where there is none: then its ops run one by one."""
     if not chosen:
-        return dict(graph), dict(constants), []
+        return dict(graph), dict(constants)
     writer = GraphWriter(graph, constants)
-    for kernel in found:
+    for kernel in kernels(graph):
         if kernel.index not in chosen:
             for node in kernel.nodes:
                 writer.copy(node)
@@ -103,7 +117,7 @@ def int8_kernels_in_float32(graph: Mapping[str, Any], constants: Mapping[str, np
                 copied["composite"] = {"id": composite["id"], "pattern": name}
             writer.copy(copied)
     result = writer.graph([writer.lookup(ref) for ref in graph["outputs"]])
-    return result, writer.used_constants(result), list(chosen.values())
+    return result, writer.used_constants(result)
 
 
 def _tensor_dtypes(graph: Mapping[str, Any]) -> dict[tuple, str]:
@@ -122,7 +136,23 @@ def _product_of(kernel: GraphKernel, constants: Mapping[str, np.ndarray], dtypes
     if source is None or weights is None or source["op"] != "relax.dequantize" or weights["op"] != "relax.dequantize":
         return None
     if "_dynamic" in kernel.pattern and root["op"] != "relax.matmul":
-        return None  # a convolution quantized per call keeps its int8 kernel (see int8_kernels_in_float32)
+        return None  # a convolution quantized per call keeps its int8 kernel (see in_float32)
     data, source_data = weights["args"][0], source["args"][0]
     source_dtype = str(np.asarray(constants[source_data["const"]]).dtype) if "const" in source_data else dtypes[ref_key(source_data)]
     return Int8Product(root["op"], source_dtype, np.asarray(constants[data["const"]]) if "const" in data else None)
+
+
+def warn_where_inexact(regions: Iterable[Any], label: str) -> None:
+    """At load: a warning for each region (with `symbol`, `backend` and `info`) whose int8 kernels
+    were built where the CPU feature they need was present, and this CPU lacks it (an artifact
+    built on an AVX-512 VNNI server, loaded on an AMD Zen 3): those kernels may saturate here."""
+    for region in regions:
+        needs = region.info.get(REQUIRES)
+        if not needs or CPU_FEATURES.get(needs["feature"], lambda: True)():
+            continue
+        kernels = needs["kernels"]
+        more = f" (and {len(kernels) - 1} more)" if len(kernels) > 1 else ""
+        warnings.warn(f"byoc: {label}: region {region.symbol} ({region.backend}) was built where the CPU had "
+                      f"{needs['feature']}; this one has not, so {len(kernels)} of its int8 kernel(s) may saturate here: "
+                      f"{kernels[0]}{more}. Build the model on a machine like this one to compute them exactly",
+                      SaturationWarning, stacklevel=3)

@@ -38,8 +38,8 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
     shape in range (a backend that declares `symbolic_shapes`)."""
     graph, constants = region_to_json(func, symbol, backend.name, dims)
     attrs = region_attrs(func)
+    context = RegionContext(symbol, backend.name, attrs, options)
     if backend.processing:
-        context = RegionContext(symbol, backend.name, attrs, options)
         graph, constants = apply_passes(backend.processing, graph, constants, context)
     inputs = [TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
     outputs = _output_specs(graph)
@@ -50,7 +50,7 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
     store.add_all({name: constants[name] for name in code.constants})
     return RegionArtifact(
         symbol, backend.name, backend.codegen.kind, code.payload, list(code.constants), inputs, outputs,
-        vendor_version=backend.library_version(), format_name=code.format_name, info=dict(code.info),
+        vendor_version=backend.library_version(), format_name=code.format_name, info={**code.info, **context.notes},
         constant_specs=[TensorSpec(name, tuple(graph["constants"][name]["shape"]), graph["constants"][name]["dtype"])
                         for name in code.constants],
     )

@@ -28,6 +28,7 @@ from byoc.host.index_ranges import engine_index_error, take_index_error
 from byoc.partition.reasons import SHAPE_ONLY
 from byoc.partition.record import PartitionRecord
 from byoc.partition.report import PartitionReport
+from byoc.processing.saturation import warn_where_inexact
 from byoc.runtime_metadata.arrays import numpy_view
 from byoc.runtime_metadata.artifact import read_artifact, write_artifact
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
@@ -629,6 +630,7 @@ def load(
         except (KeyError, TypeError, ValueError) as error:
             raise ArtifactError(f"{label}: the partition record is malformed ({type(error).__name__}: {error})") from error
     parts.backend_options = {**parts.backend_options, **checked_backend_options(backend_options or {}, backends)}
+    warn_where_inexact(parts.artifacts, label)
     model = CompiledModel(parts, backends, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()), label,
                           strict_engines)
     if engines == "eager":

@@ -67,7 +67,8 @@ dnnl = Backend(
     cost=CostRules(fallback_without_macs=True),
     # int8 activations computed as uint8, exactly (byoc.processing.unsigned); then, on a CPU without
     # VNNI, the int8 kernels that would saturate computed in float32 (byoc.processing.saturation)
-    processing=[UnsignedActivationsPass(), Int8InFloat32Pass(int8.saturates, lambda pattern: _float_composite(pattern), "int8_without_vnni")],
+    processing=[UnsignedActivationsPass(), Int8InFloat32Pass(int8.saturates, lambda pattern: _float_composite(pattern), "int8_without_vnni",
+                                                           "VNNI for oneDNN")],
     build_options=[Option("layout", "activation layouts inside a region: follow the producer's, let each primitive "
                           "choose, or follow only in regions with a grouped convolution (auto)", default="auto",
                           choices=LAYOUT_POLICIES),

@@ -25,22 +25,20 @@ from byoc.frontend.quantized import same_quantization
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name, static_shape
 from byoc.processing.quantize import WEIGHT_LEVELS_WITHOUT_VNNI
 from byoc.processing.saturation import Int8Product
-from byoc.timing import onednn_has_avx512_core, onednn_has_vnni
+from byoc.timing import onednn_has_avx512_core
 from byoc.vendors.dnnl.predicates import binary_broadcast, layer_norm_last_axis
 
 _OPS = {"conv2d": "relax.nn.conv2d", "conv1d": "relax.nn.conv1d", "dense": "relax.matmul"}
 
 
 def saturates(product: Int8Product) -> str | None:
-    """Why oneDNN 3.2 cannot compute this int8 kernel exactly on this CPU, or None where it can.
+    """Why oneDNN 3.2 cannot compute this int8 kernel exactly without VNNI, or None where it can.
     Measured one kernel at a time under ONEDNN_MAX_CPU_ISA=AVX2 against onnxruntime with VNNI:
     - a matrix product (`gemm:jit`) of a u8 or s8 source is exact with weights within +-64 and
       saturates beyond (9% relative L2 on a dense layer with full-range weights, 20% with an s8
       source); a product of two activations saturates (30% with the weights' zero point 0);
     - a convolution (`jit_uni_int8:avx2`) of a u8 source is exact with weights within +-64 and
       saturates beyond (8.5%); of an s8 source it halves the weights, whatever they are (1-2%)."""
-    if onednn_has_vnni():
-        return None
     largest = int(np.abs(product.weights.astype(np.int32)).max()) if product.weights is not None and product.weights.size else 0
     no_vnni = "oneDNN's int8 kernels without VNNI add pairs of products in 16 bits"
     if product.op != "relax.matmul" and product.source_dtype == "int8":
