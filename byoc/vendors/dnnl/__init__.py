@@ -20,7 +20,9 @@ products and sums with one int8 operand, attention's products of two activations
 pooling on the int8 data, moves of int8 data (reshapes, transposes, slices, broadcasts), float
 products and softmax writing their quantized result as int8, and quantize/dequantize (and
 requantization) as reorders; a dense layer or convolution of a `quantize_dynamic` model, its
-input quantized per call, as one kernel (`int8.py`).
+input quantized per call, as one kernel (`int8.py`). Without VNNI, the int8 kernels whose 16-bit
+pair sums would saturate (`int8.saturates`) are computed in float32 from the model's own weights
+and scales (byoc.processing.saturation), unless the build option `int8_without_vnni` is "int8".
 """
 
 from __future__ import annotations
