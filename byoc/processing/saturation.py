@@ -99,23 +99,19 @@ def in_float32(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], ch
                 writer.copy(node)
             continue
         composite = kernel.nodes[0]["composite"]
-        if "_dynamic" in kernel.pattern:  # quantized per call: its emitter reads the quantized input back as float32
-            for node in kernel.nodes:
-                if node["op"] == "relax.dequantize" and "const" in node["args"][0]:
-                    writer.mapping[("node", node["id"], 0)] = writer.constant(dequantized_constant(node, constants), "dequantized")
-                else:
-                    writer.copy(node)
-            continue
-        name = float_pattern(composite["pattern"])
+        # quantized per call, the kernel stays whole: its emitter reads the quantized input back as float32
+        whole = "_dynamic" in kernel.pattern
+        name = None if whole else float_pattern(composite["pattern"])
         for node in kernel.nodes:
             if node["op"] == "relax.dequantize" and "const" in node["args"][0]:
-                folded = writer.constant(dequantized_constant(node, constants), "dequantized")
-                writer.mapping[("node", node["id"], 0)] = folded
-                continue
-            copied = {k: v for k, v in node.items() if k != "composite"}
-            if name is not None and node["op"] not in ("relax.quantize", "relax.dequantize"):
-                copied["composite"] = {"id": composite["id"], "pattern": name}
-            writer.copy(copied)
+                writer.mapping[("node", node["id"], 0)] = writer.constant(dequantized_constant(node, constants), "dequantized")
+            elif whole:
+                writer.copy(node)
+            else:
+                copied = {k: v for k, v in node.items() if k != "composite"}
+                if name is not None and node["op"] not in ("relax.quantize", "relax.dequantize"):
+                    copied["composite"] = {"id": composite["id"], "pattern": name}
+                writer.copy(copied)
     result = writer.graph([writer.lookup(ref) for ref in graph["outputs"]])
     return result, writer.used_constants(result)
 

@@ -436,6 +436,14 @@ def _reorder_with_attributes(kernel: Kernel, primitive: str, source_md: str, tar
     return ["{", *("  " + line for line in lines), "}"]
 
 
+def _execute(kernel: Kernel, primitive: str, args: list[tuple[str, str]], what: str) -> list[str]:
+    """The lines that run `primitive` once with `args` ((argument, memory) pairs): a reorder
+    whose scales or zero points are given per call (`_reorder_with_attributes`)."""
+    listed = ", ".join(f"{{{arg}, {memory}}}" for arg, memory in args)
+    return ["{", f"  dnnl_exec_arg_t args[{len(args)}] = {{{listed}}};",
+            "  " + kernel.check(f"byoc_execute({primitive}, {len(args)}, args)", what), "}"]
+
+
 def _as_int8(kernel: Kernel, w: CBuffer, md: str) -> str:
     """Per call, uint8 data `w` as int8 `w - 128` (exact), in a memory of `md` that is returned:
     oneDNN 3.2's int8 matrix products take int8 weights only, and the second operand of a product
@@ -448,13 +456,8 @@ def _as_int8(kernel: Kernel, w: CBuffer, md: str) -> str:
         kernel.check(f"dnnl_memory_create(&{name}_shift, {kernel.md((1,), 'plain', 'int32')}, byoc_engine, &{name}_zero)", "operand shift"),
         *_reorder_with_attributes(kernel, f"{name}_reorder", kernel.md_of(w), md, [("zero_points", "DNNL_ARG_SRC")], "int8 operand"),
     ]
-    kernel.before += [
-        "{",
-        f"  dnnl_exec_arg_t args[3] = {{{{DNNL_ARG_FROM, {w.name}_mem}}, {{DNNL_ARG_TO, {name}}}, "
-        f"{{DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, {name}_shift}}}};",
-        "  " + kernel.check(f"byoc_execute({name}_reorder, 3, args)", "int8 operand"),
-        "}",
-    ]
+    kernel.before += _execute(kernel, f"{name}_reorder", [("DNNL_ARG_FROM", f"{w.name}_mem"), ("DNNL_ARG_TO", name),
+                                                          ("DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC", f"{name}_shift")], "int8 operand")
     return name
 
 
@@ -487,12 +490,17 @@ def _quantized_at_run_time(kernel: Kernel, source: str, source_md: str, count: i
         f"  {k}_scale = (high - low) / 255.f;",
         f"  {k}_zero = {k}_scale > 0.f ? (int32_t)nearbyintf(fminf(fmaxf(0.f - low / {k}_scale, 0.f), 255.f)) : 0;",
         f"  if (!({k}_scale > 0.f)) {k}_scale = 1.f;",
-        f"  dnnl_exec_arg_t args[4] = {{{{DNNL_ARG_FROM, {source}}}, {{DNNL_ARG_TO, {k}_q}}, "
-        f"{{DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, {k}_scale_mem}}, {{DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, {k}_zero_mem}}}};",
-        "  " + kernel.check(f"byoc_execute({k}_quantize, 4, args)", "input quantization"),
         "}",
+        *_execute(kernel, f"{k}_quantize", _run_time_scales(k, source, f"{k}_q", "DNNL_ARG_DST"), "input quantization"),
     ]
     return f"{k}_q"
+
+
+def _run_time_scales(k: str, source: str, target: str, side: str) -> list[tuple[str, str]]:
+    """The arguments of a reorder from `source` to `target` with kernel `k`'s run-time scale and
+    zero point (`_quantized_at_run_time`) on `side` (DNNL_ARG_SRC or DNNL_ARG_DST)."""
+    return [("DNNL_ARG_FROM", source), ("DNNL_ARG_TO", target), (f"DNNL_ARG_ATTR_SCALES | {side}", f"{k}_scale_mem"),
+            (f"DNNL_ARG_ATTR_ZERO_POINTS | {side}", f"{k}_zero_mem")]
 
 
 def _dequantized_at_run_time(kernel: Kernel, quantized: str, q_md: str, float_md: str) -> str:
@@ -506,13 +514,7 @@ def _dequantized_at_run_time(kernel: Kernel, quantized: str, q_md: str, float_md
         *_reorder_with_attributes(kernel, f"{k}_dequantize", q_md, float_md, [("scales", "DNNL_ARG_SRC"), ("zero_points", "DNNL_ARG_SRC")],
                                   "input dequantization"),
     ]
-    kernel.before += [
-        "{",
-        f"  dnnl_exec_arg_t args[4] = {{{{DNNL_ARG_FROM, {quantized}}}, {{DNNL_ARG_TO, {k}_dq}}, "
-        f"{{DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, {k}_scale_mem}}, {{DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, {k}_zero_mem}}}};",
-        "  " + kernel.check(f"byoc_execute({k}_dequantize, 4, args)", "input dequantization"),
-        "}",
-    ]
+    kernel.before += _execute(kernel, f"{k}_dequantize", _run_time_scales(k, quantized, f"{k}_dq", "DNNL_ARG_SRC"), "input dequantization")
     return f"{k}_dq"
 
 
@@ -1044,8 +1046,8 @@ def rotary(call: KernelCall) -> KernelCode:
         scale = kernel.array("scale", np.ascontiguousarray(scales), "float32")
         kernel.point(f"{name}_read", source, read_at * np.dtype(x.dtype).itemsize)
         kernel.point(f"{name}_write", f"{k}_rotated", write_at * np.dtype(x.dtype).itemsize)
-        args = f"{{DNNL_ARG_FROM, {name}_read}}, {{DNNL_ARG_TO, {name}_write}}, {{DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, {scale}}}"
-        kernel.before += ["{", f"  dnnl_exec_arg_t args[3] = {{{args}}};", "  " + kernel.check(f"byoc_execute({name}_copy, 3, args)", "scaled half"), "}"]
+        kernel.before += _execute(kernel, f"{name}_copy", [("DNNL_ARG_FROM", f"{name}_read"), ("DNNL_ARG_TO", f"{name}_write"),
+                                                          ("DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC", scale)], "scaled half")
     full_md = total.md(x.shape, "plain", x.dtype)
     total.direct("DNNL_ARG_SRC_0", source)
     total.direct("DNNL_ARG_SRC_1", total.view(tables["cos"], table_shape))

@@ -57,6 +57,15 @@ from byoc.vendors.dnnl.predicates import (
     window_slice,
 )
 
+
+def _float_composite(pattern: str) -> str | None:
+    """The float composite of an int8 one whose float ops stay consecutive once its quantizes and
+    dequantizes run apart (`qconv2d_bias_act_float` -> `conv2d_bias_act`); None for the others
+    (a fused residual reads its operand through a dequantize, a product of activations has none)."""
+    name = pattern.removeprefix("dnnl.q").removesuffix("_float")
+    return f"dnnl.{name}" if "_add" not in name and any(p.name == name for p in dnnl.patterns) else None
+
+
 # The kernel library is oneDNN's C API (byoc.codegen_c.onednn); each pattern and op below binds
 # its emitter as it is declared.
 dnnl = Backend(
@@ -69,8 +78,7 @@ dnnl = Backend(
     cost=CostRules(fallback_without_macs=True),
     # int8 activations computed as uint8, exactly (byoc.processing.unsigned); then, on a CPU without
     # VNNI, the int8 kernels that would saturate computed in float32 (byoc.processing.saturation)
-    processing=[UnsignedActivationsPass(), Int8InFloat32Pass(int8.saturates, lambda pattern: _float_composite(pattern), "int8_without_vnni",
-                                                           "VNNI for oneDNN")],
+    processing=[UnsignedActivationsPass(), Int8InFloat32Pass(int8.saturates, _float_composite, "int8_without_vnni", "VNNI for oneDNN")],
     build_options=[Option("layout", "activation layouts inside a region: follow the producer's, let each primitive "
                           "choose, or follow only in regions with a grouped convolution (auto)", default="auto",
                           choices=LAYOUT_POLICIES),
@@ -142,16 +150,6 @@ dnnl.supports("relax.nn.pad", check=constant_pad, emit=emitters.pad)
 dnnl.supports("relax.where", check=scalar_selection, emit=emitters.select)
 dnnl.supports("relax.permute_dims", emit=emitters.permute_dims)
 dnnl.supports("relax.astype", check=float_cast, emit=emitters.reorder)
-
-
-
-def _float_composite(pattern: str) -> str | None:
-    """The float composite of an int8 one whose float ops stay consecutive once its quantizes and
-    dequantizes run apart (`qconv2d_bias_act_float` -> `conv2d_bias_act`); None for the others
-    (a fused residual reads its operand through a dequantize, a product of activations has none)."""
-    name = pattern.removeprefix("dnnl.q").removesuffix("_float")
-    return f"dnnl.{name}" if "_add" not in name and any(p.name == name for p in dnnl.patterns) else None
-
 
 register_backend(dnnl, origin="byoc (built-in)")
 
