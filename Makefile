@@ -24,11 +24,13 @@ test: $(STAMP)
 # The int8 and oneDNN kernel tests again with oneDNN limited to the kernels of an AVX2 CPU without
 # AVX-512 or VNNI (AMD Zen 2/3, Intel client CPUs), whatever this machine has: there int8 kernels
 # add pairs of products in 16 bits, and oneDNN takes other kernels (onnxruntime cannot be limited).
+# OpenBLAS, the other kernel of float32 dense products, takes its Haswell kernels (AVX2 and FMA).
 AVX2_TESTS := tests/test_int8_saturation.py tests/test_quantized_models.py tests/test_float16.py tests/test_vendors_int8.py \
 	tests/test_quantized_int8_vendors.py tests/test_weight_only_quantized.py tests/test_vendors_cpu.py tests/test_dnnl_any_size.py \
-	tests/test_dnnl_exported_forms.py tests/test_dnnl_node_fixes.py tests/test_dnnl_weights_kept.py tests/test_symbolic_c.py
+	tests/test_dnnl_exported_forms.py tests/test_dnnl_node_fixes.py tests/test_dnnl_weights_kept.py tests/test_symbolic_c.py \
+	tests/test_dense_kernel.py
 test-avx2: $(STAMP)
-	ONEDNN_MAX_CPU_ISA=AVX2 $(PY) -m pytest -q -n 2 $(AVX2_TESTS)
+	ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell $(PY) -m pytest -q -n 2 $(AVX2_TESTS)
 
 # The tests that export models with torch (skipped by `make test` where the torch extra is absent:
 # with torch installed, TVM imports it in every process, a second more per process started).

@@ -117,7 +117,7 @@ def test_build_and_run_options_are_declared_and_checked(tmp_path, capsys):
         byoc.build(partitioned, backend_options={"onnxruntime": {"graph_optimization_level": "most"}})
     with pytest.raises(OptionError, match="backend_options names vendor 'onnxrt': unknown backend 'onnxrt'"):
         byoc.build(partitioned, backend_options={"onnxrt": {"intra_op_num_threads": 1}})
-    with pytest.raises(OptionError, match="vendor 'dnnl' has no build option 'lanes'; it takes int8_without_vnni, layout"):
+    with pytest.raises(OptionError, match="vendor 'dnnl' has no build option 'lanes'; it takes dense_kernel, int8_without_vnni, layout"):
         byoc.build(partitioned, backend_options={"dnnl": {"lanes": 1}})
     path = tmp_path / "mlp.byoc"
     byoc.build(partitioned, backend_options={"onnxruntime": {"intra_op_num_threads": 1}}).export(path)

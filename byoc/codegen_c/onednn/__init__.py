@@ -5,11 +5,12 @@ A vendor's data sheet binds its ops to the emitters here (`emitters`, `quantized
 kernels on int8 data); each emitter describes its op with one `Kernel` (`kernel`); `library` finds
 oneDNN as pip installs it and holds the C every region shares (memory conversions, descriptors with
 run-time dimensions, each kernel's ownership of what it creates); `threads` limits the threads of
-oneDNN's TBB runtime; `quantization` reads a quantized composite's scales.
+oneDNN's TBB runtime; `quantization` reads a quantized composite's scales; `openblas` finds
+OpenBLAS, which runs a float32 dense product where `product_choice` measured it faster here.
 """
 
 from byoc.codegen_c.library import CLibrary
-from byoc.codegen_c.onednn import emitters, library, quantized, threads
+from byoc.codegen_c.onednn import emitters, library, openblas, quantized, threads
 from byoc.codegen_c.onednn.emitters import GELU_FORMS, LAYOUT_POLICIES, RESHAPES, VIEWS
 from byoc.codegen_c.onednn.kernel import ELTWISE_OPS
 
@@ -22,14 +23,21 @@ def onednn_library() -> CLibrary:
         version=library.version() if library.installed() else "not installed",
         headers=["oneapi/dnnl/dnnl.h", "math.h", "stdio.h"],
         include_dirs=lambda: [library.include_dir()],
-        library_dirs=library.library_dirs,
-        libraries=list(library.LIBRARIES),
+        library_dirs=lambda: [*library.library_dirs(), *openblas.library_dirs()],
+        libraries=[*library.LIBRARIES, *openblas.libraries()],
         prologue=library.PROLOGUE,
         ownership=library.OWNERSHIP,
         bind_buffer=library.bind_buffer,
         views=VIEWS,
-        runtime_setup=threads.limit_threads,
+        runtime_setup=_runtime_setup,
     )
+
+
+def _runtime_setup() -> None:
+    """oneDNN's thread limit, and OpenBLAS (the second kernel of dense products) loaded with
+    as many threads, sleeping between calls."""
+    threads.limit_threads()
+    openblas.prepare(threads.requested())
 
 
 __all__ = ["ELTWISE_OPS", "GELU_FORMS", "LAYOUT_POLICIES", "RESHAPES", "VIEWS", "emitters", "library", "onednn_library", "quantized", "threads"]

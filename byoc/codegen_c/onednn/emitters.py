@@ -11,6 +11,7 @@ import numpy as np
 
 from byoc.codegen_c.dims import SymbolicDim, names_of, read_shape
 from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
+from byoc.codegen_c.onednn import openblas
 from byoc.codegen_c.onednn.kernel import (
     BINARY,
     Kernel,
@@ -24,6 +25,7 @@ from byoc.codegen_c.onednn.kernel import (
     zero_point_offset,
 )
 from byoc.codegen_c.onednn.library import dims_decl
+from byoc.codegen_c.onednn.product_choice import MEASURED_MACS, Product, kernel_for
 from byoc.codegen_c.onednn.quantization import (
     KernelQuantization,
     Scales,
@@ -230,6 +232,8 @@ def matmul(call: KernelCall) -> KernelCode:
     bias, post, residuals = _fused_tail(call, node, takes_bias=lambda b: x_scale * w_scale == 1.0 and b.size == out.shape[-1])
     if x_scale * w_scale != 1.0:  # (a * c) @ (b * d) = c * d * (a @ b): the first post-op
         post, residuals = [post_op("dnnl_eltwise_linear", x_scale * w_scale), *post], [(b, i + 1) for b, i in residuals]
+    if quantized is None and _dense_by_openblas(call, x, w, out, bias, post):
+        return _openblas_product(call, x, w, out, bias, post, residuals)
     # The rows of an input of rank > 2 times 2-D constant weights are one matrix product: oneDNN
     # reads the leading dimensions as a batch otherwise, and ConvNeXt's 1x7x7x1024 by 1024x4096
     # ran as 7 products of 7 rows, reading the 16 MB of weights 7 times (7.4 ms; 2.6 ms as one).
@@ -282,6 +286,73 @@ def matmul(call: KernelCall) -> KernelCode:
     code = kernel.code(create, (attr,), first=given)
     split = _sized_post_ops(call, post, residuals) if _sized_product(call, x, w, out, quantized, bias, rows) else None
     return code if split is None else _sized_or_not(call, x, w, out, split, code)
+
+
+def _dense_by_openblas(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bias: CBuffer | None, post: list[dict]) -> bool:
+    """Whether OpenBLAS runs this product (`product_choice`): float32 activations of fixed shape
+    times constant 2-D weights, a bias per output column or none, and OpenBLAS the faster here."""
+    if not (w.kind == "constant" and len(w.shape) == 2 and x.kind != "constant" and len(x.shape) >= 2
+            and {x.dtype, w.dtype, out.dtype} == {"float32"} and not names_of(x.shape) | names_of(out.shape)
+            and (bias is None or bias.size == out.shape[-1]) and not any("operand" in node for node in post)):
+        return False
+    product = Product(math.prod(x.shape[:-1]), x.shape[-1], w.shape[1], bias is not None, bool(post))
+    if product.m * product.k * product.n < MEASURED_MACS and call.options.get("dense_kernel", "measured") == "measured":
+        return False
+    return kernel_for(product, call.options.get("dense_kernel", "measured")) == "openblas"
+
+
+def _openblas_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bias: CBuffer | None, post: list[dict],
+                      residuals: list[tuple[CBuffer, int]]) -> KernelCode:
+    """The product by OpenBLAS's sgemm on the rows of `x` in plain layout, into the result in
+    plain layout; then the bias (a binary add) and the post-ops by one oneDNN primitive in place,
+    or none where there are neither."""
+    kernel = Kernel(call, "blas")
+    m, k, n = math.prod(x.shape[:-1]), x.shape[-1], w.shape[1]
+    source = kernel.plain_source(x)
+    out_md = kernel.md(out.shape, "plain", out.dtype)
+    kernel.result(out, md=out_md)
+    result = kernel.exec_args[-1][1]
+    kernel.state.append(f"#ifdef __cplusplus\nextern \"C\"\n#endif\n{openblas.SGEMM_DECLARATION}")
+    kernel.before += [
+        "{",
+        "  void* a = NULL;",
+        "  void* c = NULL;",
+        "  " + kernel.check(f"dnnl_memory_get_data_handle({source}, &a)", "data of the source"),
+        "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, &c)", "data of the result"),
+        f"  scipy_cblas_sgemm({openblas.ROW_MAJOR}, {openblas.NO_TRANSPOSE}, {openblas.NO_TRANSPOSE}, {m}, {n}, {k}, 1.f, "
+        f"(const float*)a, {k}, (const float*){w.name}, {n}, 0.f, (float*)c, {n});",
+        "}",
+    ]
+    if bias is None and not post:
+        kernel.setup += kernel.bind  # the result's memory, made without a primitive
+        kernel.exec_args.clear()
+        return kernel.code_without_primitive()
+    # The first of the bias and post-ops is the primitive, the others its post-ops: oneDNN 3.2 runs
+    # an element-wise primitive with binary post-ops in its reference code (a scale by a constant
+    # after an identity took 10x a binary primitive's time).
+    rank = len(out.shape)
+    first, second = ("DNNL_ARG_SRC_0", "DNNL_ARG_SRC_1") if bias is not None or any(i == 0 for _, i in residuals) else ("DNNL_ARG_SRC", None)
+    kernel.exec_args[0] = (first, result)
+    if bias is not None:
+        algorithm, operand, md = "dnnl_binary_add", kernel.view(bias, (1,) * (rank - 1) + (n,)), kernel.md((1,) * (rank - 1) + (n,), "plain")
+    else:
+        head, post = post[0], post[1:]
+        residuals, operands = [(b, i - 1) for b, i in residuals if i > 0], [b for b, i in residuals if i == 0]
+        if operands:
+            algorithm = head.get("algorithm") or BINARY[head["op"]]
+            shape = (1,) * (rank - len(operands[0].shape)) + operands[0].shape
+            operand, md = (kernel.view(operands[0], shape), kernel.md(shape, "plain")) if len(operands[0].shape) < rank else \
+                (f"{operands[0].name}_mem", kernel.md_of(operands[0]))
+    attr = kernel.post_ops(post, residuals, rank)
+    if second is None:
+        algorithm, alpha, beta = eltwise_args(call, head)
+        create = (f"dnnl_eltwise_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {algorithm}, "
+                  f"{out_md}, {out_md}, {alpha}, {beta}, {attr})")
+    else:
+        kernel.direct(second, operand)
+        create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {out_md}, {md}, {out_md}, {attr})"
+    kernel.direct("DNNL_ARG_DST", result)
+    return kernel.code(create, (attr,))
 
 
 # A product of two activations whose sizes follow the model's dimensions (attention's scores

@@ -33,7 +33,7 @@ from tvm.relax.dpl import wildcard
 from byoc.annotate import fused_pattern, idioms
 from byoc.annotate.predicates import all_of
 from byoc.backend import Backend, CostRules, Limits, Option, register_backend
-from byoc.codegen_c.onednn import ELTWISE_OPS, LAYOUT_POLICIES, RESHAPES, emitters, library, onednn_library
+from byoc.codegen_c.onednn import ELTWISE_OPS, LAYOUT_POLICIES, RESHAPES, emitters, library, onednn_library, product_choice
 from byoc.flow import partition_for
 from byoc.processing import Int8InFloat32Pass, UnsignedActivationsPass
 from byoc.vendors.dnnl import int8
@@ -86,7 +86,11 @@ dnnl = Backend(
                           "model's weights beyond +-64, a signed source of a convolution, a product of two activations): computed "
                           "in float32 from the model's weights and scales, exactly, or kept in int8 as onnxruntime does "
                           "(2-2.25x faster on ResNet-18, MobileNetV2 and BERT, which lose 0.2-2.3% relative L2)", default="float32",
-                          choices=("float32", "int8"))],
+                          choices=("float32", "int8")),
+                   Option("dense_kernel", "the kernel of a float32 dense product (constant 2-D weights): measured once per "
+                          "machine and shape, oneDNN's or OpenBLAS's sgemm, whichever is faster here (OpenBLAS's "
+                          "AVX2 kernels are up to 1.9x faster than oneDNN's), or the one named", default="measured",
+                          choices=product_choice.CHOICES)],
     unavailable=lambda: None if library.installed() else f"oneDNN is not installed ({library.RUNTIME_PACKAGE}): pip install 'byoc[dnnl]'",
 )
 

@@ -1,0 +1,88 @@
+"""OpenBLAS from pip (`scipy-openblas32`, the build SciPy ships): the second kernel of a float32
+dense product, beside oneDNN's, where it is faster on the machine at hand (see `product_choice`).
+
+Why a second kernel: oneDNN 3.2's float32 GEMM for AVX2 (`gemm:jit:f32`) runs BERT's 128x768 by
+768x3072 dense layer at 65-95 GFLOP/s on 2 cores of an AMD EPYC without AVX-512 (and of an
+AVX-512 one limited to AVX2), where OpenBLAS's Haswell kernels reach 112-170; with AVX-512,
+oneDNN's brgemm is the faster one on most shapes. Which one runs is measured per machine, not
+assumed.
+
+OpenBLAS keeps a pool of threads of its own beside oneDNN's TBB workers. After a call, its
+threads wait for the next one spinning, 2^28 cycles by default, and on 2 cores that spin takes a
+core from the oneDNN primitive that runs next: a BERT dense layer by oneDNN then one by OpenBLAS
+took 16.6 ms instead of 9.8. With `OPENBLAS_THREAD_TIMEOUT=4` (2^4 cycles, its least) they
+sleep at once, and the pair takes 9.9 ms. OpenBLAS reads it when it loads, so `prepare` sets it
+(unless the user did) and loads the library before any host library links it in; it also gives
+OpenBLAS the thread count oneDNN has.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from importlib import metadata
+from pathlib import Path
+
+PACKAGE = "scipy-openblas32"
+LIBRARY = "scipy_openblas"  # linked as -lscipy_openblas
+SPIN_ENV = "OPENBLAS_THREAD_TIMEOUT"
+SPIN_LEAST = "4"
+# The one function a kernel calls (cblas.h's, its enums as the ints they are), declared where it is
+# called rather than through the 600-line header in every region's C.
+SGEMM_DECLARATION = ("void scipy_cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha, const float* a, "
+                     "int lda, const float* b, int ldb, float beta, float* c, int ldc);")
+ROW_MAJOR, NO_TRANSPOSE = 101, 111  # CblasRowMajor, CblasNoTrans
+
+
+def installed() -> bool:
+    try:
+        metadata.distribution(PACKAGE)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def version() -> str:
+    return metadata.version(PACKAGE) if installed() else "not installed"
+
+
+@functools.cache
+def library_dir() -> str:
+    """The directory of libscipy_openblas.so (the package's `get_lib_dir`)."""
+    import scipy_openblas32
+
+    return str(Path(scipy_openblas32.get_lib_dir()).resolve())
+
+
+def library_dirs() -> list[str]:
+    return [library_dir()] if installed() else []
+
+
+def libraries() -> list[str]:
+    return [LIBRARY] if installed() else []
+
+
+@functools.cache
+def _loaded() -> ctypes.CDLL:
+    os.environ.setdefault(SPIN_ENV, SPIN_LEAST)  # read once, as the library loads
+    return ctypes.CDLL(str(Path(library_dir()) / f"lib{LIBRARY}.so"))
+
+
+def prepare(threads: int | None) -> None:
+    """Load OpenBLAS with its threads sleeping between calls, `threads` of them (None: one per
+    core, as oneDNN takes). A no-op where it is not installed."""
+    if not installed():
+        return
+    library = _loaded()
+    library.scipy_openblas_set_num_threads(ctypes.c_int(threads or len(os.sched_getaffinity(0))))
+
+
+def core() -> str:
+    """The kernels OpenBLAS chose for this CPU ("Haswell", "SkylakeX", "Zen"; `OPENBLAS_CORETYPE`
+    chooses others)."""
+    if not installed():
+        return "not installed"
+    library = _loaded()
+    library.scipy_openblas_get_corename.restype = ctypes.c_char_p
+    return library.scipy_openblas_get_corename().decode()
