@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 # Two workers: the machines this runs on have two cores, and most tests wait on one (compilers, builds).
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --durations=15
 
 # The int8 and oneDNN kernel tests again with oneDNN limited to the kernels of an AVX2 CPU without
 # AVX-512 or VNNI (AMD Zen 2/3, Intel client CPUs), whatever this machine has: there int8 kernels

@@ -22,9 +22,14 @@ wants another layout, typically at the region's boundary.
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import subprocess
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from byoc.cache_dirs import library_cache_dir
 from byoc.codegen_c.dims import array_storage
 from byoc.codegen_c.library import CBuffer, KernelCode
 from byoc.codegen_c.onednn.quantization import DNNL_TYPES
@@ -83,6 +88,23 @@ def installed() -> bool:
 
 def version() -> str:
     return metadata.version(RUNTIME_PACKAGE)
+
+
+def compiled_once(name: str, source: str, flags: list[str], what: str) -> Path:
+    """C++ `source` compiled with `flags` (`-shared -fPIC` for a library), once per machine, into
+    byoc's cache as `<name>-<digest>`: TBB's thread limit, the dense product timing."""
+    digest = hashlib.sha256((source + repr(flags)).encode()).hexdigest()[:24]
+    path = library_cache_dir() / f"{name}-{digest}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            source_file, built = Path(tmp) / f"{name}.cpp", Path(tmp) / name
+            source_file.write_text(source)
+            run = subprocess.run(["g++", str(source_file), "-o", str(built), *flags], capture_output=True, text=True)
+            if run.returncode != 0:
+                raise BuildError(f"compiling {what} failed: {run.stderr.strip()[-2000:]}")
+            os.replace(built, path)  # atomic: a concurrent process sees the whole file or none
+    return path
 
 
 PROLOGUE = r"""

@@ -227,18 +227,7 @@ def _time(product: Product) -> dict:
 def _program() -> Path:
     """The timing program, compiled once per machine into byoc's cache."""
     dirs = [*library.library_dirs(), openblas.library_dir()]
-    flags = [f"-I{library.include_dir()}", f"-I{library.tbb_include_dir()}", *(f"-L{d}" for d in dirs),
+    flags = ["-O2", f"-I{library.include_dir()}", f"-I{library.tbb_include_dir()}", *(f"-L{d}" for d in dirs),
              "-Wl,--disable-new-dtags", *(f"-Wl,-rpath,{d}" for d in dirs), *(f"-l{lib}" for lib in library.LIBRARIES),
              f"-l{openblas.LIBRARY}"]
-    digest = hashlib.sha256((_SOURCE + repr(flags)).encode()).hexdigest()[:24]
-    path = library_cache_dir() / f"dense-product-timing-{digest}"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-            source, built = Path(tmp) / "timing.cpp", Path(tmp) / "timing"
-            source.write_text(_SOURCE)
-            run = subprocess.run(["g++", "-O2", str(source), "-o", str(built), *flags], capture_output=True, text=True)
-            if run.returncode != 0:
-                raise BuildError(f"compiling the dense product timing failed: {run.stderr.strip()[-2000:]}")
-            os.replace(built, path)
-    return path
+    return library.compiled_once("dense-product-timing", _SOURCE, flags, "the dense product timing")

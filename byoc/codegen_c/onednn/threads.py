@@ -10,14 +10,10 @@ process; libdnnl resolves libtbb to the copy the helper loaded, so the limit is 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
-from byoc.cache_dirs import library_cache_dir
 from byoc.codegen_c.onednn import library
 from byoc.errors import BuildError
 
@@ -47,19 +43,9 @@ def requested() -> int | None:
 
 def _helper() -> Path:
     lib_dirs = library.library_dirs()
-    flags = [f"-I{library.tbb_include_dir()}", *(f"-L{d}" for d in lib_dirs), *(f"-Wl,-rpath,{d}" for d in lib_dirs), "-ltbb"]
-    digest = hashlib.sha256((_SOURCE + repr(flags)).encode()).hexdigest()[:24]
-    path = library_cache_dir() / f"tbb-limit-{digest}.so"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-            source, built = Path(tmp) / "limit.cpp", Path(tmp) / "limit.so"
-            source.write_text(_SOURCE)
-            run = subprocess.run(["g++", "-shared", "-fPIC", "-O1", str(source), "-o", str(built), *flags], capture_output=True, text=True)
-            if run.returncode != 0:
-                raise BuildError(f"compiling oneDNN's thread limit failed: {run.stderr.strip()[-2000:]}")
-            os.replace(built, path)  # atomic: a concurrent process sees the whole file or none
-    return path
+    flags = ["-shared", "-fPIC", "-O1", f"-I{library.tbb_include_dir()}", *(f"-L{d}" for d in lib_dirs),
+             *(f"-Wl,-rpath,{d}" for d in lib_dirs), "-ltbb"]
+    return library.compiled_once("tbb-limit", _SOURCE, flags, "oneDNN's thread limit")
 
 
 def limit_threads() -> None:

@@ -30,7 +30,7 @@ from byoc.errors import EngineError
 from byoc.vendors.tensorrt.versions import format_version, parse_version
 
 INSTALL = ("pip install 'byoc[tensorrt]' --extra-index-url https://pypi.nvidia.com "
-           "(TensorRT's wheels are on NVIDIA's index, not the public one), or JetPack on Jetson: see the README")
+           "(TensorRT's wheels are on NVIDIA's index, not the public one), or JetPack on Jetson: see docs/vendors.md")
 
 
 @dataclass(frozen=True)
