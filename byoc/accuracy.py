@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from byoc.frontend.onnx_inputs import bind_inputs
+from byoc.frontend.onnx.graph_inputs import bind_inputs
 from byoc.relative_l2 import RelativeL2
 from byoc.runtime_metadata.model import CompiledModel
 

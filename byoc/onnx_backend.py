@@ -11,7 +11,7 @@ vendors, built and run; the host takes whatever no vendor does.
     outputs = rep.run([x])
 
 byoc compiles for static shapes: a model with dynamic input dimensions, or whose inputs decide
-the shapes of results (see `byoc.frontend.onnx_specialize`), is compiled when it first runs,
+the shapes of results (see `byoc.frontend.onnx.specialize`), is compiled when it first runs,
 for the shapes and values it is run with, and again for each new specialisation. Inputs named
 in `prepare(..., constant_inputs=[...])` are specialised on their values the same way.
 """
@@ -28,8 +28,8 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from byoc.flow import partition_for
 from byoc.frontend import from_onnx, load_onnx_model
-from byoc.frontend.onnx_inputs import bind_inputs
-from byoc.frontend.onnx_specialize import Specialization, arrange, has_dynamic_shape, runtime_inputs, shape_operands, specialize
+from byoc.frontend.onnx.graph_inputs import bind_inputs
+from byoc.frontend.onnx.specialize import Specialization, arrange, has_dynamic_shape, runtime_inputs, shape_operands, specialize
 from byoc.runtime_metadata import CompiledModel, build
 
 DEVICES = ("CPU",)

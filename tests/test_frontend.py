@@ -200,7 +200,7 @@ def test_shapes_that_contradict_a_static_file_are_refused():
 def test_batch_norm_folding_keeps_numerics():
     model = small_model("resnet18")
     inputs = byoc.models.sample_inputs(model)
-    folded = byoc.frontend.onnx_fold.fold_batch_norms(model)
+    folded = byoc.frontend.onnx.fold_affine.fold_batch_norms(model)
     assert not any(n.op_type == "BatchNormalization" for n in folded.graph.node)
     assert_fp32_close(onnxruntime_outputs(folded, inputs), onnxruntime_outputs(model, inputs))
     assert np.isfinite(onnxruntime_outputs(folded, inputs)[0]).all()
@@ -232,7 +232,7 @@ def _affine_model():
 
 def test_per_channel_affine_ops_fold_into_the_conv_before_them():
     model = _affine_model()
-    folded = byoc.frontend.onnx_fold.fold_batch_norms(model)
+    folded = byoc.frontend.onnx.fold_affine.fold_batch_norms(model)
     # BN, Mul, Add and Sub are absorbed by the first Conv; the spatial Mul and the Add reading c3 twice stay
     assert [n.op_type for n in folded.graph.node] == ["Conv", "Relu", "Conv", "Mul", "Conv", "Add"]
     inputs = {"x": np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)}

@@ -14,7 +14,7 @@ from legacy_export import bert_inputs, legacy_bert, legacy_gpt2
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
-from byoc.frontend.onnx_constants import fold_onnx_constants
+from byoc.frontend.onnx.evaluate_constants import fold_onnx_constants
 
 from conftest import assert_fp32_close, onnxruntime_outputs
 

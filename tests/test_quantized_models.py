@@ -576,7 +576,7 @@ def test_the_onnxruntime_vendor_runs_a_dynamically_quantized_model_as_onnxruntim
 def test_a_dense_layer_quantized_at_run_time_is_exact_and_takes_an_all_zero_input():
     """The integer product of one layer is onnxruntime's to float rounding; an all-zero input
     (scale 0 by DynamicQuantizeLinear's formula) gives the bias, as onnxruntime does."""
-    from byoc.frontend.onnx_qoperator import qdq_form
+    from byoc.frontend.onnx.qoperator import qdq_form
 
     _, quantized = _dynamically_quantized("mlp")
     assert any(n.op_type == "DynamicQuantizeLinear" for n in qdq_form(quantized).graph.node)

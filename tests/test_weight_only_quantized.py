@@ -17,7 +17,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 import byoc
 from byoc.errors import ModelLoadError
-from byoc.frontend.onnx_nbits import dequantized_weight
+from byoc.frontend.onnx.nbits import dequantized_weight
 
 K, N, ROWS = 256, 96, 8
 

@@ -69,7 +69,7 @@ def dynamically_quantized(op: str, bias: bool, batch_norm: bool = False, activat
     x widened to 0, scale = range / 255, zero point = round(clip(0 - low / scale, 0, 255)) as
     uint8) and read back, times dequantized constant int8 weights (a dense layer or a
     convolution) [+ a constant bias] [then a batch normalisation] [then ReLU or clip]: how
-    `quantize_dynamic` writes them (see byoc.frontend.onnx_qoperator). The batch normalisation
+    `quantize_dynamic` writes them (see byoc.frontend.onnx.qoperator). The batch normalisation
     after a convolution (which a float model folds into its weights, but int8 weights cannot
     take) and the activation become post-ops of the int8 kernel."""
     x = wildcard()

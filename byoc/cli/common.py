@@ -17,8 +17,8 @@ from byoc.cli.arguments import at_least, non_negative
 from byoc.errors import ModelLoadError, OptionError, PartitionError, did_you_mean
 from byoc.flow import declared_options, describe_options, partition_for
 from byoc.frontend import from_onnx
-from byoc.frontend.onnx_import import load_onnx_model
-from byoc.frontend.onnx_shapes import parse_dims, parse_shapes
+from byoc.frontend.onnx.importer import load_onnx_model
+from byoc.frontend.onnx.input_shapes import parse_dims, parse_shapes
 from byoc.ir.dims import at_opt, dims_of
 from byoc.models import exported
 from byoc.processing.passes import needs_calibration

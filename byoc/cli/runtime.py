@@ -13,7 +13,7 @@ from byoc.cli.arguments import at_least
 from byoc.cli.common import add_backend_options, add_model_argument, add_partition_options, backend_options, load_model, partition
 from byoc.cli.common import random_inputs as model_random_inputs
 from byoc.errors import InputError
-from byoc.frontend.onnx_shapes import parse_buckets
+from byoc.frontend.onnx.input_shapes import parse_buckets
 from byoc.models import random_inputs
 from byoc.partition import report
 from byoc.runtime_metadata.arrays import ML_DTYPES

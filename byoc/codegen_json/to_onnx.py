@@ -1122,7 +1122,7 @@ def _dynamic_quantization_as_the_model_had_it(writer: _Writer, constants: Mappin
                 or quantize.output[0] in outputs:
             continue
         dropped |= {id(node) for node in chain}
-        # import writes one quantization per product (byoc.frontend.onnx_qoperator); the file
+        # import writes one quantization per product (byoc.frontend.onnx.qoperator); the file
         # had one per input, read by all its products (a BERT layer's Q, K and V)
         if x in first:
             alias.update(zip([quantize.output[0], scale, zero], first[x]))

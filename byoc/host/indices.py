@@ -8,7 +8,7 @@ index against its axis and counts negatives from the end; the first index out of
 back into Python, which raises an `IndexOutOfRangeError` naming the node (the binding's name,
 which the frontend gives after the ONNX node), the op, the index and the valid range.
 
-The index operand follows ONNX's rule, [-n, n-1] (see `byoc.frontend.onnx_indices`), except
+The index operand follows ONNX's rule, [-n, n-1] (see `byoc.frontend.onnx.index_operands`), except
 for a take in fast mode, which TVM's converters emit with indices that must be in [0, n-1].
 
 The check is one kernel call where TVM's normalisation (less, add, where) was three: a Gather of

@@ -32,7 +32,7 @@ from byoc.backend.tolerance import Tolerance
 from byoc.errors import DynamicShapeError, ModelLoadError, one_line
 from byoc.flow import configure
 from byoc.frontend import from_onnx, unsupported_ops
-from byoc.frontend.onnx_specialize import arrange, specialize
+from byoc.frontend.onnx.specialize import arrange, specialize
 from byoc.onnx_backend import backend_for
 from byoc.partition import partition_graph, report
 from byoc.testing.onnx_expected import EXPECTED_FAILURES, VENDOR_EXPECTED_FAILURES

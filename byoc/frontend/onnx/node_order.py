@@ -12,7 +12,7 @@ import heapq
 
 import onnx
 
-from byoc.frontend.onnx_inputs import subgraph_reads
+from byoc.frontend.onnx.graph_inputs import subgraph_reads
 
 
 def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -27,7 +27,7 @@ import onnx
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from byoc.frontend.onnx_inputs import subgraph_reads
+from byoc.frontend.onnx.graph_inputs import subgraph_reads
 
 # Ops whose results are not a function of their inputs alone.
 _NOT_FOLDED = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",

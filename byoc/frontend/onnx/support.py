@@ -1,8 +1,8 @@
 """Which ONNX ops the frontend imports, and how, decided before anything is converted.
 
-An op is imported by byoc's own converter (`onnx_ops`), by TVM's, or, when neither has one or
+An op is imported by byoc's own converter (`converters`), by TVM's, or, when neither has one or
 TVM's implements another op of that name, by expanding it into its ONNX function body
-(`onnx_functions`). A model with any other op is refused up front, naming every such node and
+(`functions`). A model with any other op is refused up front, naming every such node and
 why, rather than failing halfway through a conversion.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import onnx
 from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
-from byoc.frontend.onnx_functions import expand_functions
-from byoc.frontend.onnx_ops import CONVERTERS
+from byoc.frontend.onnx.converters import CONVERTERS
+from byoc.frontend.onnx.functions import expand_functions
 
 _STANDARD_DOMAINS = ("", "ai.onnx")
 # Handled by TVM's importer itself rather than through its converter table.
@@ -33,7 +33,7 @@ _REFUSED_BY_TYPE = frozenset({"Pow", "ReduceMax", "ReduceMin", "TopK"})
 _UNSORTABLE = frozenset({onnx.TensorProto.INT16, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
 
 # Element types no node may read or write. Sub-byte weights of a dequantization are folded at
-# load (`onnx_nbits`); anywhere else TVM's host code fails to build on them ("dtype.bits % 8").
+# load (`nbits`); anywhere else TVM's host code fails to build on them ("dtype.bits % 8").
 # TVM converts float8 wrongly (zero became 2^-7 and NaN 480 on onnx's Cast cases, no error).
 _FLOAT8 = ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0")
 _SUB_BYTE = ("INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1")

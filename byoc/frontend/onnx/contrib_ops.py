@@ -13,7 +13,7 @@ A model onnxruntime saved after optimizing it (`SessionOptions.optimized_model_f
 FusedConv, FusedGemm and FusedMatMul: a Conv or Gemm with the activation (and, for FusedConv, the
 added tensor) it fused into it, and a MatMul with its operands' transposes and a scale. Each is
 written as those ops. Weights quantized in blocks (MatMulNBits, MatMulBnb4, GatherBlockQuantized)
-are dequantized once (see byoc.frontend.onnx_nbits).
+are dequantized once (see byoc.frontend.onnx.nbits).
 
 Attention with a past key/value state, rotary embeddings or a 4D mask, and the other com.microsoft
 ops, are left as they are: import then refuses them by node.
@@ -33,7 +33,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from byoc.errors import ModelLoadError
-from byoc.frontend.onnx_nbits import BNB4_CODES, block_dequantized, bnb4_weight, dequantized_weight
+from byoc.frontend.onnx.nbits import BNB4_CODES, block_dequantized, bnb4_weight, dequantized_weight
 
 _MICROSOFT = "com.microsoft"
 _STANDARD = ("", "ai.onnx")
@@ -325,7 +325,7 @@ def _constant_arrays(w: _Writer, node: onnx.NodeProto, names: list[str], what: s
 
 
 def _matmul_nbits(w: _Writer, node: onnx.NodeProto) -> None:
-    """A MatMul on the weights dequantized once (see byoc.frontend.onnx_nbits), then the bias."""
+    """A MatMul on the weights dequantized once (see byoc.frontend.onnx.nbits), then the bias."""
     attrs = _attrs(node)
     bits, block_size = int(attrs.get("bits", 4)), int(attrs["block_size"])
     if bits not in (2, 4, 8):
@@ -340,7 +340,7 @@ def _matmul_nbits(w: _Writer, node: onnx.NodeProto) -> None:
 
 
 def _matmul_bnb4(w: _Writer, node: onnx.NodeProto) -> None:
-    """A MatMul on bitsandbytes' 4-bit weights dequantized once (see byoc.frontend.onnx_nbits)."""
+    """A MatMul on bitsandbytes' 4-bit weights dequantized once (see byoc.frontend.onnx.nbits)."""
     attrs = _attrs(node)
     quant_type = int(attrs["quant_type"])
     if quant_type not in BNB4_CODES:
@@ -351,7 +351,7 @@ def _matmul_bnb4(w: _Writer, node: onnx.NodeProto) -> None:
 
 
 def _gather_block_quantized(w: _Writer, node: onnx.NodeProto) -> None:
-    """A Gather from the table dequantized once (a quantized embedding, see byoc.frontend.onnx_nbits)."""
+    """A Gather from the table dequantized once (a quantized embedding, see byoc.frontend.onnx.nbits)."""
     attrs = _attrs(node)
     data, scales, zero_points = _constant_arrays(w, node, [_input(node, 0), _input(node, 2), _input(node, 3)],
                                                  "table, scales and zero points")

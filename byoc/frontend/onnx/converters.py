@@ -40,8 +40,8 @@ static-shape compiler. Each returns None to leave the op to TVM's converter.
 - Slice before opset 10 (bounds as attributes): TVM's converter reads only the later inputs.
 - PRelu before opset 7, one slope per channel (axis 1, as opset 6 defines it); a slope that does
   not broadcast is an error naming the shapes (TVM's converter raised an IndexError).
-- Gather and the other ops that index: see `onnx_indices` (indices out of range are errors).
-- The sequence ops: see `onnx_sequences` (negative positions as ONNX counts them).
+- Gather and the other ops that index: see `index_operands` (indices out of range are errors).
+- The sequence ops: see `sequences` (negative positions as ONNX counts them).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ import tvm
 from tvm import relax
 
 from byoc.errors import ModelLoadError
-from byoc.frontend.onnx_indices import INDEX_CONVERTERS
-from byoc.frontend.onnx_sequences import SEQUENCE_CONVERTERS
+from byoc.frontend.onnx.index_operands import INDEX_CONVERTERS
+from byoc.frontend.onnx.sequences import SEQUENCE_CONVERTERS
 from byoc.ir.types import constant_array, has_static_shape, is_tensor_constant, static_shape
 
 # TVM's converter for an op, for byoc converters that correct or complete it.

@@ -19,20 +19,20 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.errors import ModelLoadError
 from byoc.frontend.naming import named_module
-from byoc.frontend.onnx_check import check_model
-from byoc.frontend.onnx_constants import fold_onnx_constants
-from byoc.frontend.onnx_contrib import standard_form
-from byoc.frontend.onnx_fold import fold_batch_norms
-from byoc.frontend.onnx_indices import mark_shape_only
-from byoc.frontend.onnx_inputs import bind_inputs
-from byoc.frontend.onnx_nbits import dequantized_weights
-from byoc.frontend.onnx_node_names import named_nodes
-from byoc.frontend.onnx_ops import CONVERTERS
-from byoc.frontend.onnx_order import topologically_sorted
-from byoc.frontend.onnx_qoperator import qdq_form
-from byoc.frontend.onnx_scales import warn_lost_scales
-from byoc.frontend.onnx_shapes import static_input_shapes
-from byoc.frontend.onnx_support import expand, unsupported_ops
+from byoc.frontend.onnx.checker import check_model
+from byoc.frontend.onnx.contrib_ops import standard_form
+from byoc.frontend.onnx.converters import CONVERTERS
+from byoc.frontend.onnx.evaluate_constants import fold_onnx_constants
+from byoc.frontend.onnx.fold_affine import fold_batch_norms
+from byoc.frontend.onnx.graph_inputs import bind_inputs
+from byoc.frontend.onnx.index_operands import mark_shape_only
+from byoc.frontend.onnx.input_shapes import static_input_shapes
+from byoc.frontend.onnx.lost_scales import warn_lost_scales
+from byoc.frontend.onnx.nbits import dequantized_weights
+from byoc.frontend.onnx.node_names import named_nodes
+from byoc.frontend.onnx.node_order import topologically_sorted
+from byoc.frontend.onnx.qoperator import qdq_form
+from byoc.frontend.onnx.support import expand, unsupported_ops
 from byoc.ir.dims import with_dims
 from byoc.ir.ignored_inputs import with_ignored_inputs
 from byoc.ir.outputs import with_input_names, with_output_names
@@ -52,7 +52,7 @@ class _NamingImporter(ONNXGraphImporter):
 
     def from_onnx(self, graph, opset):
         repeats = {node.input[1] for node in graph.node if node.op_type == "Tile" and len(node.input) > 1}
-        # Told apart by name in `_convert_operator` (every node has one: see onnx_node_names).
+        # Told apart by name in `_convert_operator` (every node has one: see node_names).
         self.tile_repeats = {node.name for node in graph.node if node.output and node.output[0] in repeats}
         return super().from_onnx(graph, opset)
 

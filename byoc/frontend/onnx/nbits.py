@@ -20,7 +20,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from byoc.frontend.onnx_inputs import subgraph_reads
+from byoc.frontend.onnx.graph_inputs import subgraph_reads
 
 # Integer types TVM cannot hold: a DequantizeLinear of such a constant is folded before import.
 _SUB_BYTE = frozenset({onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.INT2, onnx.TensorProto.UINT2})
