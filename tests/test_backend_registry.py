@@ -6,7 +6,9 @@ from importlib.metadata import EntryPoint
 import pytest
 
 import byoc
+from byoc.annotate import elementwise_chain, fused_pattern
 from byoc.backend import registry
+from byoc.codegen_c import CLibrary
 from byoc.codegen_json import JsonRuntime, tvm_engine
 from byoc.errors import BackendRegistrationError, UnknownBackendError
 
@@ -46,9 +48,34 @@ def test_backend_specs_are_validated():
     with pytest.raises(BackendRegistrationError, match="emitters are for a CLibrary codegen"):
         _backend("emits").supports("relax.add", emit=lambda call: None)
     backend = _backend("dup_pattern")
-    backend.pattern("p", byoc.annotate.elementwise_chain("relax.nn.relu"))
+    backend.pattern("p", elementwise_chain("relax.nn.relu"))
     with pytest.raises(BackendRegistrationError, match="pattern 'p' twice"):
-        backend.pattern("p", byoc.annotate.elementwise_chain("relax.nn.relu"))
+        backend.pattern("p", elementwise_chain("relax.nn.relu"))
+
+
+def test_a_c_vendor_claims_nothing_it_has_no_emitter_for():
+    """Registration refuses a C vendor's claim that code generation could not write."""
+    def emitter(call):
+        raise AssertionError("not called at registration")
+
+    def c_backend(name):
+        library = CLibrary(name="loops", version="1", emitters={"relax.nn.conv2d": emitter, "relax.nn.relu": emitter})
+        return byoc.Backend(name=name, codegen=library)
+
+    fine = c_backend("c_fine")
+    fine.supports("relax.nn.relu")
+    fine.pattern("conv_relu", *fused_pattern("relax.nn.conv2d", activation="relax.nn.relu"))  # conv2d's emitter writes it
+    fine.supports("relax.add", emit=emitter)
+    byoc.register_backend(fine)
+    byoc.unregister_backend("c_fine")
+
+    unwritten = c_backend("c_ops")
+    unwritten.supports("relax.nn.relu", "relax.sigmoid")
+    unwritten.pattern("matmul_relu", *fused_pattern("relax.matmul", activation="relax.nn.relu"))
+    with pytest.raises(BackendRegistrationError, match="backend 'c_ops' claims pattern 'matmul_relu', op relax.sigmoid with no C "
+                                                       "emitter to write it: give each its emitter where it is declared"):
+        byoc.register_backend(unwritten)
+    assert "c_ops" not in byoc.list_backends()
 
 
 def test_plugin_with_a_taken_name_is_refused():

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import tvm
+from tvm.relax import dpl
 from tvm.relax.dpl import DFPattern
 
 from byoc.backend.codegen import Codegen
@@ -190,13 +192,51 @@ class Backend:
 
     # -------------------------------------------------------------- codegen
     def validate_codegen(self) -> None:
-        """Raise unless this backend has a code format."""
+        """Raise unless this backend has a code format and, where the format writes each kernel
+        with an emitter (a CLibrary), an emitter for every pattern and op it claims: a claim
+        without one would fail only when a model first reaches it, at code generation."""
         if self.codegen is None:
             raise BackendRegistrationError(f"backend {self.name!r} sets no codegen: give it a JsonRuntime, CLibrary or CustomFormat")
         self._check_codegen()
+        emitter_for = getattr(self.codegen, "emitter_for", None)
+        if emitter_for is None:
+            return
+        # A composite without an emitter of its own is written by the emitter of the op it starts
+        # with (`CLibrary.emitter_for`), where that op is one.
+        missing = [f"pattern {p.name!r}" for p in self.patterns
+                   if emitter_for(p.name, "") is None and not _one_first_op(p.pattern, lambda op: emitter_for(None, op) is not None)]
+        missing += [f"op {op}" for op in self.op_rules if emitter_for(None, op) is None]
+        if missing:
+            raise BackendRegistrationError(f"backend {self.name!r} claims {', '.join(missing)} with no C emitter to write it: give "
+                                           "each its emitter where it is declared (`emit=`), or in its CLibrary's `emitters`")
 
     def _check_codegen(self) -> None:
         if not isinstance(self.codegen, Codegen):
             raise BackendRegistrationError(
                 f"backend {self.name!r}: codegen must be a code format object (JsonRuntime, CLibrary or CustomFormat from "
                 f"byoc.codegen_json, byoc.codegen_c, byoc.custom_formats), not {self.codegen!r}")
+
+
+def _first_ops(pattern: DFPattern) -> set[str]:
+    """The ops a match of `pattern` can start with: those of its calls whose operands hold no
+    call (wildcards, constants)."""
+    if isinstance(pattern, dpl.CallPattern):
+        inner = set().union(*(_first_ops(arg) for arg in pattern.args)) if pattern.args else set()
+        if inner:
+            return inner
+        op = pattern.op.expr if isinstance(pattern.op, dpl.ExprPattern) else None
+        return {op.name} if isinstance(op, tvm.ir.Op) else set()
+    if isinstance(pattern, (dpl.OrPattern, dpl.AndPattern)):
+        return _first_ops(pattern.left) | _first_ops(pattern.right)
+    if isinstance(pattern, dpl.TuplePattern):
+        return set().union(*(_first_ops(field) for field in pattern.fields)) if pattern.fields else set()
+    if isinstance(pattern, dpl.TupleGetItemPattern):
+        return _first_ops(pattern.tuple)
+    inner = getattr(pattern, "pattern", None)  # attribute, type, shape and dtype constraints
+    return _first_ops(inner) if isinstance(inner, DFPattern) else set()
+
+
+def _one_first_op(pattern: DFPattern, emitted: Callable[[str], bool]) -> bool:
+    """Whether every match of `pattern` starts with one op, and that op has an emitter."""
+    ops = _first_ops(pattern)
+    return len(ops) == 1 and emitted(next(iter(ops)))
