@@ -41,14 +41,17 @@ took the C compiler 0.76 s of 2.5.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from byoc.codegen_c.dims import SymbolicDim, SymbolicShapeError, array_storage, c_variable, names_of, read_shape, value_at
-from byoc.codegen_c.library import CBuffer, CLibrary, KernelCall, KernelCode
+from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_json.graph import GraphKernel, kernels, ref_key, tensor_refs, value_spec
 from byoc.errors import CodegenError
+
+if TYPE_CHECKING:  # the library calls the generator: its type only
+    from byoc.codegen_c.library import CLibrary
 
 ALIGNMENT = 64
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from byoc.codegen_c.dims import SymbolicDim, names_of, read_shape
-from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
+from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn import openblas
 from byoc.codegen_c.onednn.kernel import (
     BINARY,

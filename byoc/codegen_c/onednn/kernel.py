@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
+from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn.library import dims_decl, rank
 from byoc.codegen_c.onednn.quantization import DNNL_TYPES, KernelQuantization, Scales
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from byoc.cache_dirs import library_cache_dir
 from byoc.codegen_c.dims import array_storage
-from byoc.codegen_c.library import CBuffer, KernelCode
+from byoc.codegen_c.kernel_call import CBuffer, KernelCode
 from byoc.codegen_c.onednn.quantization import DNNL_TYPES
 from byoc.errors import BuildError
 

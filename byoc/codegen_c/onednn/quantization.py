@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from byoc.codegen_c.library import CBuffer, KernelCall
+from byoc.codegen_c.kernel_call import CBuffer, KernelCall
 
 DNNL_TYPES = {"float32": "dnnl_f32", "int8": "dnnl_s8", "uint8": "dnnl_u8", "int32": "dnnl_s32", "float16": "dnnl_f16"}
 

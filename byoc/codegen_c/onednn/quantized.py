@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from byoc.codegen_c.library import CBuffer, KernelCall, KernelCode
+from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn.kernel import BINARY, Kernel, eltwise_args, post_op, quantizing, zero_point_offset
 from byoc.codegen_c.onednn.quantization import Scales, dequantized, dequantized_source, scales_of
 
