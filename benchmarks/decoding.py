@@ -12,7 +12,7 @@ Each family is exported once and compiled once per vendor with `dims=`, the time
   per-token median and p90 of each system in turn. Each new length is new work for every
   system: onnxruntime's shape inference and allocation, byoc's shape values and bindings,
   oneDNN primitives made for the attention's new shapes (one library for every shape: see
-  byoc.codegen_c.dims). A vendor that generates code per shape compiles at each new length,
+  byoc.codegen_c.symbolic_shapes). A vendor that generates code per shape compiles at each new length,
   and stops past `max_shapes` of them where its variants stay loaded: the table says so. The
   loop runs three times, the systems in turn each time: the first meets every length for the
   first time; "again" is the median of the other two, every length met before (what each system

@@ -21,17 +21,17 @@ from byoc.backend.options import Option
 from byoc.backend.spec import Backend
 from byoc.errors import PartitionError, QuantizationError
 from byoc.frontend.float16 import float16_in_float32
-from byoc.frontend.quantized import has_quantize_ops
+from byoc.frontend.int8_weights import has_quantize_ops
 from byoc.ir.dims import dims_of
 from byoc.ir.types import calls_op
 from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backends
-from byoc.partition.precision import int8_plan, quantize_model
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
 from byoc.placement.joint import PrecisionBudget, computes_quantized
 from byoc.placement.precision import DEFAULT_BUDGET, PRECISION_ATTR, PrecisionReport, checked_budget, choose_precision
 from byoc.placement.remote import measurer_for
 from byoc.processing.passes import needs_calibration
+from byoc.processing.quantize_model import int8_plan, quantize_model
 from byoc.processing.ranges import METHODS
 from byoc.runtime_metadata.build import region_functions
 from byoc.runtime_metadata.calibration import calibrate, value_ranges
@@ -129,7 +129,7 @@ def partition_for(
 
     With `precision="int8"`, a float model is quantized first, its activation ranges calibrated
     on `calibration` (`num_calibration_samples`, `calibration_method` apply), as onnxruntime's
-    `quantize_static` would quantize it (see `byoc.partition.precision`), for a vendor that
+    `quantize_static` would quantize it (see `byoc.processing.quantize_model`), for a vendor that
     computes a quantized model in int8 (dnnl). With `precision="auto"`, each segment of the
     model's layers runs in int8 or fp32 by measurement: the fastest choice whose relative L2
     error against the fp32 model on the calibration inputs is within `max_rel_l2` (default 2%;

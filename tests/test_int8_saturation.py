@@ -1,7 +1,7 @@
 """int8 on CPUs without VNNI: x86's int8 kernels then add pairs of u8 x s8 products in 16 bits,
 which saturate with the full-range weights onnxruntime's tool writes. byoc computes such kernels
 in float32 from the model's own weights and scales (byoc.processing.saturation), and quantizes
-the weights it picks itself to +-64 (byoc.partition.precision).
+the weights it picks itself to +-64 (byoc.processing.quantize_model).
 
 The reference is the QDQ graph as ONNX defines it, computed by numpy in float64: onnxruntime's
 own int8 kernels saturate without VNNI as oneDNN's do. Tolerance: at most one step of the
@@ -124,7 +124,7 @@ def test_without_vnni_byoc_quantizes_weights_within_64(monkeypatch):
     they run in int8 and cannot saturate (onnxruntime's reduce_range), +-127 with VNNI."""
     from byoc import models as zoo
     from byoc.ir.types import constant_array, is_tensor_constant, op_name
-    from byoc.partition.precision import int8_plan, quantize_model
+    from byoc.processing.quantize_model import int8_plan, quantize_model
 
     mod = byoc.from_onnx(zoo.get("resnet18", small=True))
     plan = int8_plan(mod)

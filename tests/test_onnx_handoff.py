@@ -247,8 +247,8 @@ def test_a_symbolic_graph_is_one_onnx_model_for_every_shape():
 
 
 def test_symbolic_dimensions_are_checked():
-    from byoc.codegen_json.dims import SymbolicDimError, dim_text, dim_value
     from byoc.codegen_json.schema import validate_graph
+    from byoc.codegen_json.symbolic_dims import SymbolicDimError, dim_text, dim_value
     from byoc.errors import JsonGraphError
     from byoc.ir.dims import DimRange
 

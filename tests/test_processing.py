@@ -7,7 +7,7 @@ import byoc
 from byoc.annotate import fused_pattern
 from byoc.backend.arrays import aligned
 from byoc.codegen_json import JsonRuntime, region_to_json, tvm_engine
-from byoc.codegen_json.graph import kernels
+from byoc.codegen_json.references import kernels
 from byoc.errors import QuantizationError
 from byoc.processing import CALIBRATION_ATTR, QuantizationConfig, RegionCalibration, quantize_graph, to_float16, to_nhwc
 from byoc.processing.ranges import METHODS, TensorRange, entropy_threshold

@@ -122,7 +122,7 @@ def test_moving_int8_activations_to_uint8_changes_no_value(resnet_s8):
     """Each quantize the region keeps to itself produces uint8 with its zero point 128 up, its
     readers take the moved zero point, and the region computes the same bits (run by TVM)."""
     from byoc.codegen_json import tvm_engine
-    from byoc.codegen_json.graph import value_spec
+    from byoc.codegen_json.references import value_spec
     from byoc.codegen_json.serialize import region_to_json
     from byoc.processing.unsigned import int8_activations_to_uint8
     from byoc.runtime_metadata.build import region_functions
@@ -664,7 +664,7 @@ def test_int8_layers_between_fp32_ones_run_in_oneDNN_jit_kernels(tmp_path):
     residual add is quantized from float32 data, the quantize wrote plain NCHW, and the int8
     convolution that adds it, NHWC, ran in oneDNN's reference code (3.4 ms instead of 0.02 on
     the small ResNet-18). The residual is brought into the convolution's layout first."""
-    from byoc.partition.precision import int8_plan, quantize_model
+    from byoc.processing.quantize_model import int8_plan, quantize_model
     from byoc.runtime_metadata.calibration import value_ranges
 
     mod = byoc.from_onnx(FLOAT_RESNET)

@@ -76,8 +76,8 @@ def test_format_exports_to_one_file_and_runs_in_a_fresh_process(vendor, model_na
 
 def test_generated_c_compiles_without_warnings(tmp_path, c_backend):
     from byoc.runtime_metadata.build import region_functions
-    from byoc.runtime_metadata.codegen import generate_region
     from byoc.runtime_metadata.constants import ConstantStore
+    from byoc.runtime_metadata.generate_regions import generate_region
 
     partitioned = byoc.partition_for(small_module("resnet18"), "cloops")
     ((symbol, backend, func),) = region_functions(partitioned)

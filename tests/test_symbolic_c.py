@@ -1,11 +1,11 @@
-"""Dimensions of C written once for every shape (byoc.codegen_c.dims): what emitters compute
+"""Dimensions of C written once for every shape (byoc.codegen_c.symbolic_shapes): what emitters compute
 with them, and what has no exact form without their values."""
 
 from __future__ import annotations
 
 import pytest
 
-from byoc.codegen_c.dims import SymbolicDim, SymbolicShapeError, names_of, read_dim, read_shape, value_at
+from byoc.codegen_c.symbolic_shapes import SymbolicDim, SymbolicShapeError, names_of, read_dim, read_shape, value_at
 
 
 def test_one_expression_however_written_is_one_dimension():

@@ -75,7 +75,7 @@ def mobilenet_regions():
     """(graph, constants, attrs) of the processed MLP region for each vendor."""
     from byoc.codegen_json import region_to_json
     from byoc.processing.passes import RegionContext, apply_passes
-    from byoc.runtime_metadata.codegen import region_attrs
+    from byoc.runtime_metadata.generate_regions import region_attrs
 
     regions = {}
     for vendor, partition in PARTITIONERS.items():

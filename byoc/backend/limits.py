@@ -58,7 +58,7 @@ class Limits:
     static_shapes: bool = True
     # Integer dtypes taken on the integer side of quantize and dequantize ops, and by reshapes and
     # transposes of int8 data: a backend that lists any takes a quantized model's own quantization
-    # (its weights stay int8, see byoc.frontend.quantized); one that lists none gets the weights
+    # (its weights stay int8, see byoc.frontend.int8_weights); one that lists none gets the weights
     # folded to float.
     quantized: tuple[str, ...] = ()
     # Whether the model's int8 weights are taken as int8 data behind their dequantize. A device
@@ -70,7 +70,7 @@ class Limits:
     # NaN check of a dequantized value kept. onnxruntime fuses a quantize/dequantize unit only
     # whole (an Add of a dequantized activation and a float32 constant stays a float Add) and
     # picks its int8 softmax by the ops around it. A backend with int8 kernels of its own takes
-    # the constants as float32 and the checks dropped (see byoc.frontend.quantized).
+    # the constants as float32 and the checks dropped (see byoc.frontend.int8_weights).
     quantized_as_written: bool = False
     # Whether a where's boolean condition may be computed by the host at run time (a padding
     # mask), not only fixed in the model: a backend whose code reads it on the CPU (dnnl).

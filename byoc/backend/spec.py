@@ -78,7 +78,7 @@ class Backend:
     # How close its results are to float32 onnxruntime's (see byoc.backend.tolerance).
     tolerance: Tolerance = FP32
     # Whether its engines take a region's shapes symbolically (a JSON graph whose dimensions are
-    # expressions over the model's named ones, see byoc.codegen_json.dims): a model with dynamic
+    # expressions over the model's named ones, see byoc.codegen_json.symbolic_dims): a model with dynamic
     # dimensions then gets one engine per region for every shape in range, rather than one per
     # shape. A region the vendor cannot take so is generated per shape, as for other backends.
     symbolic_shapes: bool = False

@@ -16,10 +16,10 @@ from byoc.errors import InputError
 from byoc.frontend.onnx.input_shapes import parse_buckets
 from byoc.models import random_inputs
 from byoc.partition import report
-from byoc.runtime_metadata.arrays import ML_DTYPES
 from byoc.runtime_metadata.artifact import read_manifest
 from byoc.runtime_metadata.build import build
 from byoc.runtime_metadata.model import load
+from byoc.runtime_metadata.numpy_views import ML_DTYPES
 
 
 def add_parser(commands) -> None:

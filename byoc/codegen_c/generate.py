@@ -14,7 +14,7 @@ Initialisation runs in this order, which is the contract emitters rely on:
    to the largest of its buffers, and `bind_buffer` code for intermediates runs.
 A region's state is guarded by a mutex, since several host threads may run the model at once.
 
-A region with symbolic shapes (a model's dynamic dimensions, see byoc.codegen_c.dims) is one
+A region with symbolic shapes (a model's dynamic dimensions, see byoc.codegen_c.symbolic_shapes) is one
 source for every shape. Its buffers' shapes are `SymbolicDim`s, written into C as the variables
 `byoc_dim_<name>`. The region reads each dimension off an input that has it at each call; where
 one changed, `byoc_reshape` makes again what reads it: the library's code of inputs and outputs
@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from byoc.codegen_c.dims import SymbolicDim, SymbolicShapeError, array_storage, c_variable, names_of, read_shape, value_at
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
-from byoc.codegen_json.graph import GraphKernel, kernels, ref_key, tensor_refs, value_spec
+from byoc.codegen_c.symbolic_shapes import SymbolicDim, SymbolicShapeError, array_storage, c_variable, names_of, read_shape, value_at
+from byoc.codegen_json.references import GraphKernel, kernels, ref_key, tensor_refs, value_spec
 from byoc.errors import CodegenError
 
 if TYPE_CHECKING:  # the library calls the generator: its type only

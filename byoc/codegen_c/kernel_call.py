@@ -28,7 +28,7 @@ class CBuffer:
     """A tensor as the generated C sees it: `name` is a pointer of type `ctype*`."""
 
     name: str
-    shape: tuple[int, ...]  # a dimension may be a SymbolicDim (byoc.codegen_c.dims): `str()` writes it in C
+    shape: tuple[int, ...]  # a dimension may be a SymbolicDim (byoc.codegen_c.symbolic_shapes): `str()` writes it in C
     dtype: str
     kind: str  # "input", "output", "constant", "intermediate" or "internal" (no memory)
 
@@ -38,7 +38,7 @@ class CBuffer:
 
     @property
     def size(self) -> int:
-        """Its element count: an expression where the shape is symbolic (byoc.codegen_c.dims)."""
+        """Its element count: an expression where the shape is symbolic (byoc.codegen_c.symbolic_shapes)."""
         return math.prod(self.shape)
 
 

@@ -51,7 +51,7 @@ class CLibrary(Codegen):
     # Called before a host library with regions of this library initialises them, at least once
     # per process (process-wide settings of the library: its thread limit).
     runtime_setup: Callable[[], None] | None = None
-    # For regions with symbolic shapes (byoc.codegen_c.dims), C that makes every object the
+    # For regions with symbolic shapes (byoc.codegen_c.symbolic_shapes), C that makes every object the
     # library's creation functions make owned by `byoc_arena_now` (a `byoc_arena*`, NULL:
     # owned by nobody, kept for the process) and defines `void byoc_release(byoc_arena*)`, which
     # destroys an arena's objects: a kernel's primitives are released and made again when the

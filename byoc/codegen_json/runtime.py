@@ -13,7 +13,7 @@ import numpy as np
 
 from byoc.backend.codegen import TARGET_ATTR, Codegen, RegionCode, RegionSignature, RegionSource, vendor_call
 from byoc.backend.engine import Engine
-from byoc.codegen_json.graph import value_spec
+from byoc.codegen_json.references import value_spec
 from byoc.codegen_json.schema import load_graph
 
 JsonGraph = Mapping[str, Any]

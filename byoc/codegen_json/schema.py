@@ -14,8 +14,8 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 
-from byoc.codegen_json.dims import SymbolicDimError, names_in
-from byoc.codegen_json.graph import dimension_uses
+from byoc.codegen_json.references import dimension_uses
+from byoc.codegen_json.symbolic_dims import SymbolicDimError, names_in
 from byoc.errors import JsonGraphError
 
 FORMAT_NAME = "byoc.json-graph"

@@ -16,9 +16,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from byoc.codegen_json.dims import SymbolicDimError, dim_text, names_in
-from byoc.codegen_json.graph import dimension_uses
+from byoc.codegen_json.references import dimension_uses
 from byoc.codegen_json.schema import FORMAT_NAME, FORMAT_VERSION, validate_graph
+from byoc.codegen_json.symbolic_dims import SymbolicDimError, dim_text, names_in
 from byoc.errors import CodegenError
 from byoc.ir.attrs import attrs_to_dict, attrs_type_key
 from byoc.ir.dims import DimRange
@@ -32,7 +32,7 @@ class _Serializer:
         self.func = func
         self.symbol = symbol
         self.backend = backend
-        self.dims = dims  # symbolic shapes over these dimensions (see byoc.codegen_json.dims), or static ones
+        self.dims = dims  # symbolic shapes over these dimensions (see byoc.codegen_json.symbolic_dims), or static ones
         self.nodes: list[dict[str, Any]] = []
         self.refs: dict[int, Ref] = {}  # variable id -> reference
         self.constants: dict[str, np.ndarray] = {}
@@ -176,5 +176,5 @@ def region_to_json(func: relax.Function, symbol: str, backend: str,
                    dims: Mapping[str, DimRange] | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The JSON graph of a region function and its constants by name: every shape static
     (dimensions at the representative values in force, see byoc.ir.dims), or, given the
-    model's `dims`, symbolic (see byoc.codegen_json.dims)."""
+    model's `dims`, symbolic (see byoc.codegen_json.symbolic_dims)."""
     return _Serializer(func, symbol, backend, dims).run()

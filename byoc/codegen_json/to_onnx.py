@@ -25,8 +25,8 @@ import tvm
 from onnx import defs, helper, numpy_helper
 from tvm import relax
 
-from byoc.codegen_json.dims import fold
-from byoc.codegen_json.graph import tensor_refs, value_spec
+from byoc.codegen_json.references import tensor_refs, value_spec
+from byoc.codegen_json.symbolic_dims import fold
 from byoc.codegen_json.to_relax import graph_to_relax
 from byoc.errors import CodegenError
 from byoc.ir.quantization import dequantize_array
@@ -67,7 +67,7 @@ class _Writer:
 
     def ints(self, values, hint: str) -> str:
         """An int64 tensor of `values`: a constant, or computed from the inputs' shapes where
-        some are symbolic dimensions (see byoc.codegen_json.dims)."""
+        some are symbolic dimensions (see byoc.codegen_json.symbolic_dims)."""
         if isinstance(values, (list, tuple)) and any(isinstance(v, str) for v in values):
             return self._symbolic_ints(list(values), hint)
         if isinstance(values, str):

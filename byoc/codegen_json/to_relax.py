@@ -13,14 +13,14 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from byoc.codegen_json.dims import dim_expr
+from byoc.codegen_json.symbolic_dims import dim_expr
 from byoc.errors import JsonGraphError
 from byoc.ir.attrs import dict_to_attrs
 
 
 def graph_to_relax(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> relax.Function:
     where = f"region {graph['symbol']} ({graph['backend']})"
-    variables: dict = {}  # a symbolic graph's dimensions, one variable each (see byoc.codegen_json.dims)
+    variables: dict = {}  # a symbolic graph's dimensions, one variable each (see byoc.codegen_json.symbolic_dims)
 
     def shape(dims) -> list:
         return [dim_expr(d, variables) if isinstance(d, str) else d for d in dims]

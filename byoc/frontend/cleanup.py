@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 
 from byoc.frontend.fold_constants import fold_constants_numpy, fold_constants_tvm
-from byoc.frontend.quantized import keep_weights
+from byoc.frontend.int8_weights import keep_weights
 from byoc.frontend.reshapes import fold_moves, fold_reshapes
 from byoc.frontend.simplify import simplify
 
@@ -16,7 +16,7 @@ def cleanup(mod: tvm.IRModule) -> tvm.IRModule:
 
     Batch norms that follow a convolution were folded on the ONNX graph already; any other is
     decomposed into multiply/add here, so that no backend sees a training-style batch_norm tuple.
-    A quantized model's weights stay int8 behind their dequantize (see byoc.frontend.quantized).
+    A quantized model's weights stay int8 behind their dequantize (see byoc.frontend.int8_weights).
     """
     passes = tvm.transform.Sequential(
         [

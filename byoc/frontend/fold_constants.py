@@ -4,7 +4,7 @@ TVM's FoldConstant compiles and runs a kernel for every foldable expression with
 2 s for the bias reshapes of a small MobileNetV2 on this machine. The ops ONNX importers leave
 on constants (bias reshapes, Gemm weight transposes, scalar arithmetic, position ids' aranges)
 are folded here in numpy first; FoldConstant then only sees what is left. So are the dequantizes of a quantized
-model's int32 biases (its int8 weights stay int8, see byoc.frontend.quantized): FoldConstant
+model's int32 biases (its int8 weights stay int8, see byoc.frontend.int8_weights): FoldConstant
 compiled a kernel for each, 5 s for a quantized MobileNetV2. And so are a batch norm's constants
 as TVM decomposes it (its statistics expanded to the channel axis, sqrt(variance + epsilon)),
 where the norm cannot be folded into the weights before it: 312 kernels, 9 s, for a

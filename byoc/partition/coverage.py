@@ -15,9 +15,9 @@ import tvm
 from tvm import relax
 
 from byoc.backend.spec import Backend
-from byoc.partition.annotate import annotate_nodes
-from byoc.partition.graph import COMPOSITE, OP, build_block_graph, composite_infos
+from byoc.partition.dataflow import COMPOSITE, OP, build_block_graph, composite_infos
 from byoc.partition.group import PlacementPolicy, composite_members, group_patterns
+from byoc.partition.op_claims import annotate_nodes
 from byoc.partition.reasons import HostReasons
 
 

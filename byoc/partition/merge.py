@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from tvm import relax
 
 from byoc.backend.cost import CostRules
-from byoc.partition.graph import GLUE, Node
+from byoc.partition.dataflow import GLUE, Node
 
 
 @dataclass(eq=False)

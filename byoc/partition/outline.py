@@ -18,7 +18,7 @@ from tvm import relax
 from byoc.errors import PartitionError
 from byoc.ir.dims import defined_dimensions, symbolic_vars
 from byoc.ir.rewrite import VarSubstitution
-from byoc.partition.graph import COMPOSITE, BlockGraph
+from byoc.partition.dataflow import COMPOSITE, BlockGraph
 from byoc.partition.group import COMPOSITE_ATTR
 from byoc.partition.merge import Region
 from byoc.partition.regions import RegionBoundary

@@ -18,14 +18,14 @@ from byoc.backend.spec import Backend
 from byoc.backend.views import RegionSummary
 from byoc.errors import PartitionError, did_you_mean
 from byoc.frontend.float16 import float16_in_float32, narrow_types
-from byoc.frontend.quantized import for_partitioning
+from byoc.frontend.int8_weights import for_partitioning
 from byoc.ir.dims import copy_dims, dims_of, representative
 from byoc.ir.shape_only import shape_only_calls
-from byoc.partition.annotate import annotate_nodes
+from byoc.partition.dataflow import COMPOSITE, OP, OPAQUE, BlockGraph, build_block_graph, composite_infos
 from byoc.partition.fallback import fallback_reason
-from byoc.partition.graph import COMPOSITE, OP, OPAQUE, BlockGraph, build_block_graph, composite_infos
 from byoc.partition.group import PlacementPolicy, group_patterns
 from byoc.partition.merge import Region, merge_regions
+from byoc.partition.op_claims import annotate_nodes
 from byoc.partition.outline import CODEGEN_ATTR, BlockPlan, RegionPlan, outline_regions
 from byoc.partition.reasons import HostReasons
 from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord

@@ -8,7 +8,7 @@ from tvm import relax
 
 from byoc.backend.views import RegionSummary
 from byoc.ir.types import nbytes
-from byoc.partition.graph import BlockGraph, used_vars
+from byoc.partition.dataflow import BlockGraph, used_vars
 from byoc.partition.merge import Region
 
 

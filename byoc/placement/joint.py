@@ -4,7 +4,7 @@ time and measured error.
 
 A backend that computes a quantized model in int8 with its scales (dnnl, onnxruntime) gets a
 second option per segment, `<backend>:int8`: the segment quantized by byoc as
-`precision="int8"` would quantize it (`byoc.partition.precision`, ranges calibrated on the whole
+`precision="int8"` would quantize it (`byoc.processing.quantize_model`, ranges calibrated on the whole
 float model), timed like any candidate. A backend that quantizes at compile time (vitis_ai,
 ethos_u) is an int8 option as it stands. Each int8 option that is faster than the segment's
 fastest fp32 option has its error measured: the whole model with that segment alone on it, the
@@ -29,11 +29,11 @@ import tvm
 from byoc.backend.spec import Backend
 from byoc.partition.group import HOST
 from byoc.partition.pipeline import partition_graph
-from byoc.partition.precision import int8_plan, quantize_layers
 from byoc.placement.report import INT8
 from byoc.placement.search import cheapest_cover
 from byoc.placement.segments import Extracted, Segment, main_block
 from byoc.processing.passes import needs_calibration
+from byoc.processing.quantize_model import int8_plan, quantize_layers
 from byoc.progress import Progress
 from byoc.relative_l2 import samples_relative_l2
 from byoc.runtime_metadata.build import build

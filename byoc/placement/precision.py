@@ -2,7 +2,7 @@
 model's quantizable layers, the fastest choice whose error on the calibration inputs, measured
 against the fp32 model, stays within a budget (`max_rel_l2`).
 
-The layers that `byoc.partition.precision` would quantize are cut, in the model's order, into
+The layers that `byoc.processing.quantize_model` would quantize are cut, in the model's order, into
 segments of about equal count. Candidates are built for the vendors and run on the calibration
 inputs: the fp32 model, the whole model in int8, and each segment alone in int8, which gives
 each segment's error and, timed against each other, the time it saves. Where the whole model in
@@ -27,7 +27,7 @@ import tvm
 from byoc.backend.spec import Backend
 from byoc.errors import QuantizationError
 from byoc.partition.pipeline import partition_graph
-from byoc.partition.precision import int8_plan, quantize_layers
+from byoc.processing.quantize_model import int8_plan, quantize_layers
 from byoc.progress import Progress
 from byoc.relative_l2 import samples_relative_l2
 from byoc.runtime_metadata.build import build

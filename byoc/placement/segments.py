@@ -27,7 +27,7 @@ from byoc.ir.macs import op_macs
 from byoc.ir.rewrite import VarSubstitution
 from byoc.ir.types import has_static_shape
 from byoc.partition.coverage import Coverage
-from byoc.partition.graph import used_vars
+from byoc.partition.dataflow import used_vars
 from byoc.partition.group import HOST
 
 

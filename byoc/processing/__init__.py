@@ -1,6 +1,7 @@
-"""Accelerator-specific processing (paper section 3.2), applied inside regions only: partial
+"""Accelerator-specific processing (paper section 3.2), applied inside regions: partial
 quantization with calibration, layout transformation, casting to float16, int8 activations made
-uint8, int8 kernels that would saturate computed in float32."""
+uint8, int8 kernels that would saturate computed in float32. One step takes the whole model,
+before partitioning: `quantize_model`, for `precision="int8"`."""
 
 from byoc.processing.cast import to_float16
 from byoc.processing.layout import to_nhwc

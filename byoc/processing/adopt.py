@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from byoc.codegen_json.graph import kernels, ref_key, tensor_refs
+from byoc.codegen_json.references import kernels, ref_key, tensor_refs
 from byoc.errors import CodegenError
 from byoc.ir.quantization import INT8_MOVES
+from byoc.processing.json_rewrite import GraphWriter
 from byoc.processing.quantize import INTEGER_RANGES, QUANTIZED_WEIGHT_OPS, QuantizationConfig, RegionCalibration, weight_axis
-from byoc.processing.rewrite import GraphWriter
 
 _QDQ = ("relax.quantize", "relax.dequantize")
 _ACTIVATIONS = ("relax.nn.relu", "relax.clip")

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from byoc.processing.rewrite import GraphWriter
+from byoc.processing.json_rewrite import GraphWriter
 
 _ASTYPE = "relax.attrs.AstypeAttrs"
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from byoc.codegen_json.graph import ref_key, tensor_refs, value_spec
-from byoc.processing.rewrite import GraphWriter
+from byoc.codegen_json.references import ref_key, tensor_refs, value_spec
+from byoc.processing.json_rewrite import GraphWriter
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)

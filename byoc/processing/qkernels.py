@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from byoc.codegen_json.graph import kernels, ref_key
+from byoc.codegen_json.references import kernels, ref_key
 from byoc.errors import CodegenError
 
 _QDQ = {"relax.quantize", "relax.dequantize"}

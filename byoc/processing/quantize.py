@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from byoc.codegen_json.graph import kernels, ref_key
+from byoc.codegen_json.references import kernels, ref_key
 from byoc.errors import QuantizationError
+from byoc.processing.json_rewrite import GraphWriter
 from byoc.processing.ranges import METHODS
-from byoc.processing.rewrite import GraphWriter
 
 CALIBRATION_ATTR = "byoc.calibration"
 # What a device's own quantization of a quantized model's region adds to its error, measured on

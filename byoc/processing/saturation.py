@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from byoc.codegen_json.graph import GraphKernel, kernels, ref_key
+from byoc.codegen_json.references import GraphKernel, kernels, ref_key
 from byoc.errors import SaturationWarning
-from byoc.processing.rewrite import GraphWriter
+from byoc.processing.json_rewrite import GraphWriter
 from byoc.timing import CPU_FEATURES
 
 _ROOTS = ("relax.nn.conv2d", "relax.nn.conv1d", "relax.matmul")

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from byoc.codegen_json.graph import ref_key, tensor_refs
+from byoc.codegen_json.references import ref_key, tensor_refs
 from byoc.ir.quantization import INT8_MOVES
-from byoc.processing.rewrite import GraphWriter
+from byoc.processing.json_rewrite import GraphWriter
 
 _SHIFT = 128
 

@@ -29,13 +29,13 @@ from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, PartitionRecord, RegionRecord
 from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, SYMBOLIC, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
-from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.compiler import export_shared
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.direct import find_direct_call
 from byoc.runtime_metadata.engine_cache import EngineCache
 from byoc.runtime_metadata.engine_check import check_engine
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
+from byoc.runtime_metadata.generate_regions import generate_region
 from byoc.runtime_metadata.model import CompiledModel, one_region_only
 from byoc.runtime_metadata.shape_values import hoist_shape_values
 from byoc.runtime_metadata.shape_variants import (

@@ -25,7 +25,7 @@ from tvm import relax
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
 from byoc.codegen_json import JsonRuntime, tvm_engine
-from byoc.codegen_json.graph import kernels
+from byoc.codegen_json.references import kernels
 from byoc.errors import CodegenError, QuantizationError, RequantizationWarning
 from byoc.ir.dims import copy_dims
 from byoc.ir.types import calls_op

@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping
 import tvm
 from tvm import relax
 
-from byoc.codegen_json.dims import is_symbolic, names_in
+from byoc.codegen_json.symbolic_dims import is_symbolic, names_in
 from byoc.runtime_metadata.artifact_types import DirectCall, RegionArtifact
 from byoc.runtime_metadata.shape_values import shape_value_positions
 

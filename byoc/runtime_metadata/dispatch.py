@@ -20,7 +20,7 @@ from tvm import relax
 
 from byoc.backend.engine import EngineContext
 from byoc.backend.spec import Backend
-from byoc.codegen_json.dims import SymbolicDimError, is_symbolic, shape_at
+from byoc.codegen_json.symbolic_dims import SymbolicDimError, is_symbolic, shape_at
 from byoc.errors import ArtifactError, ByocError, EngineError
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore

@@ -15,7 +15,7 @@ import numpy as np
 
 from byoc.backend.arrays import aligned
 from byoc.backend.engine import Engine
-from byoc.codegen_json.dims import shape_at
+from byoc.codegen_json.symbolic_dims import shape_at
 from byoc.errors import EngineError
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
 

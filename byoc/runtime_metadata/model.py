@@ -22,14 +22,13 @@ from tvm import relax
 from byoc.backend.registry import checked_backend_options, get_backend, list_backends
 from byoc.backend.spec import Backend
 from byoc.cache_dirs import default_cache_dir
-from byoc.codegen_json.dims import shape_at
+from byoc.codegen_json.symbolic_dims import shape_at
 from byoc.errors import ArtifactError, ByocError, InputError, MissingVendorError, UnknownBackendError
 from byoc.host.index_ranges import engine_index_error, take_index_error
 from byoc.partition.reasons import SHAPE_ONLY
 from byoc.partition.record import PartitionRecord
 from byoc.partition.report import PartitionReport
 from byoc.processing.saturation import warn_where_inexact
-from byoc.runtime_metadata.arrays import numpy_view
 from byoc.runtime_metadata.artifact import read_artifact, write_artifact
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
 from byoc.runtime_metadata.constants import ConstantStore
@@ -37,6 +36,7 @@ from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm
 from byoc.runtime_metadata.engine_cache import EngineCache
 from byoc.runtime_metadata.engines import EngineRecord, save_for_embedding
 from byoc.runtime_metadata.host_library import load_host_library
+from byoc.runtime_metadata.numpy_views import numpy_view
 from byoc.runtime_metadata.profile import ProfileReport, profile_model
 from byoc.runtime_metadata.shape_values import SHAPE_VALUES, SHAPE_VALUES_FUNCTION, ShapeValues
 from byoc.runtime_metadata.shapes import SpecialisedRuntime, reset_current_dims, set_current_dims

@@ -26,8 +26,8 @@ from tvm import relax
 
 from byoc.ir.rewrite import VarSubstitution, rebuild_function
 from byoc.ir.shape_only import dimension_vars, shape_only_bindings
-from byoc.partition.graph import used_vars
-from byoc.runtime_metadata.arrays import numpy_view
+from byoc.partition.dataflow import used_vars
+from byoc.runtime_metadata.numpy_views import numpy_view
 
 SHAPE_VALUES = "byoc_shape_values"  # the packed call `main` makes, answered by `ShapeValues`
 SHAPE_VALUES_FUNCTION = "byoc_shape_values_compute"  # the host's function that computes them

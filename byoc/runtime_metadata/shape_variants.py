@@ -18,8 +18,8 @@ from byoc.ir.dims import DimRange, function_dimensions, representative
 from byoc.ir.rewrite import rebuild_function
 from byoc.ir.types import constant_array, is_tensor_constant, tensor_types
 from byoc.runtime_metadata.artifact_types import SYMBOLIC, RegionArtifact, SpecialisedRegion
-from byoc.runtime_metadata.codegen import generate_region
 from byoc.runtime_metadata.constants import ConstantStore
+from byoc.runtime_metadata.generate_regions import generate_region
 
 
 def is_shape_specialised(func: relax.Function) -> bool:

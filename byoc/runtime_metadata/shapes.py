@@ -19,7 +19,7 @@ tensors it is given and calls the variant for them.
 
 A vendor whose engines take symbolic shapes (`Backend.symbolic_shapes`) gets one variant for
 every shape instead (`SYMBOLIC`): its code written once with the dimensions as expressions
-(byoc.codegen_json.dims), its engine built and checked at build time; a region that vendor does
+(byoc.codegen_json.symbolic_dims), its engine built and checked at build time; a region that vendor does
 not take so is generated per shape as above (`SpecialisedRegion.per_shape_reason`).
 """
 

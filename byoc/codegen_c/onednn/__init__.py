@@ -1,16 +1,16 @@
 """C that calls oneDNN's C API (v3): the kernel library of the `dnnl` vendor, and of any vendor whose
 kernels are oneDNN primitives.
 
-A vendor's data sheet binds its ops to the emitters here (`emitters`, `quantized` for element-wise
-kernels on int8 data); each emitter describes its op with one `Kernel` (`kernel`); `library` finds
+A vendor's data sheet binds its ops to the emitters here (`emitters`, `int8_elementwise` for
+element-wise kernels on int8 data); each emitter describes its op with one `Kernel` (`kernel`); `library` finds
 oneDNN as pip installs it and holds the C every region shares (memory conversions, descriptors with
 run-time dimensions, each kernel's ownership of what it creates); `threads` limits the threads of
-oneDNN's TBB runtime; `quantization` reads a quantized composite's scales; `openblas` finds
+oneDNN's TBB runtime; `kernel_scales` reads a quantized composite's scales; `openblas` finds
 OpenBLAS, which runs a float32 dense product where `product_choice` measured it faster here.
 """
 
 from byoc.codegen_c.library import CLibrary
-from byoc.codegen_c.onednn import emitters, library, openblas, quantized, threads
+from byoc.codegen_c.onednn import emitters, int8_elementwise, library, openblas, threads
 from byoc.codegen_c.onednn.emitters import GELU_FORMS, LAYOUT_POLICIES, RESHAPES, VIEWS
 from byoc.codegen_c.onednn.kernel import ELTWISE_OPS
 
@@ -40,4 +40,4 @@ def _runtime_setup() -> None:
     openblas.prepare(threads.requested())
 
 
-__all__ = ["ELTWISE_OPS", "GELU_FORMS", "LAYOUT_POLICIES", "RESHAPES", "VIEWS", "emitters", "library", "onednn_library", "quantized", "threads"]
+__all__ = ["ELTWISE_OPS", "GELU_FORMS", "LAYOUT_POLICIES", "RESHAPES", "VIEWS", "emitters", "library", "onednn_library", "int8_elementwise", "threads"]

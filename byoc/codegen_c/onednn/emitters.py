@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 
-from byoc.codegen_c.dims import SymbolicDim, names_of, read_shape
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn import openblas
 from byoc.codegen_c.onednn.kernel import (
@@ -24,9 +23,7 @@ from byoc.codegen_c.onednn.kernel import (
     scalar_of,
     zero_point_offset,
 )
-from byoc.codegen_c.onednn.library import dims_decl
-from byoc.codegen_c.onednn.product_choice import MEASURED_MACS, Product, kernel_for
-from byoc.codegen_c.onednn.quantization import (
+from byoc.codegen_c.onednn.kernel_scales import (
     KernelQuantization,
     Scales,
     dequantized,
@@ -35,6 +32,9 @@ from byoc.codegen_c.onednn.quantization import (
     result_quantize,
     scales_of,
 )
+from byoc.codegen_c.onednn.library import dims_decl
+from byoc.codegen_c.onednn.product_choice import MEASURED_MACS, Product, kernel_for
+from byoc.codegen_c.symbolic_shapes import SymbolicDim, names_of, read_shape
 
 # GELU composites (the forms exporters write, `byoc.annotate.idioms`), each fused as one
 # element-wise op or post-op: pattern name -> oneDNN algorithm.

@@ -9,8 +9,8 @@ import math
 import numpy as np
 
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
+from byoc.codegen_c.onednn.kernel_scales import DNNL_TYPES, KernelQuantization, Scales
 from byoc.codegen_c.onednn.library import dims_decl, rank
-from byoc.codegen_c.onednn.quantization import DNNL_TYPES, KernelQuantization, Scales
 
 ELTWISE = {
     "relax.nn.relu": ("dnnl_eltwise_relu", "0.f", "0.f"),

@@ -30,9 +30,9 @@ from importlib import metadata
 from pathlib import Path
 
 from byoc.cache_dirs import library_cache_dir
-from byoc.codegen_c.dims import array_storage
 from byoc.codegen_c.kernel_call import CBuffer, KernelCode
-from byoc.codegen_c.onednn.quantization import DNNL_TYPES
+from byoc.codegen_c.onednn.kernel_scales import DNNL_TYPES
+from byoc.codegen_c.symbolic_shapes import array_storage
 from byoc.errors import BuildError
 
 RUNTIME_PACKAGE = "onednn-cpu-tbb"

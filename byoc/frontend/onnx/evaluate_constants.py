@@ -37,7 +37,7 @@ _MAX_FOLDED_ELEMENTS = 1 << 24
 _SMALL = 1024  # initializers up to this many elements are shown to shape inference with their values
 _SUBGRAPH = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 # DequantizeLinear is folded after import, in numpy (byoc.frontend.fold_constants), where it is
-# not a quantized weight that stays int8 (byoc.frontend.quantized): onnx's reference evaluator
+# not a quantized weight that stays int8 (byoc.frontend.int8_weights): onnx's reference evaluator
 # has no DequantizeLinear before opset 19.
 _AFTER_IMPORT = frozenset({"DequantizeLinear"})
 

@@ -7,7 +7,7 @@ QLinearGlobalAveragePool, QGemm), with MaxPool and Flatten applied to the uint8 
 TVM's frontend converts none of them. Each is exactly dequantize -> float op -> quantize with the
 scales and zero points it carries (that is how ONNX and onnxruntime define them), so it is
 written so here, and the model goes the way of a QDQ model: its weights stay int8, and a vendor
-that takes quantized ops computes the chains in int8 (see byoc.frontend.quantized).
+that takes quantized ops computes the chains in int8 (see byoc.frontend.int8_weights).
 
 `quantize_dynamic` writes a dense layer as MatMulInteger, and a convolution as ConvInteger, on
 DynamicQuantizeLinear's result, read back as float and scaled by the product of the two scales:

@@ -3,7 +3,7 @@
 A quantized model reads each convolution and matrix product as dequantize -> op -> quantize
 (onnxruntime's `quantize_static` writes them so; the patterns are `byoc.annotate.qdq`'s). Each
 such chain, with its bias and activation, is one composite here and one int8 oneDNN primitive
-(see `byoc.codegen_c.onednn.quantization`). A quantize or dequantize between them (around a
+(see `byoc.codegen_c.onednn.kernel_scales`). A quantize or dequantize between them (around a
 residual add, a pooling, a reshape) is a reorder between int8 and float32, so that a quantized
 model stays in one region where its float model does. The checks here are oneDNN's limits on
 the scales, zero points and types.
@@ -20,8 +20,8 @@ from byoc.annotate import qdq
 from byoc.annotate.idioms import GELU_FORMS
 from byoc.annotate.predicates import clip_bounds, expected_constants, scalar_constant
 from byoc.backend import Backend
-from byoc.codegen_c.onednn import ELTWISE_OPS, emitters, quantized
-from byoc.frontend.quantized import same_quantization
+from byoc.codegen_c.onednn import ELTWISE_OPS, emitters, int8_elementwise
+from byoc.frontend.int8_weights import same_quantization
 from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name, static_shape
 from byoc.processing.quantize import WEIGHT_LEVELS_WITHOUT_VNNI
 from byoc.processing.saturation import Int8Product
@@ -167,7 +167,7 @@ def quantized_with_constant(match) -> str | None:
     if len(shape) > len(source) or static_shape(match["root"].ty) != source:
         return "the constant is broadcast beyond the int8 operand's shape"
     # A product with a tensor runs on the data seen as rows of the constant's size (see
-    # quantized.quantized_with_constant): the constant must repeat along the leading axes only.
+    # int8_elementwise.quantized_with_constant): the constant must repeat along the leading axes only.
     if op_name(match["root"]) == "relax.multiply" and math.prod(shape) != 1 and not _along_leading_axes(shape, source):
         return "the constant is broadcast along an inner axis; a product with it on int8 data takes it along the leading axes only"
     return _per_tensor(a, "operand") or _result(match)
@@ -191,11 +191,11 @@ def quantized_with_float(match) -> str | None:
         return "the other operand is a constant (see the constant's own patterns)"
     shape, result = static_shape(other.ty), static_shape(root.ty)
     # oneDNN 3.2's JIT kernel takes a binary post-op's operand whole or along axis 1 only (a
-    # RMSNorm's 1 / rms per row), or, the data seen as rows (see quantized._requantizing_rows),
+    # RMSNorm's 1 / rms per row), or, the data seen as rows (see int8_elementwise._requantizing_rows),
     # broadcast along the leading axes (an attention mask over the heads); any other broadcast
     # runs in its reference code.
     if dtype_name(other.ty) != "float32" or \
-            (shape != result and not quantized.one_value_per_row(shape, result) and not _along_leading_axes(shape, result)):
+            (shape != result and not int8_elementwise.one_value_per_row(shape, result) and not _along_leading_axes(shape, result)):
         return "the other operand is not a float32 tensor of the result's shape, one value per row, nor repeated along the leading axes"
     if static_shape(match["a"].ty) != result:
         return "the int8 operand is broadcast"
@@ -268,14 +268,14 @@ def declare(backend: Backend) -> None:
                     backend.pattern(f"q{name}{suffix}", *qdq.quantized_op(op, bias, activation, output), check=quantized_kernel, emit=emit)
     for output in (True, False):
         backend.pattern(f"qmatmul{'' if output else '_float'}", *qdq.quantized_product(output), check=quantized_product, emit=emitters.matmul)
-    backend.pattern("qgelu", *qdq.quantized_gelu(), check=quantized_gelu, emit=quantized.quantized_gelu)
+    backend.pattern("qgelu", *qdq.quantized_gelu(), check=quantized_gelu, emit=int8_elementwise.quantized_gelu)
     for op in ELTWISE_OPS:
         backend.pattern(f"qeltwise_{op.removeprefix('relax.').removeprefix('nn.')}", *qdq.quantized_eltwise(op), check=_source_and_result,
-                        emit=quantized.quantized_eltwise)
-    backend.pattern("qadd", *qdq.quantized_add(), check=quantized_add, emit=quantized.quantized_add)
+                        emit=int8_elementwise.quantized_eltwise)
+    backend.pattern("qadd", *qdq.quantized_add(), check=quantized_add, emit=int8_elementwise.quantized_add)
     for name in ("add", "multiply"):
         backend.pattern(f"q{name}_constant", *qdq.quantized_with(f"relax.{name}", "constant"), check=quantized_with_constant,
-                        emit=quantized.quantized_with_constant)
+                        emit=int8_elementwise.quantized_with_constant)
     backend.pattern("qmax_pool2d", *qdq.quantized_max_pool(), check=quantized_max_pool, emit=emitters.pooling)
     backend.pattern("requantize", *qdq.requantized(), check=_source_and_result, emit=emitters.reorder)
     backend.supports("relax.quantize", "relax.dequantize", check=quantize_op, emit=emitters.reorder)
@@ -292,6 +292,6 @@ def declare_results(backend: Backend) -> None:
     backend.pattern("softmax_quantized", *qdq.quantized_result("relax.nn.softmax", operands=1), check=quantized_softmax, emit=emitters.softmax)
     for op in _FLOAT_BINARY:  # one operand int8: read as it is, not through a dequantizing reorder
         backend.pattern(f"q{op.removeprefix('relax.')}_float", *qdq.quantized_with(op, "other"), check=quantized_with_float,
-                        emit=quantized.quantized_with_float)
+                        emit=int8_elementwise.quantized_with_float)
     for op in _FLOAT_BINARY:
         backend.pattern(f"{op.removeprefix('relax.')}_quantized", *qdq.quantized_result(op), check=quantized_result, emit=emitters.binary)

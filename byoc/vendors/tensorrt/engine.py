@@ -5,7 +5,7 @@ own samples use; buffers are allocated once per engine and inputs and outputs ar
 per call.
 
 A region of a model with dynamic dimensions comes with symbolic shapes (its graph's `dims`, see
-byoc.codegen_json.dims): its engine is built with one optimization profile, each input's shape
+byoc.codegen_json.symbolic_dims): its engine is built with one optimization profile, each input's shape
 at every dimension's low, opt and high value, and its buffers are allocated for the high ones.
 Each run sets the inputs' shapes (where they changed) and copies what the shapes hold.
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from byoc.codegen_json.dims import is_symbolic, shape_at
+from byoc.codegen_json.symbolic_dims import is_symbolic, shape_at
 from byoc.codegen_json.to_onnx import graph_to_onnx
 from byoc.errors import EngineError
 from byoc.vendors.tensorrt.versions import format_version, parse_version

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from byoc.codegen_json.graph import Ref, ref_key, tensor_refs
+from byoc.codegen_json.references import Ref, ref_key, tensor_refs
 
 
 class GraphWriter:

@@ -7,7 +7,7 @@ Glue nodes are placed later, with the region of what they read.
 
 from __future__ import annotations
 
-from byoc.partition.graph import COMPOSITE, OP, OPAQUE, Node
+from byoc.partition.dataflow import COMPOSITE, OP, OPAQUE, Node
 from byoc.partition.group import HOST, PlacementPolicy
 from byoc.partition.reasons import SHAPE_ONLY
 

@@ -14,7 +14,7 @@ from tvm import relax
 
 from byoc.backend.codegen import RegionSource
 from byoc.backend.spec import Backend
-from byoc.codegen_json.graph import value_spec
+from byoc.codegen_json.references import value_spec
 from byoc.codegen_json.serialize import region_to_json
 from byoc.ir.dims import DimRange
 from byoc.processing.passes import RegionContext, apply_passes

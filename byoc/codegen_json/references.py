@@ -20,7 +20,7 @@ def value_spec(graph: Mapping[str, Any], ref: Ref) -> Mapping[str, Any]:
 
 def dimension_uses(graph: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     """Every size the graph's input and node shapes hold, and every value its nodes are given
-    (where a symbolic graph's dimensions may appear, see byoc.codegen_json.dims), each with where
+    (where a symbolic graph's dimensions may appear, see byoc.codegen_json.symbolic_dims), each with where
     it is: `input 'x'` or `node 'n'`."""
 
     def in_ref(ref: Ref) -> Iterator[Any]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn.kernel import BINARY, Kernel, eltwise_args, post_op, quantizing, zero_point_offset
-from byoc.codegen_c.onednn.quantization import Scales, dequantized, dequantized_source, scales_of
+from byoc.codegen_c.onednn.kernel_scales import Scales, dequantized, dequantized_source, scales_of
 
 
 def _requantizing_binary(call: KernelCall, a: tuple[CBuffer, Scales], b: tuple[CBuffer, Scales] | CBuffer | float,

@@ -2,7 +2,7 @@
 compute with them.
 
 A region of a model with dynamic dimensions comes as a JSON graph whose dimensions are integers
-or expression texts over the model's named dimensions (byoc.codegen_json.dims). The generator
+or expression texts over the model's named dimensions (byoc.codegen_json.symbolic_dims). The generator
 reads each text into a `SymbolicDim`: a polynomial over the names with integer coefficients,
 in a canonical form, so that two dimensions that are the same expression compare equal however
 they were written (TVM's expressions compare by identity: `n * 2 == n * 2` is false there).
@@ -20,7 +20,7 @@ import ast
 import math
 from collections.abc import Mapping
 
-from byoc.codegen_json.dims import Dim, fold
+from byoc.codegen_json.symbolic_dims import Dim, fold
 
 Monomial = tuple[str, ...]  # sorted names, with repeats; () is the constant term
 
