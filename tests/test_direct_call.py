@@ -44,7 +44,7 @@ def test_a_whole_model_region_runs_directly_with_the_outputs_in_the_models_order
     assert compiled.parts.direct_call is not None and compiled.parts.direct_call.symbol == "onnxruntime_0"
     x, y = RNG.standard_normal((2, 3)).astype(np.float32), RNG.standard_normal((2, 3)).astype(np.float32)
     got = compiled.run(x, y)
-    assert getattr(compiled._local, "vm", None) is None  # no virtual machine was made
+    assert not compiled._vms.made()  # no virtual machine was made
     want = _through_vm(compiled, x, y)
     assert [g.shape for g in got] == [(2, 3), (2, 3)]
     for a, b in zip(got, want):
@@ -70,7 +70,7 @@ def test_a_model_that_is_one_c_region_calls_it_in_the_host_library(tmp_path):
     assert compiled.parts.direct_call == DirectCall("dnnl_0", (0,), (0,))
     x = RNG.standard_normal((1, 64)).astype(np.float32)
     got = compiled.run(x)
-    assert getattr(compiled._local, "vm", None) is None
+    assert not compiled._vms.made()
     np.testing.assert_array_equal(got[0], _through_vm(compiled, x)[0])
     path = tmp_path / "mlp.byoc"
     compiled.export(path)
@@ -96,7 +96,7 @@ def test_a_dynamic_model_that_is_one_region_runs_directly_at_every_shape(vendor,
             got = runner.run(x, y)
             np.testing.assert_allclose(got[0], (x @ weight) * y, rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(got[1], (x @ weight) + y, rtol=1e-5, atol=1e-6)
-        assert getattr(runner._local, "main", None) is None  # no virtual machine ran the model
+        assert not runner._vms.made()  # no virtual machine ran the model
 
 
 def test_a_model_with_host_work_runs_through_the_vm():
