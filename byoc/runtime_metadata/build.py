@@ -138,43 +138,6 @@ def _region_backends(mod: tvm.IRModule, overrides: Mapping[str, Backend]) -> dic
     return found
 
 
-def _generate(mod, strict, backend_options, store, backends: Mapping[str, Backend | None], regions: dict[str, RegionRecord],
-              buckets: list[dict[str, int]], dims: Mapping[str, DimRange]):
-    """Every region's code: once for a static region; for a shape-specialised one (see
-    byoc.runtime_metadata.shapes), once with symbolic shapes where its backend takes them, else
-    once per bucket."""
-    artifacts: list[RegionArtifact] = []
-    failed: dict[str, str] = {}
-    specialised: dict[str, SpecialisedRegion] = {}
-    for symbol, backend_name, func in region_functions(mod):
-        backend = backends.get(backend_name)
-        missing = backend.missing_part() if backend is not None else None
-        if missing:  # not a code generation failure to fall back from: the machine lacks the vendor's part
-            raise BuildError(f"region {symbol} ({backend_name}) cannot be built on this machine: {missing}")
-        options = backend_options.get(backend_name, {})
-        try:
-            backend = backend or get_backend(backend_name)
-            if is_shape_specialised(func):
-                region = specialised[symbol] = _specialised(func, symbol, backend_name, store)
-                if backend.symbolic_shapes:
-                    try:
-                        artifacts.append(_symbolic(func, region, backend, store, options, dims))
-                        continue
-                    except Exception as error:  # generated per shape instead, as for any backend
-                        region.per_shape_reason = f"{type(error).__name__}: {error}"
-                artifacts += _per_shape(func, region, backend, store, options, buckets)
-            else:
-                artifacts.append(generate_region(func, symbol, backend, store, options))
-        except Exception as error:
-            specialised.pop(symbol, None)
-            message = f"region {symbol} ({backend_name}): code generation failed: {type(error).__name__}: {error}"
-            if strict:
-                raise BuildError(message) from error
-            _fall_back(message, symbol, regions)
-            failed[symbol] = f"code generation failed: {type(error).__name__}: {error}"
-    return artifacts, failed, specialised
-
-
 def _symbolic(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
               dims: Mapping[str, DimRange]) -> RegionArtifact:
     artifact = generate_symbolic(func, region, backend, store, options, dims)
@@ -197,77 +160,6 @@ def _per_shape(func: relax.Function, region: SpecialisedRegion, backend: Backend
 def _specialised(func: relax.Function, symbol: str, backend_name: str, store: ConstantStore) -> SpecialisedRegion:
     template, names = make_template(func, symbol, store)
     return SpecialisedRegion(symbol, backend_name, sorted(function_dimensions(func)), input_dims(func), template, names)
-
-
-def _create_engines(artifacts: list[RegionArtifact], backends: Mapping[str, Backend], store: ConstantStore,
-                    backend_options: Mapping[str, dict], cache: EngineCache, strict: bool, regions: dict[str, RegionRecord],
-                    sole_work: bool) -> tuple[dict[str, EngineRecord], dict[str, str]]:
-    """Each region's engine, made and checked now (see `engine_check`), while a region whose
-    engine fails can still fall back to the host: its failures by symbol."""
-    records: dict[str, EngineRecord] = {}
-    failed: dict[str, str] = {}
-    for artifact in artifacts:
-        if artifact.linked_into_host:  # no engine: checked when the host library initialises it
-            continue
-        where = f"region {artifact.symbol} ({artifact.backend})"
-        try:
-            record = create_engine(artifact, backends[artifact.backend], store, backend_options.get(artifact.backend, {}), cache,
-                                   EngineContext(artifact.symbol, sole_work))
-            check_engine(record.engine, artifact, where)
-        except EngineError as error:  # the vendor's failure; an OptionError is the user's, and raised
-            if strict:
-                raise
-            _fall_back(str(error), artifact.symbol, regions)
-            failed[artifact.symbol] = str(error).removeprefix(f"{where}: ")
-            continue
-        records[artifact.symbol] = record
-    return records, failed
-
-
-def _symbolic_engines(functions: Mapping[str, relax.Function], artifacts: list[RegionArtifact], specialised: Mapping[str, SpecialisedRegion],
-                      backends: Mapping[str, Backend], store: ConstantStore, backend_options: Mapping[str, dict],
-                      cache: EngineCache, sole_work: bool, buckets: list[dict[str, int]], opt: Mapping[str, int],
-                      strict: bool, failed: dict[str, str], regions: dict[str, RegionRecord]) -> dict[str, EngineRecord]:
-    """The engines of the regions written with symbolic shapes, made and checked at each
-    dimension's `opt` whatever `engines=` says: only an engine tells whether its vendor takes
-    the region's shapes symbolically. A region whose engine does not is generated per shape
-    instead (its artifacts replace the symbolic one in `artifacts`), as for any backend."""
-    records: dict[str, EngineRecord] = {}
-    for region in list(specialised.values()):
-        if not region.symbolic:
-            continue
-        symbol = region.variants[SYMBOLIC]
-        artifact = next(a for a in artifacts if a.symbol == symbol)
-        if artifact.linked_into_host:  # no engine: checked when the host library initialises it, at each dimension's opt
-            continue
-        backend, options = backends[region.backend], backend_options.get(region.backend, {})
-        try:
-            records[symbol] = create_engine(artifact, backend, store, options, cache, EngineContext(symbol, sole_work))
-            check_engine(records[symbol].engine, artifact, f"region {symbol} ({region.backend})", opt)
-        except Exception as error:
-            records.pop(symbol, None)
-            _per_shape_instead(region, f"{type(error).__name__}: {error}", functions[region.symbol], artifacts, backend, store, options,
-                               buckets, strict, failed, specialised, regions)
-    return records
-
-
-def _per_shape_instead(region: SpecialisedRegion, reason: str, func: relax.Function, artifacts: list[RegionArtifact], backend: Backend,
-                       store: ConstantStore, options: dict, buckets: list[dict[str, int]], strict: bool, failed: dict[str, str],
-                       specialised: dict[str, SpecialisedRegion], regions: dict[str, RegionRecord]) -> None:
-    """A region written with symbolic shapes that its vendor's engine or library did not take
-    so: generated per shape instead (its artifacts replace the symbolic one), or falling back
-    to the host where that fails too."""
-    region.per_shape_reason = reason
-    artifacts[:] = [a for a in artifacts if a.symbol != region.variants[SYMBOLIC]]
-    try:
-        artifacts += _per_shape(func, region, backend, store, options, buckets)
-    except Exception as error:
-        message = f"region {region.symbol} ({region.backend}): code generation failed: {type(error).__name__}: {error}"
-        if strict:
-            raise BuildError(message) from error
-        _fall_back(message, region.symbol, regions)
-        failed[region.symbol] = f"code generation failed: {type(error).__name__}: {error}"
-        del specialised[region.symbol]
 
 
 def _variant_of(specialised: Mapping[str, SpecialisedRegion]) -> dict[str, str]:
@@ -414,95 +306,219 @@ def build(
     dims = dims_of(mod)
     if not dims and shape_buckets is not None:
         raise ByocError("shape_buckets applies to models with dynamic dimensions (from_onnx(..., dims=...)); this one has none")
-    buckets = check_buckets(shape_buckets, dims) if dims else []
-    store = ConstantStore()
-    overrides = dict(backends or {})
-    configured = _region_backends(mod, overrides)
-    backend_options = checked_backend_options(backend_options or {}, configured)
-    record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
-    partition = json.loads(str(record)) if record is not None else None
-    planned = {r.symbol: r for r in PartitionRecord.from_dict(partition).regions} if partition else {}
-    with warnings.catch_warnings():
-        if strict:  # a device that would quantize the model's scales again refuses instead
-            warnings.simplefilter("error", RequantizationWarning)
-        artifacts, failed, specialised = _generate(mod, strict, backend_options, store, configured, planned, buckets, dims)
-    cache = EngineCache(cache_dir if cache_dir is not None else default_cache_dir())
-    sole_work = one_region_only(partition, artifacts, failed)
-    functions = {symbol: func for symbol, _, func in region_functions(mod)}
-    records = _symbolic_engines(functions, artifacts, specialised, configured, store, backend_options, cache, sole_work, buckets,
-                                {name: r.opt for name, r in dims.items()}, strict, failed, planned)
-    variant_of = _variant_of(specialised)
-
-    def per_shape_instead(region: SpecialisedRegion, reason: str) -> None:
-        _per_shape_instead(region, reason, functions[region.symbol], artifacts, configured[region.backend], store,
-                           backend_options.get(region.backend, {}), buckets, strict, failed, specialised, planned)
-
-    backends = {a.backend: configured[a.backend] for a in artifacts}
-    if engines != "lazy":
-        made, unusable = _create_engines([a for a in artifacts if a.symbol not in records], backends, store, backend_options,
-                                         cache, strict, planned, sole_work)
-        records.update(made)
-        _drop_failed(unusable, failed, specialised, variant_of)
-    artifacts = [a for a in artifacts if variant_of.get(a.symbol, a.symbol) not in failed]
-    partitioned = mod
-    while True:
-        if failed:
-            mod = inline_regions(partitioned, failed)
-            store.keep_only({name for a in artifacts for name in a.constants}
-                            | {name for region in specialised.values() for name in region.template_constants})
-        host_mod = hoist_shape_values(through_dispatch(mod, specialised)) if dims else mod
-        backends = {a.backend: configured[a.backend] for a in artifacts}
-        backends.update({region.backend: configured[region.backend] for region in specialised.values()})
-        inputs, outputs = model_io(host_mod)
-        try:
-            library = _host_library(host_mod, artifacts, backends, target, inputs, outputs, set(variant_of))
-        except BuildError as error:
-            # C written with symbolic shapes is new code for every model: where it does not
-            # compile, its regions are generated per shape (C that the static path compiles).
-            linked = [r for r in specialised.values() if r.symbolic and configured[r.backend].codegen.links_into_host]
-            if not linked:
-                raise
-            for region in linked:
-                per_shape_instead(region, f"its C code for every shape did not compile: {error}")
-            variant_of = _variant_of(specialised)
-            continue
-        parts = ModelParts(
-            library,
-            artifacts,
-            store,
-            inputs,
-            outputs,
-            str(target),
-            {name: "this build" if name in overrides else backend_origin(name) for name in backends},
-            backend_options,
-            partition=partition,
-            build_fallbacks=failed,
-            direct_call=find_direct_call(mod, _called(artifacts, specialised), region_symbol,
-                                         {region.symbol for region in specialised.values() if not region.symbolic}),
-            dims=dims,
-            specialised=list(specialised.values()),
-            max_shapes=max_shapes,
-            ignored_inputs=ignored_inputs(mod),
-        )
-        try:
-            model = CompiledModel(parts, backends, cache, engines=records)
-            break
-        except EngineError as error:
-            # A C region whose initialisation fails (its vendor library refuses a primitive on
-            # this machine) falls back too: the host code is compiled again without it; one
-            # written with symbolic shapes is generated per shape first.
-            symbol = getattr(error, "region", None)
-            if strict or symbol is None or variant_of.get(symbol, symbol) in failed:
-                raise
-            region = specialised.get(variant_of.get(symbol, symbol))
-            if region is not None and region.symbolic:
-                per_shape_instead(region, str(error))
-                variant_of = _variant_of(specialised)
-                continue
-            backend_name = next(a.backend for a in artifacts if a.symbol == symbol)
-            _fall_back(str(error), variant_of.get(symbol, symbol), planned)
-            _drop_failed({symbol: str(error).removeprefix(f"region {symbol} ({backend_name}): ")}, failed, specialised, variant_of)
-            artifacts = [a for a in artifacts if variant_of.get(a.symbol, a.symbol) not in failed]
+    run = _Build(mod, target, strict, backend_options, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()),
+                 dict(backends or {}), max_shapes, check_buckets(shape_buckets, dims) if dims else [], dims)
+    run.generate()
+    run.engines(create=engines != "lazy")
+    model = run.link()
     if engines == "embed":
         model.embed_engines()
     return model
+
+
+class _Build:
+    """One build: what its steps make (region artifacts, engines, shape-specialised regions) and
+    the regions that fall back to the host (`failed`, by symbol, with why). Its steps are
+    `generate`, `engines` and `link`; each rule by which a region falls back, or is generated
+    per shape instead, is a method of its own."""
+
+    def __init__(self, mod: tvm.IRModule, target: str, strict: bool, backend_options: Mapping[str, dict] | None, cache: EngineCache,
+                 overrides: dict[str, Backend], max_shapes: int, buckets: list[dict[str, int]], dims: Mapping[str, DimRange]) -> None:
+        self.partitioned, self.target, self.strict, self.cache = mod, target, strict, cache
+        self.overrides, self.max_shapes, self.buckets, self.dims = overrides, max_shapes, buckets, dims
+        self.store = ConstantStore()
+        self.configured = _region_backends(mod, overrides)
+        self.backend_options = checked_backend_options(backend_options or {}, self.configured)
+        record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
+        self.partition = json.loads(str(record)) if record is not None else None
+        self.planned = {r.symbol: r for r in PartitionRecord.from_dict(self.partition).regions} if self.partition else {}
+        self.functions = {symbol: func for symbol, _, func in region_functions(mod)}
+        self.artifacts: list[RegionArtifact] = []
+        self.failed: dict[str, str] = {}
+        self.specialised: dict[str, SpecialisedRegion] = {}
+        self.records: dict[str, EngineRecord] = {}
+        # The region symbol of each variant symbol, as it was when last taken (a region whose
+        # variant fails is dropped from `specialised`, and its variants must still map to it).
+        self.variant_of: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ steps
+    def generate(self) -> None:
+        """Every region's code: once for a static region; for a shape-specialised one (see
+        byoc.runtime_metadata.shapes), once with symbolic shapes where its backend takes them,
+        else once per bucket."""
+        with warnings.catch_warnings():
+            if self.strict:  # a device that would quantize the model's scales again refuses instead
+                warnings.simplefilter("error", RequantizationWarning)
+            for symbol, backend_name, func in region_functions(self.partitioned):
+                self._generate(symbol, backend_name, func)
+
+    def engines(self, create: bool) -> None:
+        """The engines of regions written with symbolic shapes, always; the others' with
+        `create` (else each is made on first use). A region whose engine fails falls back."""
+        sole_work = one_region_only(self.partition, self.artifacts, self.failed)
+        self._symbolic_engines(sole_work)
+        self.variant_of = _variant_of(self.specialised)
+        if create:
+            self._create_engines(sole_work)
+        self.artifacts = [a for a in self.artifacts if self.variant_of.get(a.symbol, a.symbol) not in self.failed]
+
+    def link(self) -> CompiledModel:
+        """The host code compiled with the C regions linked in, and the model made of it; where a
+        rule below takes a failure, linked again without what failed."""
+        while True:
+            mod = inline_regions(self.partitioned, self.failed) if self.failed else self.partitioned
+            if self.failed:
+                self.store.keep_only({name for a in self.artifacts for name in a.constants}
+                                     | {name for region in self.specialised.values() for name in region.template_constants})
+            host_mod = hoist_shape_values(through_dispatch(mod, self.specialised)) if self.dims else mod
+            backends = {a.backend: self.configured[a.backend] for a in self.artifacts}
+            backends.update({region.backend: self.configured[region.backend] for region in self.specialised.values()})
+            inputs, outputs = model_io(host_mod)
+            try:
+                library = _host_library(host_mod, self.artifacts, backends, self.target, inputs, outputs, set(self.variant_of))
+            except BuildError as error:
+                if not self._symbolic_c_did_not_compile(error):
+                    raise
+                continue
+            try:
+                return CompiledModel(self._parts(mod, library, backends, inputs, outputs), backends, self.cache, engines=self.records)
+            except EngineError as error:
+                if self.strict or not self._region_did_not_initialise(error):
+                    raise
+
+    # ------------------------------------------------------------ the steps' parts
+    def _generate(self, symbol: str, backend_name: str, func: relax.Function) -> None:
+        backend = self.configured.get(backend_name)
+        missing = backend.missing_part() if backend is not None else None
+        if missing:  # not a code generation failure to fall back from: the machine lacks the vendor's part
+            raise BuildError(f"region {symbol} ({backend_name}) cannot be built on this machine: {missing}")
+        options = self.backend_options.get(backend_name, {})
+        try:
+            backend = backend or get_backend(backend_name)
+            if is_shape_specialised(func):
+                region = self.specialised[symbol] = _specialised(func, symbol, backend_name, self.store)
+                if backend.symbolic_shapes:
+                    try:
+                        self.artifacts.append(_symbolic(func, region, backend, self.store, options, self.dims))
+                        return
+                    except Exception as error:  # generated per shape instead, as for any backend
+                        region.per_shape_reason = f"{type(error).__name__}: {error}"
+                self.artifacts += _per_shape(func, region, backend, self.store, options, self.buckets)
+            else:
+                self.artifacts.append(generate_region(func, symbol, backend, self.store, options))
+        except Exception as error:
+            self.specialised.pop(symbol, None)
+            self._generation_failed(symbol, backend_name, error)
+
+    def _generation_failed(self, symbol: str, backend_name: str, error: Exception) -> None:
+        message = f"region {symbol} ({backend_name}): code generation failed: {type(error).__name__}: {error}"
+        if self.strict:
+            raise BuildError(message) from error
+        _fall_back(message, symbol, self.planned)
+        self.failed[symbol] = f"code generation failed: {type(error).__name__}: {error}"
+
+    def _symbolic_engines(self, sole_work: bool) -> None:
+        """The engines of the regions written with symbolic shapes, made and checked at each
+        dimension's `opt` whatever `engines=` says: only an engine tells whether its vendor takes
+        the region's shapes symbolically. A region whose engine does not is generated per shape
+        instead (its artifacts replace the symbolic one), as for any backend."""
+        opt = {name: r.opt for name, r in self.dims.items()}
+        for region in list(self.specialised.values()):
+            if not region.symbolic:
+                continue
+            symbol = region.variants[SYMBOLIC]
+            artifact = next(a for a in self.artifacts if a.symbol == symbol)
+            if artifact.linked_into_host:  # no engine: checked when the host library initialises it, at each dimension's opt
+                continue
+            backend, options = self.configured[region.backend], self.backend_options.get(region.backend, {})
+            try:
+                self.records[symbol] = create_engine(artifact, backend, self.store, options, self.cache, EngineContext(symbol, sole_work))
+                check_engine(self.records[symbol].engine, artifact, f"region {symbol} ({region.backend})", opt)
+            except Exception as error:
+                self.records.pop(symbol, None)
+                self._per_shape_instead(region, f"{type(error).__name__}: {error}")
+
+    def _create_engines(self, sole_work: bool) -> None:
+        """Each other region's engine, made and checked now (see `engine_check`), while a region
+        whose engine fails can still fall back to the host."""
+        unusable: dict[str, str] = {}
+        for artifact in self.artifacts:
+            if artifact.symbol in self.records or artifact.linked_into_host:  # no engine: checked when the host library initialises it
+                continue
+            where = f"region {artifact.symbol} ({artifact.backend})"
+            try:
+                record = create_engine(artifact, self.configured[artifact.backend], self.store,
+                                       self.backend_options.get(artifact.backend, {}), self.cache, EngineContext(artifact.symbol, sole_work))
+                check_engine(record.engine, artifact, where)
+            except EngineError as error:  # the vendor's failure; an OptionError is the user's, and raised
+                if self.strict:
+                    raise
+                _fall_back(str(error), artifact.symbol, self.planned)
+                unusable[artifact.symbol] = str(error).removeprefix(f"{where}: ")
+                continue
+            self.records[artifact.symbol] = record
+        _drop_failed(unusable, self.failed, self.specialised, self.variant_of)
+
+    def _parts(self, mod: tvm.IRModule, library: bytes, backends: Mapping[str, Backend], inputs: list[TensorSpec],
+               outputs: list[TensorSpec]) -> ModelParts:
+        return ModelParts(
+            library,
+            self.artifacts,
+            self.store,
+            inputs,
+            outputs,
+            str(self.target),
+            {name: "this build" if name in self.overrides else backend_origin(name) for name in backends},
+            self.backend_options,
+            partition=self.partition,
+            build_fallbacks=self.failed,
+            direct_call=find_direct_call(mod, _called(self.artifacts, self.specialised), region_symbol,
+                                         {region.symbol for region in self.specialised.values() if not region.symbolic}),
+            dims=self.dims,
+            specialised=list(self.specialised.values()),
+            max_shapes=self.max_shapes,
+            ignored_inputs=ignored_inputs(mod),
+        )
+
+    # --------------------------------------------------------- fall-back rules
+    def _per_shape_instead(self, region: SpecialisedRegion, reason: str) -> None:
+        """A region written with symbolic shapes that its vendor's engine or library did not take
+        so: generated per shape instead (its artifacts replace the symbolic one), or falling back
+        to the host where that fails too."""
+        region.per_shape_reason = reason
+        self.artifacts[:] = [a for a in self.artifacts if a.symbol != region.variants[SYMBOLIC]]
+        try:
+            self.artifacts += _per_shape(self.functions[region.symbol], region, self.configured[region.backend], self.store,
+                                         self.backend_options.get(region.backend, {}), self.buckets)
+        except Exception as error:
+            self._generation_failed(region.symbol, region.backend, error)
+            del self.specialised[region.symbol]
+
+    def _symbolic_c_did_not_compile(self, error: BuildError) -> bool:
+        """C written with symbolic shapes is new code for every model: where the host library
+        does not compile, its regions are generated per shape (C that the static path compiles).
+        Whether there were any."""
+        linked = [r for r in self.specialised.values() if r.symbolic and self.configured[r.backend].codegen.links_into_host]
+        for region in linked:
+            self._per_shape_instead(region, f"its C code for every shape did not compile: {error}")
+        self.variant_of = _variant_of(self.specialised)
+        return bool(linked)
+
+    def _region_did_not_initialise(self, error: EngineError) -> bool:
+        """A C region whose initialisation fails (its vendor library refuses a primitive on this
+        machine) falls back too, and the host code is compiled again without it; one written
+        with symbolic shapes is generated per shape first. Whether the error names such a region."""
+        symbol = getattr(error, "region", None)
+        if symbol is None or self.variant_of.get(symbol, symbol) in self.failed:
+            return False
+        region = self.specialised.get(self.variant_of.get(symbol, symbol))
+        if region is not None and region.symbolic:
+            self._per_shape_instead(region, str(error))
+            self.variant_of = _variant_of(self.specialised)
+            return True
+        backend_name = next(a.backend for a in self.artifacts if a.symbol == symbol)
+        _fall_back(str(error), self.variant_of.get(symbol, symbol), self.planned)
+        _drop_failed({symbol: str(error).removeprefix(f"region {symbol} ({backend_name}): ")}, self.failed, self.specialised,
+                     self.variant_of)
+        self.artifacts = [a for a in self.artifacts if self.variant_of.get(a.symbol, a.symbol) not in self.failed]
+        return True
