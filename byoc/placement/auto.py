@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
@@ -96,87 +97,130 @@ def place(mod: tvm.IRModule, backends: Sequence[Backend], budget_s: float = DEFA
         search.values.update(_model_inputs(mod, inputs))
         costs = SwitchCosts(0.0, {}, {}) if not backends else switch_costs(search)
         rows, options = _measure_segments(search, segments, extracted, costs)
-        labels = [s.label for s in segments]
-        layers: list[frozenset[int]] = []
-        chosen_model, error = mod, None
-        if precision is None:
-            chosen, segment_sum = cheapest_cover(options, costs.switch, labels)
-        else:
-            layers = segment_layers(mod, segments)
-            _measure_int8(search, segments, extracted, layers, rows, options, costs, precision)
-            probe = ErrorProbe(mod, precision, backends, segments, layers, measured_options)
-            switch = Switch(costs.switch)
-            chosen, error, errors = choose(options, switch, search.by_name, probe, precision.budget, labels, progress)
-            for (index, option), alone in errors.items():
-                rows[index].errors[option] = alone
-            segment_sum = _cover_cost(options, chosen, switch)
-            chosen_model = probe.model(dict(enumerate(chosen)))
-        for row, option in zip(rows, chosen):
+        choice = _choose(search, mod, backends, segments, extracted, rows, options, costs, precision, measured_options, progress)
+        for row, option in zip(rows, choice.chosen):
             row.chosen = option
 
         def quantize(piece: Extracted, first: int, last: int) -> tvm.IRModule | None:
             """A stretch's piece with its int8 segments' layers quantized (None: it has none)."""
             if precision is None:
                 return None
-            return quantized_piece(piece, _int8_layers(rows, layers, first, last), precision.ranges)
+            return quantized_piece(piece, _int8_layers(rows, choice.layers, first, last), precision.ranges)
 
         predicted = _predict(search, mod, segments, rows, costs, quantize)
-        singles = {}
-        for backend in backends:
-            only = [{k: v for k, v in row.costs.items() if k in (backend.name, HOST)} for row in rows]
-            if all(only):
-                singles[backend.name] = costs.base_ms + cheapest_cover(only, costs.switch)[1]
         placement, why = _placement(mod, segments, rows)
-        partitioned = partition_graph(chosen_model, backends, placement, why, **measured_options)
-        params = [p.name for p in mod["main"].params]
-        # Costs are not additive (layouts kept across cuts, thread pools that clash): the chosen
-        # placement and every backend alone are timed end to end against each other, and the
-        # fastest is kept.
-        ends = {"the chosen placement": partitioned}
-        ends.update({f"{b.name} alone": partition_graph(mod, [b], **cost_options) for b in backends})
-        # With int8 chosen, the same quantized model on one backend alone too (no switches
-        # between backends' int8 kernels), kept only if its own error is within the budget.
-        at_precision = {f"{b.name} alone at the chosen precision": b for b in backends if computes_quantized(b)} \
-            if error else {}
-        ends.update({label: partition_graph(chosen_model, [b], **cost_options) for label, b in at_precision.items()})
-        timed = search.compare(ends, params)
-        listed = ", ".join(f"{label} {ms:.3f} ms" for label, ms in timed.items())
-        fastest = min(timed, key=timed.get) if timed else "the chosen placement"
-        rejected = []
-        while fastest in at_precision:
-            alone = probe.measure(ends[fastest])
-            if alone <= precision.budget:
-                error = alone
-                break
-            rejected.append(f"{fastest}, whose error {alone:.2%} exceeds the budget")
-            timed.pop(fastest)
-            fastest = min(timed, key=timed.get)
-        decision = f"end to end: {listed or 'nothing could be timed (a simulated accelerator is only estimated)'}; kept {fastest}" \
-            + (f" (not {'; '.join(rejected)})" if rejected else "")
-        partitioned = ends[fastest]
-        chosen = [row.chosen for row in rows]
-        if fastest in at_precision:  # one backend runs the quantized model
-            name = at_precision[fastest].name
-            chosen = [int8_option(name) if option.endswith(INT8) else name for option in chosen]
-        elif fastest != "the chosen placement":  # a backend alone runs the fp32 model
-            chosen = [backend_of(option) for option in chosen]
-            error = None if error is None else 0.0
-        running = segment_backends(partitioned, segments, [backend_of(option) for option in chosen])
-        running = [option if backend_of(option) == backend else backend for option, backend in zip(chosen, running)]
+        placed = partition_graph(choice.model, backends, placement, why, **measured_options)
+        kept = _end_to_end(search, mod, placed, choice, backends, rows, cost_options, precision)
+        running = segment_backends(kept.partitioned, segments, [backend_of(option) for option in kept.chosen])
+        running = [option if backend_of(option) == backend else backend for option, backend in zip(kept.chosen, running)]
         if running != [row.chosen for row in rows]:  # the report says where each segment runs
             for row, option in zip(rows, running):
                 row.chosen = option
             predicted = _predict(search, mod, segments, rows, costs, quantize)
         report = PlacementReport(
-            [b.name for b in backends], f"{measurer.where} ({search.machine})", rows,
-            {f"{a} -> {b}": ms for (a, b), ms in costs.switch.items()}, costs.base_ms, costs.base_ms + segment_sum, predicted,
-            timed.get(fastest), singles, decision, time.perf_counter() - start, search.measured, search.cached,
-            precision.budget if precision is not None else None, error, len(precision.samples) if precision is not None else 0,
+            backends=[b.name for b in backends], where=f"{measurer.where} ({search.machine})", rows=rows,
+            switch_ms={f"{a} -> {b}": ms for (a, b), ms in costs.switch.items()}, base_ms=costs.base_ms,
+            segments_ms=costs.base_ms + choice.segments_ms, predicted_ms=predicted, measured_ms=kept.measured_ms,
+            single_backend_ms=_single_backends(backends, rows, costs), decision=kept.decision,
+            search_s=time.perf_counter() - start, measured=search.measured, cached=search.cached,
+            budget=precision.budget if precision is not None else None, rel_l2=kept.error,
+            samples=len(precision.samples) if precision is not None else 0,
         )
     finally:
         measurer.close()
         search.workdir.cleanup()
-    return partitioned.with_attr(PLACEMENT_ATTR, report.to_json())
+    return kept.partitioned.with_attr(PLACEMENT_ATTR, report.to_json())
+
+
+@dataclass
+class _Choice:
+    """The cover the search chose: an option per segment, what it costs (segments and switches),
+    the model it runs (quantized where int8 was chosen), its error, and the layers per segment."""
+
+    chosen: list[str]
+    segments_ms: float
+    model: tvm.IRModule
+    error: float | None = None
+    layers: list[frozenset[int]] = field(default_factory=list)
+    probe: ErrorProbe | None = None
+
+
+def _choose(search: Search, mod: tvm.IRModule, backends: Sequence[Backend], segments, extracted, rows: list[SegmentRow],
+            options, costs: SwitchCosts, precision: PrecisionBudget | None, measured_options: dict, progress) -> _Choice:
+    """The cheapest cover in fp32; with `precision`, over fp32 and int8 options under the error
+    budget (each segment's int8 options measured first)."""
+    labels = [s.label for s in segments]
+    if precision is None:
+        chosen, segments_ms = cheapest_cover(options, costs.switch, labels)
+        return _Choice(chosen, segments_ms, mod)
+    layers = segment_layers(mod, segments)
+    _measure_int8(search, segments, extracted, layers, rows, options, costs, precision)
+    probe = ErrorProbe(mod, precision, backends, segments, layers, measured_options)
+    switch = Switch(costs.switch)
+    chosen, error, errors = choose(options, switch, search.by_name, probe, precision.budget, labels, progress)
+    for (index, option), alone in errors.items():
+        rows[index].errors[option] = alone
+    return _Choice(chosen, _cover_cost(options, chosen, switch), probe.model(dict(enumerate(chosen))), error, layers, probe)
+
+
+def _single_backends(backends: Sequence[Backend], rows: Sequence[SegmentRow], costs: SwitchCosts) -> dict[str, float]:
+    """The predicted latency of each backend alone (with the host), where it takes every segment
+    the host does not."""
+    singles = {}
+    for backend in backends:
+        only = [{k: v for k, v in row.costs.items() if k in (backend.name, HOST)} for row in rows]
+        if all(only):
+            singles[backend.name] = costs.base_ms + cheapest_cover(only, costs.switch)[1]
+    return singles
+
+
+@dataclass
+class _Kept:
+    """What the end-to-end comparison kept: the partitioned model, the option per segment, its
+    measured time and error, and the decision in words."""
+
+    partitioned: tvm.IRModule
+    chosen: list[str]
+    measured_ms: float | None
+    error: float | None
+    decision: str
+
+
+def _end_to_end(search: Search, mod: tvm.IRModule, placed: tvm.IRModule, choice: _Choice, backends: Sequence[Backend],
+                rows: Sequence[SegmentRow], cost_options: dict, precision: PrecisionBudget | None) -> _Kept:
+    """The chosen placement and every backend alone, timed end to end against each other, the
+    fastest kept. Costs are not additive (layouts kept across cuts, thread pools that clash)."""
+    params = [p.name for p in mod["main"].params]
+    error = choice.error
+    ends = {"the chosen placement": placed}
+    ends.update({f"{b.name} alone": partition_graph(mod, [b], **cost_options) for b in backends})
+    # With int8 chosen, the same quantized model on one backend alone too (no switches
+    # between backends' int8 kernels), kept only if its own error is within the budget.
+    at_precision = {f"{b.name} alone at the chosen precision": b for b in backends if computes_quantized(b)} \
+        if error else {}
+    ends.update({label: partition_graph(choice.model, [b], **cost_options) for label, b in at_precision.items()})
+    timed = search.compare(ends, params)
+    listed = ", ".join(f"{label} {ms:.3f} ms" for label, ms in timed.items())
+    fastest = min(timed, key=timed.get) if timed else "the chosen placement"
+    rejected = []
+    while fastest in at_precision:
+        alone = choice.probe.measure(ends[fastest])
+        if alone <= precision.budget:
+            error = alone
+            break
+        rejected.append(f"{fastest}, whose error {alone:.2%} exceeds the budget")
+        timed.pop(fastest)
+        fastest = min(timed, key=timed.get)
+    decision = f"end to end: {listed or 'nothing could be timed (a simulated accelerator is only estimated)'}; kept {fastest}" \
+        + (f" (not {'; '.join(rejected)})" if rejected else "")
+    chosen = [row.chosen for row in rows]
+    if fastest in at_precision:  # one backend runs the quantized model
+        name = at_precision[fastest].name
+        chosen = [int8_option(name) if option.endswith(INT8) else name for option in chosen]
+    elif fastest != "the chosen placement":  # a backend alone runs the fp32 model
+        chosen = [backend_of(option) for option in chosen]
+        error = None if error is None else 0.0
+    return _Kept(ends[fastest], chosen, timed.get(fastest), error, decision)
 
 
 def _measure_segments(search: Search, segments, extracted, costs: SwitchCosts):
