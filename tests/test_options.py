@@ -134,3 +134,21 @@ def test_build_and_run_options_are_declared_and_checked(tmp_path, capsys):
                           ("intra_op_num_threads=1", "expects VENDOR.NAME=VALUE")]:
         assert main(["run", str(path), "--backend-option", flag]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_vendors_data_sheet_is_read_off_its_declaration(capsys):
+    """`byoc vendors --datasheet NAME`: every composite and op the vendor claims, with the rule its
+    check applies in words (its docstring, and the reasons it returns), its limits and options."""
+    assert main(["vendors", "--datasheet", "dnnl"]) == 0
+    sheet = capsys.readouterr().out
+    dnnl = byoc.get_backend("dnnl")
+    assert sheet.startswith("# dnnl\n") and "## Limits" in sheet and "| `dtypes` | `float32` |" in sheet
+    for name in [p.name for p in dnnl.patterns] + list(dnnl.rules()):
+        assert f"| `{name}` |" in sheet, name
+    # a reason the product's check returns, as its source writes it
+    assert "| `relax.matmul` | refused where matmul of vectors is not supported;" in sheet
+    assert "| `dense_kernel` | build and load | measured, onednn, openblas | `'measured'` |" in sheet
+    assert main(["vendors", "--datasheet", "ethos_u"]) == 0
+    assert "| `accelerator` | partition |" in capsys.readouterr().out
+    assert main(["vendors", "--datasheet", "no_such_vendor"]) == 2
+    assert "unknown backend 'no_such_vendor'; registered backends: dnnl" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from byoc.backend.datasheet import datasheet
 from byoc.backend.options import Option
 from byoc.backend.registry import backend_origin, get_backend, list_backends, missing_vendors
 from byoc.flow import declared_options
@@ -11,10 +12,16 @@ from byoc.flow import declared_options
 
 def add_parser(commands) -> None:
     parser = commands.add_parser("vendors", help="list the registered vendors and their options")
+    parser.add_argument("--datasheet", metavar="NAME", help="print vendor NAME's data sheet (markdown): its limits, "
+                        "composites and ops with the rule each check applies, and its options")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.datasheet:
+        backend = get_backend(args.datasheet)  # an unknown name: an error that lists the vendors
+        print(datasheet(backend, declared_options(backend)), end="")
+        return 0
     for name in list_backends():
         backend = get_backend(name)
         print(f"{name}: {backend.description or '(no description)'}")
