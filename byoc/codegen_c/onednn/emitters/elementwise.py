@@ -59,9 +59,7 @@ def pooling(call: KernelCall) -> KernelCode:
     return kernel.code(create)
 
 
-
 REDUCTIONS = {"relax.mean": "dnnl_reduction_mean", "relax.sum": "dnnl_reduction_sum"}
-
 
 
 def reduction(call: KernelCall) -> KernelCode:
@@ -88,7 +86,6 @@ def reduction(call: KernelCall) -> KernelCode:
     return kernel.code(create)
 
 
-
 def _global_average_pool(kernel: Kernel, x: CBuffer, out: CBuffer) -> KernelCode:
     k = kernel.k
     kernel.setup += [
@@ -106,7 +103,6 @@ def _global_average_pool(kernel: Kernel, x: CBuffer, out: CBuffer) -> KernelCode
     return kernel.code(create)
 
 
-
 def eltwise(call: KernelCall) -> KernelCode:
     """One element-wise op, or a GELU composite as one op."""
     kernel = Kernel(call)
@@ -121,7 +117,6 @@ def eltwise(call: KernelCall) -> KernelCode:
         f"{kernel.md_of(x)}, {kernel.md_of(x)}, {alpha}, {beta}, NULL)"
     )
     return kernel.code(create)
-
 
 
 def binary(call: KernelCall) -> KernelCode:
@@ -165,7 +160,6 @@ def binary(call: KernelCall) -> KernelCode:
     return kernel.code(create, attrs=(attr,) if quantize is not None else (), retry=retry)
 
 
-
 def select(call: KernelCall) -> KernelCode:
     """where(condition, x, c) with a one-number constant c, the condition a constant (GPT-Neo's
     causal mask, every layer) or an input of the region (DeBERTa's padding mask): x clamped
@@ -189,7 +183,6 @@ def select(call: KernelCall) -> KernelCode:
     attr = kernel.post_ops([{"op": "lower bound", "algorithm": "dnnl_binary_max", "operand": (low, row_md)}], [], 2)
     create = f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, dnnl_binary_min, {rows_md}, {row_md}, {rows_md}, {attr})"
     return kernel.code(create, attrs=(attr,))
-
 
 
 def _selection_bound(kernel: Kernel, condition: CBuffer, md: str, selected: str, otherwise: str) -> str:

@@ -36,7 +36,6 @@ def concat(call: KernelCall) -> KernelCode:
     return kernel.code(f"dnnl_concat_primitive_desc_create(&pd, byoc_engine, {dst_md}, {len(sources)}, {axis}, {k}_srcs, NULL)")
 
 
-
 def _strided_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tuple[int, ...], list[int], int]]) -> KernelCode:
     """Each part as a reorder from a view of `x`'s plain data: per part, its buffer, the view's
     shape (the part's, or that shape with a unit axis kept), its element strides into `x` (0:
@@ -62,12 +61,10 @@ def _strided_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tup
     return kernel.code_without_primitive()
 
 
-
 def _window(shape: tuple[int, ...], offsets: tuple[int, ...]) -> tuple[list[int], int]:
     """The strides and first element of a window of a plain tensor of `shape` at `offsets`."""
     dense = dense_strides(shape)
     return dense, sum(o * s for o, s in zip(offsets, dense))
-
 
 
 def split(call: KernelCall) -> KernelCode:
@@ -82,10 +79,8 @@ def split(call: KernelCall) -> KernelCode:
     return _strided_copies(call, x, parts)
 
 
-
 def dense_strides(shape: tuple[int, ...]) -> list[int]:
     return [math.prod(shape[a + 1 :]) for a in range(len(shape))]
-
 
 
 def strided_slice(call: KernelCall) -> KernelCode:
@@ -104,14 +99,12 @@ def strided_slice(call: KernelCall) -> KernelCode:
     return _strided_copies(call, x, [(call.outputs[0], call.outputs[0].shape, strides, offset)])
 
 
-
 def broadcast_to(call: KernelCall) -> KernelCode:
     """A broadcast (grouped-query attention's keys and values repeated per head): the input
     read with stride 0 along the broadcast axes."""
     x, out = call.arg(call.nodes[0], 0), call.outputs[0]
     shape = (1,) * (len(out.shape) - len(x.shape)) + x.shape
     return _strided_copies(call, x, [(out, out.shape, [0 if d != o else s for d, o, s in zip(shape, out.shape, dense_strides(shape))], 0)])
-
 
 
 def pad(call: KernelCall) -> KernelCode:
@@ -139,7 +132,6 @@ def pad(call: KernelCall) -> KernelCode:
     return kernel.code(f"dnnl_reorder_primitive_desc_create(&pd, {kernel.md_of(x)}, byoc_engine, {window_md}, byoc_engine, NULL)")
 
 
-
 def take(call: KernelCall) -> KernelCode:
     """A constant index along one axis (BERT's pooler takes token 0): a window of the input."""
     node = call.nodes[0]
@@ -149,7 +141,6 @@ def take(call: KernelCall) -> KernelCode:
     index = index if index >= 0 else x.shape[axis] + index  # from the end; a symbolic length stays an expression
     window = tuple(1 if a == axis else d for a, d in enumerate(x.shape))
     return _strided_copies(call, x, [(out, window, *_window(x.shape, tuple(index if a == axis else 0 for a in range(len(x.shape)))))])
-
 
 
 def _relayout(call: KernelCall, view_setup, view=None) -> KernelCode:
@@ -183,14 +174,12 @@ def _relayout(call: KernelCall, view_setup, view=None) -> KernelCode:
     return dataclasses.replace(code, run="\n".join(run))
 
 
-
 def reshape(call: KernelCall) -> KernelCode:
     """A view of the input's data where its producer wrote it in plain layout, else a copy.
     Exporters write reshapes around dense layers and attention's heads: as copies they were a
     third of tiny GPT-2's primitives."""
     return _relayout(call, lambda kernel, x, out: kernel.md(x.shape, "plain", x.dtype),
                      view=lambda kernel, x, out, plain: (f"dnnl_memory_desc_equal({kernel.md_of(x)}, {plain})", None))
-
 
 
 def permute_dims(call: KernelCall) -> KernelCode:
@@ -212,7 +201,6 @@ def permute_dims(call: KernelCall) -> KernelCode:
         return f"{products_only} || {same}", f"({same} ? {plain} : {seen})"
 
     return _relayout(call, lambda kernel, x, out: transposed_layout(kernel, out.shape, order, out.dtype), view=view)
-
 
 
 def reorder(call: KernelCall) -> KernelCode:

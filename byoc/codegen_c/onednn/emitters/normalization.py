@@ -49,7 +49,6 @@ def softmax(call: KernelCall) -> KernelCode:
                    f"!byoc_settled && byoc_small_rows({kernel.md_of(x)}, {SMALL_ROWS}) > 0")
 
 
-
 def _rows_masked_whole(kernel: Kernel, call: KernelCall, x: CBuffer, result: str) -> list[str]:
     """C after the softmax of scores `x` into memory `result` for torch's two forms of a row
     masked whole: its NaN made 0 (`softmax_nan_to_zero`), or the rows whose every score is -inf,
@@ -60,7 +59,6 @@ def _rows_masked_whole(kernel: Kernel, call: KernelCall, x: CBuffer, result: str
     if call.pattern == "softmax_nan_to_zero":
         return [kernel.check(f"byoc_nan_to_zero({result})", "softmax result")]
     return []
-
 
 
 def _softmax_in_loops(call: KernelCall, x: CBuffer, out: CBuffer) -> KernelCode:
@@ -78,7 +76,6 @@ def _softmax_in_loops(call: KernelCall, x: CBuffer, out: CBuffer) -> KernelCode:
     if out.kind != "intermediate":
         kernel.after.append(kernel.check(f"byoc_reorder({name}.reorder, {name}.memory, {out.name}_mem)", f"reorder into {out.name}"))
     return kernel.code_without_primitive()
-
 
 
 def layer_norm(call: KernelCall) -> KernelCode:
@@ -117,7 +114,6 @@ def layer_norm(call: KernelCall) -> KernelCode:
         f"{kernel.like_md(x, out.dtype)}, NULL, {c_float(epsilon)}, {flags}, {attr})"
     )
     return kernel.code(create, attrs=(attr,) if attr != "NULL" else ())
-
 
 
 def rms_norm(call: KernelCall) -> KernelCode:
@@ -173,7 +169,6 @@ def rms_norm(call: KernelCall) -> KernelCode:
     codes.append(norm.code(f"dnnl_layer_normalization_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {norm_md}, "
                            f"{norm_md}, NULL, {c_float(epsilon)}, {flags}, NULL)"))
     return in_sequence(codes)
-
 
 
 def rotary(call: KernelCall) -> KernelCode:

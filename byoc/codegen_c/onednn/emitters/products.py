@@ -93,7 +93,6 @@ def convolution(call: KernelCall) -> KernelCode:
     return kernel.code(create("pd", src_md, dst_md), (attr,), retry=retry)
 
 
-
 def _conv_geometry(kernel: Kernel, attrs: dict, spatial: int) -> str:
     """A convolution's strides, dilations and padding as dims arrays; returns them as the
     descriptor's arguments."""
@@ -101,7 +100,6 @@ def _conv_geometry(kernel: Kernel, attrs: dict, spatial: int) -> str:
     values = [attrs["strides"], [d - 1 for d in attrs["dilation"]], attrs["padding"][:spatial], attrs["padding"][spatial:]]
     kernel.setup += [dims_decl(name, tuple(value)) for name, value in zip(names, values)]
     return ", ".join(names)
-
 
 
 def dynamic_convolution(call: KernelCall) -> KernelCode:
@@ -140,7 +138,6 @@ def dynamic_convolution(call: KernelCall) -> KernelCode:
     create = (f"dnnl_convolution_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_convolution_direct, "
               f"{q_md}, {weights_md}, {bias_md}, {dst_md}, {geometry}, {attr})")
     return kernel.code(create, (attr,))
-
 
 
 def matmul(call: KernelCall) -> KernelCode:
@@ -213,7 +210,6 @@ def matmul(call: KernelCall) -> KernelCode:
     return code if split is None else _sized_or_not(call, x, w, out, split, code)
 
 
-
 def _dense_by_openblas(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bias: CBuffer | None, post: list[dict]) -> bool:
     """Whether OpenBLAS runs this product (`product_choice`): float32 activations of fixed shape
     times constant 2-D weights, a bias per output column or none, and OpenBLAS the faster here."""
@@ -225,7 +221,6 @@ def _dense_by_openblas(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, b
     if product.m * product.k * product.n < MEASURED_MACS and call.options.get("dense_kernel", "measured") == "measured":
         return False
     return kernel_for(product, call.options.get("dense_kernel", "measured")) == "openblas"
-
 
 
 def _openblas_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bias: CBuffer | None, post: list[dict],
@@ -282,7 +277,6 @@ def _openblas_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bi
     return kernel.code(create, (attr,))
 
 
-
 # A product of two activations whose sizes follow the model's dimensions (attention's scores
 # over a key/value cache one position longer at every step of a generation) is made again for
 # each new size: oneDNN's JIT kernel takes 60-160 us to make, several times a small product's
@@ -293,14 +287,12 @@ def _openblas_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bi
 SIZED_PRODUCT_MACS = 1 << 20
 
 
-
 def _sized_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, quantized: KernelQuantization | None, bias: CBuffer | None,
                    rows: bool) -> bool:
     """Whether a product may take run-time dimensions: float32 activations times activations,
     no bias, with a symbolic dimension."""
     return quantized is None and bias is None and not rows and w.kind != "constant" and x.kind != "constant" \
         and {x.dtype, w.dtype, out.dtype} == {"float32"} and bool(names_of(out.shape) | names_of(x.shape))
-
 
 
 def _scalar_linear(call: KernelCall, node: dict, operand: CBuffer) -> dict | None:
@@ -321,9 +313,7 @@ def _scalar_linear(call: KernelCall, node: dict, operand: CBuffer) -> dict | Non
     return None
 
 
-
 _SizedPostOps = tuple[list[dict], tuple[dict, CBuffer] | None, list[dict]]  # on the product, the binary op, on the binary op
-
 
 
 def _sized_post_ops(call: KernelCall, post: list[dict], residuals: list[tuple[CBuffer, int]]) -> _SizedPostOps | None:
@@ -350,7 +340,6 @@ def _sized_post_ops(call: KernelCall, post: list[dict], residuals: list[tuple[CB
             node = linear
         (tail if binary is not None else head).append(node)
     return head, binary, tail
-
 
 
 def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split: _SizedPostOps, jit: KernelCode) -> KernelCode:
@@ -392,7 +381,6 @@ def _sized_or_not(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, split:
                    f"byoc_gemm_axis({kernel.md_of(w)}) >= 0")
 
 
-
 def _unscaled(call: KernelCall, operand: CBuffer) -> tuple[CBuffer, float]:
     """A product's operand before its product with a constant inside the kernel (torch's
     attention scales q and k each), and that constant; else the operand itself and 1."""
@@ -401,7 +389,6 @@ def _unscaled(call: KernelCall, operand: CBuffer) -> tuple[CBuffer, float]:
             index = next(i for i in (0, 1) if call.arg(node, i).kind != "constant")
             return call.arg(node, index), scalar_of(call, node, 1 - index)
     return operand, 1.0
-
 
 
 def _as_int8(kernel: Kernel, w: CBuffer, md: str) -> str:
@@ -419,7 +406,6 @@ def _as_int8(kernel: Kernel, w: CBuffer, md: str) -> str:
     kernel.before += executed(kernel, f"{name}_reorder", [("DNNL_ARG_FROM", f"{w.name}_mem"), ("DNNL_ARG_TO", name),
                                                           ("DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC", f"{name}_shift")], "int8 operand")
     return name
-
 
 
 def _quantized_at_run_time(kernel: Kernel, source: str, source_md: str, count: int | str, q_md: str) -> str:
@@ -457,13 +443,11 @@ def _quantized_at_run_time(kernel: Kernel, source: str, source_md: str, count: i
     return f"{k}_q"
 
 
-
 def _run_time_scales(k: str, source: str, target: str, side: str) -> list[tuple[str, str]]:
     """The arguments of a reorder from `source` to `target` with kernel `k`'s run-time scale and
     zero point (`_quantized_at_run_time`) on `side` (DNNL_ARG_SRC or DNNL_ARG_DST)."""
     return [("DNNL_ARG_FROM", source), ("DNNL_ARG_TO", target), (f"DNNL_ARG_ATTR_SCALES | {side}", f"{k}_scale_mem"),
             (f"DNNL_ARG_ATTR_ZERO_POINTS | {side}", f"{k}_zero_mem")]
-
 
 
 def _dequantized_at_run_time(kernel: Kernel, quantized: str, q_md: str, float_md: str) -> str:
@@ -481,14 +465,12 @@ def _dequantized_at_run_time(kernel: Kernel, quantized: str, q_md: str, float_md
     return f"{k}_dq"
 
 
-
 def _run_time_source_scales(kernel: Kernel, attr: str) -> None:
     """The product's source scale and zero point, set per call (`_quantized_at_run_time`)."""
     k = kernel.k
     kernel.setup += [kernel.check(f"dnnl_primitive_attr_set_scales_mask({attr}, DNNL_ARG_SRC, 0)", "scales"),
                      kernel.check(f"dnnl_primitive_attr_set_zero_points_mask({attr}, DNNL_ARG_SRC, 0)", "zero points")]
     kernel.exec_args += [("DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC", f"{k}_scale_mem"), ("DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC", f"{k}_zero_mem")]
-
 
 
 def dynamic_dense(call: KernelCall) -> KernelCode:

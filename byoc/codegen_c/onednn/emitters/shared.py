@@ -32,11 +32,9 @@ RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatte
 VIEWS = (*RESHAPES, "relax.permute_dims")
 
 
-
 def _outside_operand(call: KernelCall, node: dict) -> CBuffer:
     """The operand of a binary node in a fused kernel that comes from outside the kernel."""
     return next(call.arg(node, i) for i in (1, 0) if call.arg(node, i) in call.inputs)
-
 
 
 def _quantized_residual(call: KernelCall, node: dict) -> tuple[CBuffer, Scales] | None:
@@ -49,7 +47,6 @@ def _quantized_residual(call: KernelCall, node: dict) -> tuple[CBuffer, Scales] 
         if source is not None and call.arg(source, 0) in call.inputs:
             return call.arg(source, 0), scales_of(call, source)
     return None
-
 
 
 def fused_tail(call: KernelCall, root: dict, takes_bias=lambda bias: True) -> tuple[CBuffer | None, list[dict], list[tuple[CBuffer, int]]]:
@@ -87,9 +84,7 @@ def fused_tail(call: KernelCall, root: dict, takes_bias=lambda bias: True) -> tu
     return bias, post, operands
 
 
-
 LAYOUT_POLICIES = ("auto", "follow", "choose")
-
 
 
 def follow_layouts(call: KernelCall) -> bool:
@@ -111,7 +106,6 @@ def follow_layouts(call: KernelCall) -> bool:
     return any(n["op"] == "relax.nn.conv2d" and n["attrs"]["groups"] > 1 for n in call.graph.get("nodes", ()))
 
 
-
 # Attention's scores over a decoder's cache have a new size at every step, and oneDNN's binary
 # (the mask) and softmax primitives are made for one size: 30-37 us each to make (GPT-2 tiny's
 # first layer, every new length), where its whole step runs in 100. Up to this many values, in a
@@ -125,7 +119,6 @@ SMALL_ROWS = 4096
 LOOP_BINARY = {"relax.add": 0, "relax.subtract": 1, "relax.multiply": 2, "relax.divide": 3}
 
 
-
 def chosen_when_made(flag: str, first: KernelCode, otherwise: KernelCode, condition: str) -> KernelCode:
     """`first` where the C `condition` holds when the kernel is made (for the dimensions then),
     else `otherwise`; which one is kept in `flag`. It reads `byoc_settled`, or may."""
@@ -134,14 +127,12 @@ def chosen_when_made(flag: str, first: KernelCode, otherwise: KernelCode, condit
                       run="\n".join([f"if ({flag}) {{", first.run, "} else {", otherwise.run, "}"]), reads_settled=True)
 
 
-
 def in_loops(kernel: Kernel, result: str, operand: CBuffer, op: str) -> KernelCode:
     """`result op= operand` in place by `byoc_broadcast_rows`, no primitive made."""
     loops = Kernel(kernel.call, "loops")
     loops.state = []
     loops.before.append(f"byoc_broadcast_rows({result}, {operand.name}_mem, {LOOP_BINARY[op]}, 1);")
     return loops.code_without_primitive()
-
 
 
 def reorder_with_attributes(kernel: Kernel, primitive: str, source_md: str, target_md: str, given: list[tuple[str, str]], what: str,
@@ -156,7 +147,6 @@ def reorder_with_attributes(kernel: Kernel, primitive: str, source_md: str, targ
     return ["{", *("  " + line for line in lines), "}"]
 
 
-
 def executed(kernel: Kernel, primitive: str, args: list[tuple[str, str]], what: str) -> list[str]:
     """The lines that run `primitive` once with `args` ((argument, memory) pairs): a reorder
     whose scales or zero points are given per call (`reorder_with_attributes`)."""
@@ -165,12 +155,10 @@ def executed(kernel: Kernel, primitive: str, args: list[tuple[str, str]], what: 
             "  " + kernel.check(f"byoc_execute({primitive}, {len(args)}, args)", what), "}"]
 
 
-
 def permutation(node: dict, rank: int) -> list[int]:
     """Axis j of a transpose's result is axis order[j] of its input."""
     axes = node["attrs"]["axes"]
     return list(range(rank))[::-1] if axes is None else [int(a) for a in axes]
-
 
 
 def permuted_md(kernel: Kernel, md: str, order: list[int]) -> str:
@@ -181,12 +169,10 @@ def permuted_md(kernel: Kernel, md: str, order: list[int]) -> str:
     return name
 
 
-
 def transposed_layout(kernel: Kernel, shape: tuple[int, ...], order: list[int], dtype: str) -> str:
     """The descriptor, with a transpose's input dims, of where each input element lands in its
     result of `shape` (plain): the result's plain layout with axis j moved to order[j]."""
     return permuted_md(kernel, kernel.md(shape, "plain", dtype), order)
-
 
 
 def read_by_products(call: KernelCall, node: dict) -> bool:
@@ -199,7 +185,6 @@ def read_by_products(call: KernelCall, node: dict) -> bool:
 
     readers = call.readers_of(node)
     return bool(readers) and all(product(r) for r in readers)
-
 
 
 def transposed_result(kernel: Kernel, call: KernelCall) -> str | None:
