@@ -22,6 +22,7 @@ ELTWISE = {
     "relax.nn.gelu": ("dnnl_eltwise_gelu_erf", "0.f", "0.f"),
     "relax.nn.gelu_tanh": ("dnnl_eltwise_gelu_tanh", "0.f", "0.f"),
     "relax.negative": ("dnnl_eltwise_linear", "-1.f", "0.f"),  # rotary embeddings' -x2 (Llama's rotate_half)
+    "relax.abs": ("dnnl_eltwise_abs", "0.f", "0.f"),  # torch's F.normalize (Swin v2's cosine attention, ConvNeXt V2's GRN)
 }
 ELTWISE_OPS = (*ELTWISE, "relax.clip")
 BINARY = {"relax.add": "dnnl_binary_add", "relax.subtract": "dnnl_binary_sub", "relax.multiply": "dnnl_binary_mul", "relax.divide": "dnnl_binary_div"}
