@@ -2,14 +2,14 @@
 
 Data sheet: float32, NCHW activations and OIHW weights. Convolutions (grouped and depthwise
 included) with bias, residual add and ReLU/clip fused as post-ops; matrix products (constant or
-activation weights, batched) with bias and ReLU, GELU or a residual add fused, or with
-constant scales and added masks (attention scores); max and average pooling; mean reductions
-over any axes, all by default (global pooling among them); element-wise ops and broadcasting
-binary ops; softmax, layer normalisation (and instance normalisation as TVM decomposes it, and
-RMSNorm), rotary embeddings, GELU (erf form), concatenation, strided slices, broadcasts,
-constant padding, selections by a constant mask, reshape and transpose (views where their
-readers allow). Regions without MACs stay on the host: a reorder-only region costs more than
-it saves.
+activation weights, batched) with bias and ReLU, GELU or a residual add fused, or with constant
+scales and added masks (attention scores); max and average pooling; mean reductions over any axes,
+all by default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
+layer normalisation (and instance normalisation as TVM decomposes it, and RMSNorm, and group
+normalisation over the axes after the channels), rotary embeddings, GELU (erf form),
+concatenation, strided slices, broadcasts, constant padding, selections by a constant mask,
+reshape and transpose (views where their readers allow). Regions without MACs stay on the host: a
+reorder-only region costs more than it saves.
 
 Quantized models (QDQ, with u8 or s8 activations and per-tensor scales, and s8 weights with a
 scale per output channel and zero point 0) compute in int8 with the model's own scales (s8
@@ -47,6 +47,7 @@ from byoc.vendors.dnnl.predicates import (
     dense_residual,
     float_cast,
     fused_conv,
+    group_norm_channels_first,
     layer_norm_last_axis,
     matmul_shapes,
     pool_nchw,
@@ -147,6 +148,7 @@ dnnl.supports("relax.concat", check=concat_same_rank, emit=emitters.concat)
 dnnl.supports("relax.split", emit=emitters.split)
 dnnl.supports("relax.take", check=take_constant_index, emit=emitters.take)
 dnnl.supports("relax.nn.layer_norm", check=layer_norm_last_axis, emit=emitters.layer_norm)
+dnnl.supports("relax.nn.group_norm", check=group_norm_channels_first, emit=emitters.group_norm)
 dnnl.supports(*RESHAPES, emit=emitters.reshape)
 dnnl.supports("relax.strided_slice", check=window_slice, emit=emitters.strided_slice)
 dnnl.supports("relax.broadcast_to", emit=emitters.broadcast_to)

@@ -95,6 +95,21 @@ def layer_norm_last_axis(call: relax.Call) -> str | None:
     return None
 
 
+def group_norm_channels_first(call: relax.Call) -> str | None:
+    """Group normalisation over every axis after the channels (axis 1), with constant scale and
+    shift."""
+    attrs = call.attrs
+    shape = _shape(call.args[0])
+    rank = len(shape)
+    if rank < 3 or int(attrs.channel_axis) % rank != 1:
+        return "group normalisation with the channels on axis 1 only"
+    if sorted(int(a) % rank for a in attrs.axes) != list(range(2, rank)):
+        return "group normalisation over every axis after the channels only"
+    if not all(is_tensor_constant(a) for a in call.args[1:3]):
+        return "scale and shift must be constant"
+    return None
+
+
 def trailing_reduction(call: relax.Call) -> str | None:
     """A sum over the innermost axes: oneDNN 3.2 reduces those in its JIT kernel, and any other
     axes in its reference code (ConvNeXt V2's sum over height and width, channels last: 0.17 ms

@@ -116,6 +116,48 @@ def layer_norm(call: KernelCall) -> KernelCode:
     return kernel.code(create, attrs=(attr,) if attr != "NULL" else ())
 
 
+def group_norm(call: KernelCall) -> KernelCode:
+    """Group normalisation, channels on axis 1: a layer norm of each group's values (x's rows
+    seen as batch x groups by channels / groups x spatial), then the scale and shift per channel
+    as one binary primitive with the shift a post-op. oneDNN 3.2 has no group normalisation
+    (3.3 does); torch.export writes GroupNorm as this op (MobileViT v2: 21 of them, each a cut
+    between regions before)."""
+    node = call.nodes[0]
+    x, gamma, beta, out = call.arg(node, 0), call.arg(node, 1), call.arg(node, 2), call.outputs[0]
+    attrs = node["attrs"]
+    groups = int(attrs["num_groups"])
+    rows, width = x.shape[0] * groups, math.prod(x.shape[1:]) // groups
+    norm = Kernel(call, "norm")
+    rows_md = norm.md((rows, width), "plain")
+    norm.direct("DNNL_ARG_SRC", norm.rows_view(x, rows_md))
+    create = (f"dnnl_layer_normalization_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {rows_md}, "
+              f"{rows_md}, NULL, {c_float(attrs['epsilon'])}, 0, NULL)")
+    scale, shift = bool(attrs["scale"]), bool(attrs["center"])
+    if not (scale or shift):
+        norm.direct("DNNL_ARG_DST", norm.result_view(out, rows_md))
+        return norm.code(create)
+    normalized = f"{call.name}_normalized"
+    norm.state.append(f"static dnnl_memory_t {normalized} = NULL;")
+    norm.setup.append(norm.check(f"dnnl_memory_create(&{normalized}, {rows_md}, byoc_engine, DNNL_MEMORY_ALLOCATE)", "normalized values"))
+    norm.direct("DNNL_ARG_DST", normalized)
+    affine = Kernel(call, "affine")
+    rank = len(out.shape)
+    channel_shape = (1, out.shape[1]) + (1,) * (rank - 2)
+    out_md, channel_md = affine.md(out.shape, "plain"), affine.md(channel_shape, "plain")
+    grid = f"{call.name}_grid"  # the normalized values seen with x's shape
+    affine.state.append(f"static dnnl_memory_t {grid} = NULL;")
+    affine.setup += ["{", "  void* data = NULL;", "  " + affine.check(f"dnnl_memory_get_data_handle({normalized}, &data)", "normalized values"),
+                     "  " + affine.check(f"dnnl_memory_create(&{grid}, {out_md}, byoc_engine, data)", "normalized values"), "}"]
+    post = [{"op": "relax.add", "operand": (affine.view(beta, channel_shape), channel_md)}] if scale and shift else []
+    attr = affine.post_ops(post, [], rank)
+    affine.direct("DNNL_ARG_SRC_0", grid)
+    affine.direct("DNNL_ARG_SRC_1", affine.view(gamma if scale else beta, channel_shape))
+    affine.result(out, md=out_md)
+    algorithm = "dnnl_binary_mul" if scale else "dnnl_binary_add"
+    return in_sequence([norm.code(create), affine.code(
+        f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {out_md}, {channel_md}, {out_md}, {attr})", (attr,))])
+
+
 def rms_norm(call: KernelCall) -> KernelCode:
     """RMSNorm, x / sqrt(mean(x^2) + epsilon) (times a weight per channel), on x's rows as three
     primitives: the squares; their means, a product with a column of 1 / n; and a layer norm given
