@@ -50,6 +50,7 @@ from byoc.vendors.dnnl.predicates import (
     group_norm_channels_first,
     layer_norm_last_axis,
     matmul_shapes,
+    onednn_resampling,
     pool_nchw,
     power_scalar,
     scalar_selection,
@@ -138,6 +139,7 @@ int8.declare_results(dnnl)
 dnnl.supports(*_CONVOLUTIONS.values(), check=conv_channels_first, emit=_conv)
 dnnl.supports("relax.matmul", check=matmul_shapes, emit=_dense)
 dnnl.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=pool_nchw, emit=emitters.pooling)
+dnnl.supports("relax.image.resize2d", check=onednn_resampling, emit=emitters.resize)
 dnnl.supports("relax.mean", emit=emitters.reduction)
 dnnl.supports("relax.sum", check=trailing_reduction, emit=emitters.reduction)
 dnnl.supports("relax.add", "relax.subtract", "relax.multiply", "relax.divide", check=binary_broadcast, emit=emitters.binary)

@@ -110,6 +110,38 @@ def group_norm_channels_first(call: relax.Call) -> str | None:
     return None
 
 
+_TO_NEAREST = ("", "round", "round_prefer_floor", "round_prefer_ceil")
+
+
+def onednn_resampling(call: relax.Call) -> str | None:
+    """A resize oneDNN's resampling computes as the model does. oneDNN maps an output position o
+    to the input position (o + 0.5) * in / out - 0.5, taking the nearest (rounded) or
+    interpolating linearly between the two around it, clamped to the edges. That is ONNX's and
+    torch's `half_pixel` linear resize at any size, and, for a nearest resize by a whole factor,
+    both `half_pixel` rounded to the nearest (no position falls half-way, so how ties go does not
+    matter) and `asymmetric` with `floor` (torch's nn.Upsample, YOLO's). Other modes
+    (align_corners, cubic, half_pixel rounded up or down) stay on the host."""
+    attrs = call.attrs
+    if attrs.layout != "NCHW":
+        return "a resize of NCHW data only"
+    if attrs.out_dtype is not None and str(attrs.out_dtype) not in ("", "float32"):
+        return "a resize that keeps the dtype only"
+    shape, size = _shape(call.args[0]), _shape(call)
+    mode = str(attrs.coordinate_transformation_mode)
+    if attrs.method == "linear":
+        if mode == "half_pixel" or (mode == "pytorch_half_pixel" and min(size[2:]) > 1):
+            return None
+        return f"a linear resize with {mode} coordinates (oneDNN's are half_pixel)"
+    if attrs.method != "nearest_neighbor":
+        return f"a {attrs.method} resize (oneDNN has nearest and linear)"
+    if any(o % i for i, o in zip(shape[2:], size[2:])):
+        return "a nearest resize by a whole factor only"
+    rounding = str(attrs.rounding_method)
+    if (mode in ("half_pixel", "pytorch_half_pixel") and rounding in _TO_NEAREST) or (mode == "asymmetric" and rounding == "floor"):
+        return None
+    return f"a nearest resize with {mode} coordinates and {attrs.rounding_method or 'default'} rounding"
+
+
 def trailing_reduction(call: relax.Call) -> str | None:
     """A sum over the innermost axes: oneDNN 3.2 reduces those in its JIT kernel, and any other
     axes in its reference code (ConvNeXt V2's sum over height and width, channels last: 0.17 ms

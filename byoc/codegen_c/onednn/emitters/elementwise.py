@@ -59,6 +59,20 @@ def pooling(call: KernelCall) -> KernelCode:
     return kernel.code(create)
 
 
+def resize(call: KernelCall) -> KernelCode:
+    """A resize of NCHW data as oneDNN's resampling (see `onednn_resampling` in the dnnl vendor
+    for the modes that compute as the model does), in any layout its producer left."""
+    kernel = Kernel(call)
+    node = call.nodes[0]
+    x, out = call.arg(node, 0), call.outputs[0]
+    algorithm = "dnnl_resampling_linear" if node["attrs"]["method"] == "linear" else "dnnl_resampling_nearest"
+    kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
+    kernel.result(out)
+    create = (f"dnnl_resampling_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, {algorithm}, NULL, "
+              f"{kernel.md_of(x)}, {kernel.md(out.shape)}, NULL)")
+    return kernel.code(create)
+
+
 REDUCTIONS = {"relax.mean": "dnnl_reduction_mean", "relax.sum": "dnnl_reduction_sum"}
 
 
