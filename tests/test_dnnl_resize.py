@@ -11,6 +11,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 import byoc
+
 from conftest import FP32_ATOL, FP32_RTOL
 
 RNG = np.random.default_rng(5)
