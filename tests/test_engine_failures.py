@@ -13,7 +13,7 @@ from broken_vendors import Stale
 
 import byoc
 from byoc.codegen_json import JsonRuntime, tvm_engine
-from byoc.errors import EngineError
+from byoc.errors import CodegenError, EngineError
 
 from graphs import chain_module, registered
 
@@ -43,9 +43,16 @@ class _Half:
             out.reshape(-1)[: out.size // 2] = value.reshape(-1)[: out.size // 2]
 
 
+def _refuses(graph, constants, options):
+    raise CodegenError(f"region {graph['symbol']} (faulty): relax.nn.relu (node 'relu1') cannot be written at ONNX opset 17")
+
+
 FAULTS = {
     "raises": (_raises, r"building the engine \(build_engine\) failed: RuntimeError: compiling the network failed\n(?s:.*)"
                         r"cause: no kernel for this shape"),
+    # byoc's own error from a vendor's code (its ONNX hand-off refusing an op) is a vendor failure too
+    "codegen_error": (_refuses, r"building the engine \(build_engine\) failed: CodegenError: region faulty_0 \(faulty\): "
+                                r"relax.nn.relu \(node 'relu1'\) cannot be written"),
     "not_an_engine": (lambda graph, constants, options: object(), "the vendor returned a builtins.object, which is not an engine"),
     "never_writes": (lambda graph, constants, options: Stale(), r"left 8 of 8 elements of output 0 \(1, 8\) unwritten"),
     "writes_half": (_Half, r"left 4 of 8 elements of output 0 \(1, 8\) unwritten"),
@@ -69,6 +76,8 @@ def test_a_failing_engine_falls_back_at_build_with_the_whole_story(fault):
         assert not report.regions and all(any("faulty_0" in r or "engine" in r for r in host.reasons) for host in report.host_ops)
         with pytest.raises(EngineError, match=f"region faulty_0 \\(faulty\\): (?s:.*){message}") as raised:
             byoc.build(partitioned, strict=True)
+    if fault == "codegen_error":
+        assert isinstance(raised.value.__cause__, CodegenError)
     if fault == "raises":
         assert isinstance(raised.value.__cause__, RuntimeError)  # the vendor's own traceback
         assert "_raises" in "".join(__import__("traceback").format_tb(raised.value.__cause__.__traceback__))

@@ -266,6 +266,23 @@ def test_missing_vendor_names_the_package(tmp_path, custom_backend):
     assert issubclass(MissingVendorError, ArtifactError)
 
 
+def test_a_vendor_whose_library_is_missing_here_is_refused_at_load_with_its_reason(tmp_path):
+    """The vendor is registered, but says its library is not on this machine (`unavailable`):
+    the load refuses before any run, with the vendor's own words, not an ImportError at the
+    first call."""
+    backend = make_c_backend("cloops_gone")
+    path = tmp_path / "m.byoc"
+    with registered(backend):
+        byoc.build(byoc.partition_for(small_module("mlp"), "cloops_gone")).export(path)
+        backend.unavailable = lambda: "libcloops is not installed: pip install cloops"
+        try:
+            with pytest.raises(MissingVendorError, match="needs vendor 'cloops_gone', which cannot run its regions here: "
+                                                         "libcloops is not installed: pip install cloops"):
+                byoc.load(path)
+        finally:
+            backend.unavailable = None
+
+
 def test_corrupt_or_foreign_blobs_are_refused(custom_backend):
     compiled = byoc.build(byoc.partition_for(small_module("mlp"), "blobby"))
     artifact = compiled.artifacts[0]

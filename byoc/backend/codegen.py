@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from byoc.backend.engine import Engine
-from byoc.errors import ByocError, EngineError
+from byoc.errors import EngineError, OptionError
 
 Graph = Mapping[str, Any]
 Constants = Mapping[str, np.ndarray]
@@ -139,13 +139,15 @@ class Codegen(ABC):
 
 def vendor_call(failure: str, function, *args):
     """`function(*args)`, a vendor's code: what it raises becomes an EngineError that starts with
-    `failure` and keeps the vendor's whole message and, as its cause, the vendor's traceback (a
-    byoc error the vendor raised keeps its type: an OptionError stays the user's to fix)."""
+    `failure` and keeps the vendor's whole message and, as its cause, the vendor's traceback, so
+    that its region falls back to the host (or a strict build fails). A CodegenError from the
+    vendor (byoc's ONNX hand-off refusing an op it claimed) is such a failure too. Only an
+    OptionError keeps its type: the user's to fix, not the vendor's."""
     try:
         return function(*args)
     except EngineError:
         raise
-    except ByocError as error:
+    except OptionError as error:
         raise type(error)(f"{failure}: {error}") from error
     except Exception as error:
         raise EngineError(f"{failure}: {type(error).__name__}: {error}") from error

@@ -83,7 +83,8 @@ class Backend:
     # shape. A region the vendor cannot take so is generated per shape, as for other backends.
     symbolic_shapes: bool = False
     # Why the vendor's library or device is missing on this machine, or None when it is here.
-    # Partitioning and reports work without it; building a region for it is refused with the reason.
+    # Partitioning and reports work without it; building a region for it, or loading an artifact
+    # with such regions, is refused with the reason.
     unavailable: Callable[[], str | None] | None = None
 
     def __post_init__(self) -> None:

@@ -241,6 +241,9 @@ def load(
                 f"{label} needs vendor {name!r}, registered by {origin}; install that package. "
                 f"Registered vendors here: {', '.join(list_backends())}"
             ) from None
+        missing = backends[name].missing_part()
+        if missing:  # refused before any run, with the vendor's own reason (not an ImportError at the first call)
+            raise MissingVendorError(f"{label} needs vendor {name!r}, which cannot run its regions here: {missing}")
         recorded = next(a.codegen for a in parts.artifacts if a.backend == name)
         if backends[name].codegen.kind != recorded:
             raise ArtifactError(f"{label}: vendor {name!r} here generates {backends[name].codegen.kind!r} code; the artifact's "
