@@ -4,12 +4,16 @@ check and fails the kit's, with the reason.
 - `hostly`: keeps regions without MACs on the host, so a kit that lets it choose sees almost no
   node case (the host would pass them for it);
 - `stale`: its engine never writes its outputs;
-- `narrow`: claims int64 arithmetic and computes it on values cut to int32.
+- `narrow`: claims int64 arithmetic and computes it on values cut to int32;
+- `solo`: its engine refuses a call while another runs (the docs say engines take concurrent calls);
+- `racy`: its engine computes into one scratch buffer for every call, so concurrent calls mix.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 
 import numpy as np
 
@@ -43,6 +47,35 @@ class _Narrow:
         self.inner.run(cut, outputs)
 
 
+class _Solo:
+    def __init__(self, graph, constants, options):
+        self.inner = tvm_engine.build_engine(graph, constants, options)
+        self.lock = threading.Lock()
+
+    def run(self, inputs, outputs):
+        if not self.lock.acquire(blocking=False):
+            raise RuntimeError("this engine takes one call at a time")
+        try:
+            time.sleep(0.005)  # a device call's time: long enough for the next thread to arrive
+            self.inner.run(inputs, outputs)
+        finally:
+            self.lock.release()
+
+
+class _Racy:
+    def __init__(self, graph, constants, options):
+        self.inner = tvm_engine.build_engine(graph, constants, options)
+        self.scratch = None
+
+    def run(self, inputs, outputs):
+        if self.scratch is None:
+            self.scratch = [np.empty_like(o) for o in outputs]
+        self.inner.run(inputs, self.scratch)
+        time.sleep(0.005)  # another call overwrites the scratch meanwhile
+        for out, value in zip(outputs, self.scratch):
+            out[...] = value
+
+
 def hostly() -> byoc.Backend:
     onnxruntime = byoc.get_backend("onnxruntime")
     return dataclasses.replace(onnxruntime, name="hostly", cost=byoc.CostRules(fallback_without_macs=True))
@@ -56,5 +89,13 @@ def narrow() -> byoc.Backend:
     return _json_vendor("narrow", _Narrow)
 
 
+def solo() -> byoc.Backend:
+    return _json_vendor("solo", _Solo)
+
+
+def racy() -> byoc.Backend:
+    return _json_vendor("racy", _Racy)
+
+
 def all_broken() -> list[byoc.Backend]:
-    return [hostly(), stale(), narrow()]
+    return [hostly(), stale(), narrow(), solo(), racy()]

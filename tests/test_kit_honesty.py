@@ -10,7 +10,7 @@ import textwrap
 import pytest
 from broken_vendors import all_broken
 
-from byoc.testing import conformance
+from byoc.testing import conformance, kit
 
 from graphs import registered
 
@@ -36,6 +36,22 @@ def broken():
 def test_each_fault_is_caught_with_its_reason(broken, vendor, case, status, detail):
     result = conformance.check_case(conformance.node_case(case), vendor)
     assert result.status == status and detail in result.detail, result
+
+
+@pytest.mark.parametrize("vendor, finding", [
+    ("solo", "run from 4 threads at once, the model raised EngineError"),
+    ("racy", "run from 4 threads at once, sample"),
+])
+def test_an_engine_that_does_not_take_concurrent_calls_fails_the_kit(broken, vendor, finding):
+    """Its runs one at a time match onnxruntime; run from several threads at once, it raises or
+    its outputs differ from those runs."""
+    result = kit.evaluate(vendor, kit.model_case("mlp"))
+    assert result.error is not None and finding in result.error, result.error
+    assert result.outputs and all(a.shape == b.shape for a, b in zip(result.outputs[0], result.reference[0]))
+    if vendor == "solo":
+        assert "one call at a time" in result.error
+    else:
+        assert "differs from its run alone" in result.error
 
 
 def test_integer_arithmetic_cases_get_values_past_int32():

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -173,6 +174,10 @@ def evaluate(
         session = onnxruntime_session(model)
         result.reference = [session.run(None, s) for s in result.samples]
         result.outputs = [result.compiled.run(**s) for s in result.samples]
+        concurrent = concurrent_difference(result.compiled, result.samples, result.outputs)
+        if concurrent is not None:
+            result.error = concurrent
+            return result
     except Exception as error:  # recorded: a vendor's failure on one model is one finding of many
         result.error = f"{type(error).__name__}: {error}"
         return result
@@ -235,10 +240,58 @@ def reload_in_fresh_process(evaluations: Sequence[Evaluation],
 def _difference(outputs: list[list[np.ndarray]], data) -> str | None:
     for i, run in enumerate(outputs):
         for j, want in enumerate(run):
-            got = data[f"{i}/{j}"]
-            if got.shape != want.shape or got.dtype != want.dtype:
-                return f"sample {i} output {j}: {got.dtype}{got.shape} after reload, {want.dtype}{want.shape} before"
-            scale = max(1.0, float(np.max(np.abs(want), initial=0.0))) if np.issubdtype(want.dtype, np.floating) else 1.0
-            if not np.allclose(got, want, rtol=1e-5, atol=1e-6 * scale, equal_nan=True):
-                return f"sample {i} output {j}: max difference {float(np.max(np.abs(got.astype(np.float64) - want))):.3g} after reload"
+            problem = _output_difference(data[f"{i}/{j}"], want, "after reload")
+            if problem is not None:
+                return f"sample {i} output {j}: {problem}"
+    return None
+
+
+def _output_difference(got: np.ndarray, want: np.ndarray, when: str) -> str | None:
+    """How `got` differs from `want` (the same run's output: only the order of sums may
+    differ), or None."""
+    got = np.asarray(got)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"{got.dtype}{got.shape} {when}, {want.dtype}{want.shape} before"
+    scale = max(1.0, float(np.max(np.abs(want), initial=0.0))) if np.issubdtype(want.dtype, np.floating) else 1.0
+    if not np.allclose(got, want, rtol=1e-5, atol=1e-6 * scale, equal_nan=True):
+        return f"max difference {float(np.max(np.abs(got.astype(np.float64) - want))):.3g} {when}"
+    return None
+
+
+# The kit runs each model from this many threads at once, every sample in each thread: engines
+# must allow concurrent calls (docs/vendors.md), and one that does not shows as an error or as
+# outputs that differ from its runs one at a time.
+CONCURRENT_THREADS = 4
+
+
+def concurrent_difference(compiled: CompiledModel, samples: Sequence[dict[str, np.ndarray]],
+                          outputs: Sequence[Sequence[np.ndarray]]) -> str | None:
+    """Why `samples` run from several threads at once give other than `outputs` (their runs one
+    at a time), or None where they agree."""
+    results: dict[tuple[int, int], list] = {}
+    errors: list[str] = []
+    start = threading.Barrier(CONCURRENT_THREADS)
+
+    def work(thread: int) -> None:
+        try:
+            start.wait()
+            for step in range(len(samples)):
+                index = (step + thread) % len(samples)  # each thread in its own order
+                results[thread, index] = compiled.run(**samples[index])
+        except Exception as error:  # recorded: the first one is the finding
+            errors.append(f"{type(error).__name__}: {error}")
+
+    threads = [threading.Thread(target=work, args=(t,), name=f"byoc-kit-{t}") for t in range(CONCURRENT_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    where = f"run from {CONCURRENT_THREADS} threads at once"
+    if errors:
+        return f"{where}, the model raised {errors[0]}"
+    for (thread, index), got in sorted(results.items()):
+        for j, (value, want) in enumerate(zip(got, outputs[index])):
+            problem = _output_difference(value, want, f"in thread {thread}")
+            if problem is not None:
+                return f"{where}, sample {index} output {j} differs from its run alone: {problem}"
     return None
