@@ -67,7 +67,9 @@ def test_a_failing_engine_falls_back_at_build_with_the_whole_story(fault):
     with registered(_vendor("faulty", build_engine)):
         partitioned = byoc.partition_for(mod, "faulty")
         with pytest.warns(UserWarning, match=f"byoc: region faulty_0 \\(faulty\\): (?s:.*){message}(?s:.*)"
-                                             "the region falls back to the host: its 3 op\\(s\\) from node 'matmul0' on and 128 MACs"):
+                                             "the region falls back to the host: its 3 op\\(s\\) from node 'matmul0' on and 128 MACs"), \
+                pytest.warns(UserWarning, match=r"every region fell back to the host at build \(faulty_0\): the model runs on the "
+                                                r"host alone, 0 of 128 MACs offloaded"):
             compiled = byoc.build(partitioned)
         np.testing.assert_allclose(compiled.run(x)[0], byoc.build(mod).run(x)[0], rtol=1e-5, atol=1e-6)
         assert compiled.artifacts == [] and compiled.build_fallbacks.keys() == {"faulty_0"}

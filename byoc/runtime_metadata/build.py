@@ -311,6 +311,7 @@ def build(
     run.generate()
     run.engines(create=engines != "lazy")
     model = run.link()
+    run.say_if_nothing_is_offloaded()
     if engines == "embed":
         model.embed_engines()
     return model
@@ -385,6 +386,15 @@ class _Build:
             except EngineError as error:
                 if self.strict or not self._region_did_not_initialise(error):
                     raise
+
+    def say_if_nothing_is_offloaded(self) -> None:
+        """One line where every region fell back: the model runs on the host alone, whatever the
+        report of the partition said it would offload."""
+        if self.failed and not self.artifacts and not self.specialised:
+            regions = ", ".join(sorted(self.failed))
+            macs = sum(self.planned[s].macs for s in self.failed if s in self.planned)
+            warnings.warn(f"byoc: every region fell back to the host at build ({regions}): the model runs on the host alone, "
+                          f"0 of {macs:,} MACs offloaded (see compiled.report() for each reason)", stacklevel=3)
 
     # ------------------------------------------------------------ the steps' parts
     def _generate(self, symbol: str, backend_name: str, func: relax.Function) -> None:
