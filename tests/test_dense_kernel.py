@@ -110,3 +110,51 @@ def test_openblas_threads_sleep_between_calls_unless_the_user_says(given, expect
     assert run.returncode == 0, run.stderr
     spin, core = run.stdout.split()
     assert spin == expected and core != "not installed"
+
+
+_LOAD_WITH_CHOICE = """
+import json, sys, numpy as np, byoc
+from byoc.codegen_c.onednn import product_choice
+key, kernel = sys.argv[2], sys.argv[3]
+path = product_choice.choices_path()
+path.parent.mkdir(parents=True, exist_ok=True)
+path.write_text(json.dumps({key: {"onednn": 1.0, "openblas": 1.0, "kernel": kernel}, "machine": product_choice.machine_key()}))
+model = byoc.load(sys.argv[1])
+x = np.load(sys.argv[4])
+np.save(sys.argv[5], model.run(x)[0])
+print("MARK", flush=True)
+model.run(x)
+"""
+
+
+def _wide_dense() -> onnx.ModelProto:
+    """One dense layer with a bias and GELU, large enough (64 x 512 x 512) for its kernel to be chosen."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    initializers = [numpy_helper.from_array((rng.standard_normal((512, 512)) / 23).astype(np.float32), "w"),
+                    numpy_helper.from_array(rng.standard_normal(512).astype(np.float32), "b")]
+    graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 512])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 512])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("built, here", [("onednn", "openblas"), ("openblas", "onednn")])
+def test_the_kernel_is_the_loading_machines_choice(built, here, tmp_path, monkeypatch):
+    """An artifact carries both kernels of a product large enough to choose for; the one that runs
+    is the choice of the machine that loads it (here seeded into its cache), not the builder's."""
+    model = _wide_dense()
+    product = product_choice.Product(64, 512, 512, bias=True, post=True)
+    assert product.m * product.k * product.n >= product_choice.MEASURED_MACS
+    monkeypatch.setenv("BYOC_CACHE_DIR", str(tmp_path / "build" / "engines"))
+    monkeypatch.setattr(product_choice, "_time", lambda p: {"onednn": 1.0, "openblas": 0.5 if built == "openblas" else 2.0})
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "dnnl"))
+    compiled.export(tmp_path / "wide.byoc")
+    x = np.random.default_rng(2).standard_normal((1, 64, 512)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    env = {**os.environ, "BYOC_CACHE_DIR": str(tmp_path / "load" / "engines"), "ONEDNN_VERBOSE": "1"}
+    run = subprocess.run([sys.executable, "-c", _LOAD_WITH_CHOICE, str(tmp_path / "wide.byoc"), product.key, here,
+                          str(tmp_path / "x.npy"), str(tmp_path / "y.npy")], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    executed = [line.split(",")[3] for line in run.stdout.split("MARK")[1].splitlines() if ",exec," in line]
+    assert ("matmul" in executed) == (here == "onednn"), executed
+    assert_fp32_close([np.load(tmp_path / "y.npy")], onnxruntime_outputs(model, {"x": x}))

@@ -10,7 +10,7 @@ OpenBLAS, which runs a float32 dense product where `product_choice` measured it 
 """
 
 from byoc.codegen_c.library import CLibrary
-from byoc.codegen_c.onednn import emitters, int8_elementwise, library, openblas, threads
+from byoc.codegen_c.onednn import emitters, int8_elementwise, library, openblas, product_choice, threads
 from byoc.codegen_c.onednn.emitters import GELU_FORMS, LAYOUT_POLICIES, RESHAPES, VIEWS
 from byoc.codegen_c.onednn.kernel import ELTWISE_OPS
 
@@ -34,10 +34,12 @@ def onednn_library() -> CLibrary:
 
 
 def _runtime_setup() -> None:
-    """oneDNN's thread limit, and OpenBLAS (the second kernel of dense products) loaded with
-    as many threads, sleeping between calls."""
+    """oneDNN's thread limit, OpenBLAS (the second kernel of dense products) loaded with as many
+    threads, sleeping between calls, and the question regions ask at load: which of the two runs
+    each dense product on this machine."""
     threads.limit_threads()
     openblas.prepare(threads.requested())
+    product_choice.register_choice()
 
 
 __all__ = ["ELTWISE_OPS", "GELU_FORMS", "LAYOUT_POLICIES", "RESHAPES", "VIEWS", "emitters", "library", "onednn_library", "int8_elementwise", "threads"]

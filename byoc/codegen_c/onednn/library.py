@@ -146,6 +146,37 @@ static dnnl_status_t byoc_dnnl_setup(void) {
   return status;
 }
 
+/* 1 where OpenBLAS runs the dense product `key` ("128x768x3072 bias post-ops") on this machine,
+   as byoc measured it here (the global function byoc registers where it loads a model, see
+   byoc.codegen_c.onednn.product_choice), else `built`: the building machine's choice, where byoc
+   is not there to ask or cannot answer. */
+static int byoc_dense_by_openblas(const char* key, int built) {
+  static const char name[] = "byoc.onednn.dense_by_openblas";
+  TVMFFIByteArray bytes = {name, sizeof name - 1};
+  TVMFFIObjectHandle function = NULL, error = NULL;
+  TVMFFIAny arg, result;
+  int status;
+  if (TVMFFIFunctionGetGlobal(&bytes, &function) != 0 || function == NULL) {
+    TVMFFIErrorMoveFromRaised(&error);
+    if (error != NULL) TVMFFIObjectDecRef(error);
+    return built;
+  }
+  memset(&arg, 0, sizeof arg);
+  memset(&result, 0, sizeof result);
+  arg.type_index = kTVMFFIRawStr;
+  arg.v_c_str = key;
+  result.type_index = kTVMFFINone;
+  status = TVMFFIFunctionCall(function, &arg, 1, &result);
+  TVMFFIObjectDecRef(function);
+  if (status != 0) {
+    TVMFFIErrorMoveFromRaised(&error);
+    if (error != NULL) TVMFFIObjectDecRef(error);
+    return built;
+  }
+  if (result.type_index == kTVMFFIInt || result.type_index == kTVMFFIBool) return result.v_int64 != 0;
+  return built;
+}
+
 static dnnl_status_t byoc_plain_md(dnnl_memory_desc_t* md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t type) {
   static const dnnl_format_tag_t tags[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde, dnnl_abcdef};
   return dnnl_memory_desc_create_with_tag(md, ndims, dims, type, tags[ndims]);

@@ -5,11 +5,15 @@ a small program compiled once per machine, and the choice is kept in byoc's cach
 
 The machine is its CPU model, oneDNN's instruction-set limit, OpenBLAS's kernels, the thread
 count and both libraries' versions: a choice made on one is never read on another. Measured on 2
-cores of an AMD EPYC (see docs/benchmarks.md), OpenBLAS won BERT's dense layers with oneDNN
-limited to AVX2 (1.5-1.8x) and its 768x768 ones with AVX-512 too (1.4x), and oneDNN's brgemm won
-the 768x3072 ones with AVX-512 (1.3x).
+cores of an AMD EPYC (see docs/benchmarks.md): with oneDNN limited to AVX2, OpenBLAS ran BERT's
+768 to 3072 dense layer 1.9x faster and the other BERT layers within 8% of oneDNN; with AVX-512,
+oneDNN's brgemm won every BERT and VGG-19 shape (1.2-1.8x).
 
-The build option `dense_kernel` ("measured", "onednn", "openblas") overrides the measurement.
+The code of such a product holds both kernels, and the region asks at load which one runs
+(`GLOBAL_FUNCTION`, registered by `register_choice`): the loading machine's choice, measured
+there on first load, so an artifact built on one CPU runs the faster kernel on another. Where
+nothing answers (TVM's runtime alone), the building machine's choice runs. The build option
+`dense_kernel` ("measured", "onednn", "openblas") names one kernel instead.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+import tvm_ffi
 
 from byoc.cache_dirs import library_cache_dir
 from byoc.codegen_c.onednn import library, openblas, threads
@@ -143,6 +149,11 @@ int main(int argc, char** argv) {
 _lock = threading.Lock()
 
 
+# The global function a region's C asks at load which kernel runs each of its products
+# (`byoc_dense_by_openblas` in the oneDNN library's C): the choice is the loading machine's.
+GLOBAL_FUNCTION = "byoc.onednn.dense_by_openblas"
+
+
 @dataclass(frozen=True)
 class Product:
     """A dense product of an (m, k) float32 matrix by constant (k, n) weights, with a bias or
@@ -157,6 +168,13 @@ class Product:
     @property
     def key(self) -> str:
         return f"{self.m}x{self.k}x{self.n}" + (" bias" if self.bias else "") + (" post-ops" if self.post else "")
+
+    @classmethod
+    def from_key(cls, key: str) -> Product:
+        sizes, *flags = key.split(" ", 1)
+        m, k, n = (int(v) for v in sizes.split("x"))
+        rest = flags[0] if flags else ""
+        return cls(m, k, n, "bias" in rest, "post-ops" in rest)
 
 
 def machine_key() -> str:
@@ -231,3 +249,12 @@ def _program() -> Path:
              "-Wl,--disable-new-dtags", *(f"-Wl,-rpath,{d}" for d in dirs), *(f"-l{lib}" for lib in library.LIBRARIES),
              f"-l{openblas.LIBRARY}"]
     return library.compiled_once("dense-product-timing", _SOURCE, flags, "the dense product timing")
+
+
+def _by_openblas_here(key: str) -> int:
+    return int(kernel_for(Product.from_key(key)) == "openblas")
+
+
+def register_choice() -> None:
+    """Let regions ask this process which kernel runs each product (`GLOBAL_FUNCTION`)."""
+    tvm_ffi.register_global_func(GLOBAL_FUNCTION, _by_openblas_here, override=True)

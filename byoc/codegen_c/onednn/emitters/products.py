@@ -154,8 +154,13 @@ def matmul(call: KernelCall) -> KernelCode:
     bias, post, residuals = fused_tail(call, node, takes_bias=lambda b: x_scale * w_scale == 1.0 and b.size == out.shape[-1])
     if x_scale * w_scale != 1.0:  # (a * c) @ (b * d) = c * d * (a @ b): the first post-op
         post, residuals = [post_op("dnnl_eltwise_linear", x_scale * w_scale), *post], [(b, i + 1) for b, i in residuals]
-    if quantized is None and _dense_by_openblas(call, x, w, out, bias, post):
+    product = _dense_product(call, x, w, out, bias, post) if quantized is None else None
+    option = call.options.get("dense_kernel", "measured")
+    blas = None
+    if product is not None and kernel_for(product, option) == "openblas" and option == "openblas":  # named: no choice left
         return _openblas_product(call, x, w, out, bias, post, residuals)
+    if product is not None and option == "measured" and openblas.installed():
+        blas = _openblas_product(call, x, w, out, bias, post, residuals)
     # The rows of an input of rank > 2 times 2-D constant weights are one matrix product: oneDNN
     # reads the leading dimensions as a batch otherwise, and ConvNeXt's 1x7x7x1024 by 1024x4096
     # ran as 7 products of 7 rows, reading the 16 MB of weights 7 times (7.4 ms; 2.6 ms as one).
@@ -206,21 +211,28 @@ def matmul(call: KernelCall) -> KernelCode:
             given = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {', '.join(layouts[:2])}, {bias_md}, {layouts[2]}, {attr})"
     create = f"dnnl_matmul_primitive_desc_create(&pd, byoc_engine, {src_md}, {weights_md}, {bias_md}, {dst_md}, {attr})"
     code = kernel.code(create, (attr,), first=given)
+    if blas is not None:
+        # Both kernels are in the C; which one runs is asked of byoc where the region loads (the
+        # loading machine's measured choice, see `product_choice`), else the building machine's.
+        built = int(kernel_for(product) == "openblas")
+        return chosen_when_made(f"{call.name}_by_openblas", blas, code, f'byoc_dense_by_openblas("{product.key}", {built})',
+                                reads_settled=False)
     split = _sized_post_ops(call, post, residuals) if _sized_product(call, x, w, out, quantized, bias, rows) else None
     return code if split is None else _sized_or_not(call, x, w, out, split, code)
 
 
-def _dense_by_openblas(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bias: CBuffer | None, post: list[dict]) -> bool:
-    """Whether OpenBLAS runs this product (`product_choice`): float32 activations of fixed shape
-    times constant 2-D weights, a bias per output column or none, and OpenBLAS the faster here."""
+def _dense_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bias: CBuffer | None, post: list[dict]) -> Product | None:
+    """The product OpenBLAS may run (`product_choice`): float32 activations of fixed shape times
+    constant 2-D weights, a bias per output column or none, and (unless a kernel is named) at
+    least MEASURED_MACS multiply-adds; None for any other."""
     if not (w.kind == "constant" and len(w.shape) == 2 and x.kind != "constant" and len(x.shape) >= 2
             and {x.dtype, w.dtype, out.dtype} == {"float32"} and not names_of(x.shape) | names_of(out.shape)
             and (bias is None or bias.size == out.shape[-1]) and not any("operand" in node for node in post)):
-        return False
+        return None
     product = Product(math.prod(x.shape[:-1]), x.shape[-1], w.shape[1], bias is not None, bool(post))
     if product.m * product.k * product.n < MEASURED_MACS and call.options.get("dense_kernel", "measured") == "measured":
-        return False
-    return kernel_for(product, call.options.get("dense_kernel", "measured")) == "openblas"
+        return None
+    return product
 
 
 def _openblas_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bias: CBuffer | None, post: list[dict],

@@ -119,12 +119,13 @@ SMALL_ROWS = 4096
 LOOP_BINARY = {"relax.add": 0, "relax.subtract": 1, "relax.multiply": 2, "relax.divide": 3}
 
 
-def chosen_when_made(flag: str, first: KernelCode, otherwise: KernelCode, condition: str) -> KernelCode:
+def chosen_when_made(flag: str, first: KernelCode, otherwise: KernelCode, condition: str, reads_settled: bool = True) -> KernelCode:
     """`first` where the C `condition` holds when the kernel is made (for the dimensions then),
-    else `otherwise`; which one is kept in `flag`. It reads `byoc_settled`, or may."""
+    else `otherwise`; which one is kept in `flag`. The condition reads `byoc_settled`, or may
+    (`reads_settled`)."""
     return KernelCode(state="\n".join([otherwise.state, first.state, f"static int {flag} = 0;"]),
                       init="\n".join([f"{flag} = {condition};", f"if ({flag}) {{", first.init, "} else {", otherwise.init, "}"]),
-                      run="\n".join([f"if ({flag}) {{", first.run, "} else {", otherwise.run, "}"]), reads_settled=True)
+                      run="\n".join([f"if ({flag}) {{", first.run, "} else {", otherwise.run, "}"]), reads_settled=reads_settled)
 
 
 def in_loops(kernel: Kernel, result: str, operand: CBuffer, op: str) -> KernelCode:
