@@ -4,20 +4,8 @@ from __future__ import annotations
 
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn.emitters.shared import GELU_FORMS
-from byoc.codegen_c.onednn.kernel import (
-    BINARY,
-    Kernel,
-    c_float,
-    c_text,
-    eltwise_args,
-    quantizing,
-    scalar_of,
-)
-from byoc.codegen_c.onednn.kernel_scales import (
-    dequantized,
-    result_quantize,
-    scales_of,
-)
+from byoc.codegen_c.onednn.kernel import BINARY, Kernel, c_float, c_text, eltwise_args, quantizing, scalar_of
+from byoc.codegen_c.onednn.kernel_scales import dequantized, result_quantize, scales_of
 
 
 def pooling(call: KernelCall) -> KernelCode:

@@ -10,14 +10,8 @@ import numpy as np
 
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn.emitters.shared import permutation, permuted_md, read_by_products, transposed_layout
-from byoc.codegen_c.onednn.kernel import (
-    Kernel,
-    c_float,
-    scalar_of,
-)
-from byoc.codegen_c.onednn.kernel_scales import (
-    scales_of,
-)
+from byoc.codegen_c.onednn.kernel import Kernel, c_float, scalar_of
+from byoc.codegen_c.onednn.kernel_scales import scales_of
 from byoc.codegen_c.onednn.library import dims_decl
 
 

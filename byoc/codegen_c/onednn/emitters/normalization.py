@@ -9,17 +9,8 @@ import numpy as np
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn.emitters.movement import dense_strides
 from byoc.codegen_c.onednn.emitters.shared import SMALL_ROWS, chosen_when_made, executed, reorder_with_attributes
-from byoc.codegen_c.onednn.kernel import (
-    Kernel,
-    c_float,
-    in_sequence,
-    scalar_of,
-)
-from byoc.codegen_c.onednn.kernel_scales import (
-    dequantized_source,
-    result_quantize,
-    scales_of,
-)
+from byoc.codegen_c.onednn.kernel import Kernel, c_float, in_sequence, scalar_of
+from byoc.codegen_c.onednn.kernel_scales import dequantized_source, result_quantize, scales_of
 from byoc.codegen_c.symbolic_shapes import names_of
 
 

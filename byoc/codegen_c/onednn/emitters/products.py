@@ -22,20 +22,8 @@ from byoc.codegen_c.onednn.emitters.shared import (
     reorder_with_attributes,
     transposed_result,
 )
-from byoc.codegen_c.onednn.kernel import (
-    BINARY,
-    Kernel,
-    eltwise_args,
-    in_sequence,
-    post_op,
-    scalar_of,
-)
-from byoc.codegen_c.onednn.kernel_scales import (
-    KernelQuantization,
-    dequantized,
-    kernel_quantization,
-    scales_of,
-)
+from byoc.codegen_c.onednn.kernel import BINARY, Kernel, eltwise_args, in_sequence, post_op, scalar_of
+from byoc.codegen_c.onednn.kernel_scales import KernelQuantization, dequantized, kernel_quantization, scales_of
 from byoc.codegen_c.onednn.library import dims_decl
 from byoc.codegen_c.onednn.product_choice import MEASURED_MACS, Product, kernel_for
 from byoc.codegen_c.symbolic_shapes import SymbolicDim, names_of

@@ -5,17 +5,8 @@ with scales given at run time, and transposed layouts."""
 from __future__ import annotations
 
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
-from byoc.codegen_c.onednn.kernel import (
-    BINARY,
-    Kernel,
-    post_op,
-    zero_point_offset,
-)
-from byoc.codegen_c.onednn.kernel_scales import (
-    Scales,
-    dequantized,
-    scales_of,
-)
+from byoc.codegen_c.onednn.kernel import BINARY, Kernel, post_op, zero_point_offset
+from byoc.codegen_c.onednn.kernel_scales import Scales, dequantized, scales_of
 from byoc.codegen_c.symbolic_shapes import read_shape
 
 # GELU composites (the forms exporters write, `byoc.annotate.idioms`), each fused as one
