@@ -129,3 +129,10 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the known name closest to a misspelt one, else ''."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class DimensionBoundWarning(UserWarning):
+    """A named dimension's `dims` range goes past what the model can take: a table read at every
+    position up to the dimension (a position embedding) has fewer rows. The range is narrowed
+    to the bound, and the warning names the dimension, the node, the table's rows and the range
+    given."""

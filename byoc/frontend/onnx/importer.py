@@ -33,6 +33,7 @@ from byoc.frontend.onnx.node_names import named_nodes
 from byoc.frontend.onnx.node_order import topologically_sorted
 from byoc.frontend.onnx.qoperator import qdq_form
 from byoc.frontend.onnx.support import expand, unsupported_ops
+from byoc.ir.dim_bounds import narrowed_to_table_bounds
 from byoc.ir.dims import with_dims
 from byoc.ir.ignored_inputs import with_ignored_inputs
 from byoc.ir.outputs import with_input_names, with_output_names
@@ -177,7 +178,7 @@ def from_onnx(
     label = f"model {model.graph.name!r}"
     mod = named_module(lambda: with_dims(importer.from_onnx(model.graph, opset), ranges), importer.node_of_var, label, clean)
     mod = with_input_names(with_output_names(with_dims(mod, ranges), [value.name for value in model.graph.output]), importer.original_names)
-    return with_ignored_inputs(mod, ignored)
+    return with_ignored_inputs(narrowed_to_table_bounds(mod, label), ignored)
 
 
 def _declare_input_dtypes(importer: ONNXGraphImporter, model: onnx.ModelProto) -> None:
