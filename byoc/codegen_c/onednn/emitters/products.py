@@ -144,11 +144,11 @@ def matmul(call: KernelCall) -> KernelCode:
         post, residuals = [post_op("dnnl_eltwise_linear", x_scale * w_scale), *post], [(b, i + 1) for b, i in residuals]
     product = _dense_product(call, x, w, out, bias, post) if quantized is None else None
     option = call.options.get("dense_kernel", "measured")
-    blas = None
-    if product is not None and kernel_for(product, option) == "openblas" and option == "openblas":  # named: no choice left
+    chosen = kernel_for(product, option) if product is not None else "onednn"  # measured: this (building) machine's choice
+    if chosen == "openblas" and option == "openblas":  # named: no choice left to make where the model loads
         return _openblas_product(call, x, w, out, bias, post, residuals)
-    if product is not None and option == "measured" and openblas.installed():
-        blas = _openblas_product(call, x, w, out, bias, post, residuals)
+    blas = _openblas_product(call, x, w, out, bias, post, residuals) if product is not None and option == "measured" \
+        and openblas.installed() else None
     # The rows of an input of rank > 2 times 2-D constant weights are one matrix product: oneDNN
     # reads the leading dimensions as a batch otherwise, and ConvNeXt's 1x7x7x1024 by 1024x4096
     # ran as 7 products of 7 rows, reading the 16 MB of weights 7 times (7.4 ms; 2.6 ms as one).
@@ -202,7 +202,7 @@ def matmul(call: KernelCall) -> KernelCode:
     if blas is not None:
         # Both kernels are in the C; which one runs is asked of byoc where the region loads (the
         # loading machine's measured choice, see `product_choice`), else the building machine's.
-        built = int(kernel_for(product) == "openblas")
+        built = int(chosen == "openblas")
         return chosen_when_made(f"{call.name}_by_openblas", blas, code, f'byoc_dense_by_openblas("{product.key}", {built})',
                                 reads_settled=False)
     split = _sized_post_ops(call, post, residuals) if _sized_product(call, x, w, out, quantized, bias, rows) else None
