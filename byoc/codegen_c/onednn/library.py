@@ -32,6 +32,7 @@ from pathlib import Path
 from byoc.cache_dirs import library_cache_dir
 from byoc.codegen_c.kernel_call import CBuffer, KernelCode
 from byoc.codegen_c.onednn.kernel_scales import DNNL_TYPES
+from byoc.codegen_c.onednn.openblas import SGEMM_DECLARATION
 from byoc.codegen_c.symbolic_shapes import array_storage
 from byoc.errors import BuildError
 
@@ -145,6 +146,12 @@ static dnnl_status_t byoc_dnnl_setup(void) {
   if (status == dnnl_success && byoc_stream == NULL) status = dnnl_stream_create(&byoc_stream, byoc_engine, dnnl_stream_default_flags);
   return status;
 }
+
+/* OpenBLAS's sgemm, which the dense products chosen for it call (see emitters.products). */
+#ifdef __cplusplus
+extern "C"
+#endif
+""" + SGEMM_DECLARATION + r"""
 
 /* 1 where OpenBLAS runs the dense product `key` ("128x768x3072 bias post-ops") on this machine,
    as byoc measured it here (the global function byoc registers where it loads a model, see

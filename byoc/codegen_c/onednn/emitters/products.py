@@ -234,7 +234,6 @@ def _openblas_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bi
     out_md = kernel.md(out.shape, "plain", out.dtype)
     kernel.result(out, md=out_md)
     result = kernel.exec_args[-1][1]
-    kernel.state.append(f"#ifdef __cplusplus\nextern \"C\"\n#endif\n{openblas.SGEMM_DECLARATION}")
     kernel.before += [
         "{",
         "  void* a = NULL;",
