@@ -5,7 +5,21 @@ in the format its vendor chose, and run everything from one artifact.
 """
 
 from byoc import models
-from byoc.backend import Backend, CostRules, Limits, Option, Pattern, Tolerance, get_backend, list_backends, register_backend, unregister_backend
+from byoc.backend import (
+    BUILD,
+    PARTITION,
+    Backend,
+    CostRules,
+    Limits,
+    Pattern,
+    Tolerance,
+    VendorSettings,
+    get_backend,
+    list_backends,
+    register_backend,
+    setting,
+    unregister_backend,
+)
 from byoc.backend.registry import BUILTIN_VENDORS
 from byoc.flow import partition_for
 from byoc.frontend import cleanup, from_onnx, from_torch
@@ -17,18 +31,20 @@ from byoc.runtime_metadata import CompiledModel, Engine, build, load
 __version__ = "0.1.0"
 
 __all__ = [
+    "BUILD",
+    "PARTITION",
     "Backend",
     "CompiledModel",
     "CostRules",
     "Engine",
     "Limits",
-    "Option",
     "Pattern",
     "PartitionReport",
     "PlacementReport",
     "PrecisionReport",
     "RegionSummary",
     "Tolerance",
+    "VendorSettings",
     "build",
     "cleanup",
     "from_onnx",
@@ -48,6 +64,7 @@ __all__ = [
     "precision_report",
     "register_backend",
     "report",
+    "setting",
     "unregister_backend",
 ]
 

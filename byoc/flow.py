@@ -18,6 +18,7 @@ from typing import Any
 import tvm
 
 from byoc.backend.options import Option
+from byoc.backend.settings import PARTITION
 from byoc.backend.spec import Backend
 from byoc.errors import PartitionError, QuantizationError
 from byoc.frontend.float16 import float16_in_float32
@@ -52,8 +53,9 @@ CALIBRATION_OPTIONS = (
 
 
 def declared_options(backend: Backend) -> list[Option]:
-    """The options `backend` takes: its own, plus calibration when it quantizes at compile time."""
-    return [*backend.options, *(CALIBRATION_OPTIONS if needs_calibration(backend.processing) else ())]
+    """The partition options `backend` takes: its settings that apply at partition, plus
+    calibration when it quantizes at compile time."""
+    return [*backend.settings.options(PARTITION), *(CALIBRATION_OPTIONS if needs_calibration(backend.processing) else ())]
 
 
 def describe_options(backends: Iterable[Backend]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,10 +32,13 @@ def deserialize(payload: bytes, options) -> tvm_engine.TvmEngine:
     return tvm_engine.build_engine(graph, constants, {})
 
 
+@dataclass(frozen=True)
+class BlobbySettings(byoc.VendorSettings):
+    config: str = byoc.setting("blobby-v1", "the Blobby this machine has", applies=(byoc.PARTITION, byoc.BUILD), hardware=True)
+
+
 def make_custom_backend(name: str = "blobby", config: str = "blobby-v1") -> byoc.Backend:
-    fmt = CustomFormat(
-        name="blobby", version=2, serialize=serialize, deserialize=deserialize, config=lambda options: options.get("config", config)
-    )
-    backend = byoc.Backend(name=name, codegen=fmt)
+    fmt = CustomFormat(name="blobby", version=2, serialize=serialize, deserialize=deserialize)
+    backend = byoc.Backend(name=name, codegen=fmt, settings=BlobbySettings(config))
     backend.supports("relax.matmul", "relax.add", "relax.nn.relu", "relax.nn.softmax", "relax.nn.conv2d", "relax.nn.max_pool2d")
     return backend

@@ -44,8 +44,8 @@ def _onnx_vendor(opset: int) -> Backend:
     regions offloaded too."""
     vendor = Backend(name=f"onnx{opset}", limits=Limits(dtypes=("float32", "int32", "int64", "bool")),
                      cost=CostRules(fallback_without_macs=False),
-                     codegen=JsonRuntime(build_engine=lambda graph, constants, options: SessionEngine(
-                         graph_to_onnx(graph, constants, opset).SerializeToString(), {}), version=f"onnx-{opset}"))
+                     codegen=JsonRuntime(build_engine=lambda graph, constants, settings: SessionEngine(
+                         graph_to_onnx(graph, constants, opset).SerializeToString()), version=f"onnx-{opset}"))
     for op_name, check in onnx_checks(opset).items():
         vendor.supports(op_name, check=check)
     return vendor
@@ -235,7 +235,7 @@ def test_a_symbolic_graph_is_one_onnx_model_for_every_shape():
     assert ops.count("Shape") == 2  # each dimension read once, by the reshape that needs both and the slice
     # One session for every shape; the buffers sit at the same addresses whatever the shape, so
     # each shape needs a binding of its own (a binding is named by addresses and shapes).
-    session = SessionEngine(model.SerializeToString(), {})
+    session = SessionEngine(model.SerializeToString())
     source, result = aligned(np.zeros(3 * 17 * 8, np.float32)), aligned(np.zeros(3 * 16 * 8, np.float32))
     for batch, seq in [(2, 5), (1, 3), (3, 17), (2, 5)]:
         x = source[: batch * seq * 8].reshape(batch, seq, 8)
@@ -285,7 +285,7 @@ def test_advanced_indexing_is_one_gather_for_every_shape():
     graph, constants = region_to_json(builder.get()["main"], "region", "plugin", {"batch": DimRange(1, 8, 2)})
     model = graph_to_onnx(graph, constants, LATEST_OPSET)
     onnx.checker.check_model(model, full_check=True)
-    session = SessionEngine(model.SerializeToString(), {})
+    session = SessionEngine(model.SerializeToString())
     for count in (1, 5):
         data = RNG.standard_normal((count, 6, 3)).astype(np.float32)
         index_rows = np.arange(count, dtype=np.int64)[:, None] - count  # negative: from the end
@@ -305,5 +305,5 @@ def test_padding_is_written_in_each_mode(mode, numpy_mode):
     extra = {"constant_values": 0.25} if mode == "constant" else {}
     want = np.pad(x, [(0, 0), (0, 1), (2, 1), (1, 3)], mode=numpy_mode, **extra)
     got = aligned(np.zeros(want.shape, np.float32))
-    SessionEngine(model.SerializeToString(), {}).run([aligned(x)], [got])
+    SessionEngine(model.SerializeToString()).run([aligned(x)], [got])
     np.testing.assert_array_equal(got, want)

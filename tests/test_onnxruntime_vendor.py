@@ -332,7 +332,7 @@ def test_by_default_threads_keep_spinning_between_runs_only_where_the_region_is_
 def test_an_unknown_spinning_mode_is_refused():
     model, _ = _case_gelu()
     partitioned = byoc.partition_for(byoc.from_onnx(model), "onnxruntime")
-    with pytest.raises(byoc.errors.OptionError, match="allow_spinning 'sometimes': one of 'auto', True, False, 'always'"):
+    with pytest.raises(byoc.errors.OptionError, match="vendor 'onnxruntime': setting allow_spinning='sometimes' is not one of True, False, auto, always"):
         byoc.build(partitioned, backend_options={"onnxruntime": {"allow_spinning": "sometimes"}})
 
 

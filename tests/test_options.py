@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import ast
 import pathlib
+from dataclasses import dataclass
 
 import pytest
 
 import byoc
 from byoc import models as zoo
 from byoc.cli import main
-from byoc.errors import BackendRegistrationError, OptionError, PartitionError, QuantizationError
+from byoc.errors import BackendRegistrationError, BuildError, OptionError, PartitionError, QuantizationError
 
 from conftest import REPO, small_model, small_module
 from graphs import chain_module
@@ -37,7 +38,7 @@ def test_unknown_option_lists_the_declared_ones():
         byoc.partition_for(mod, "dnnl", dpu="DPUCZDX8G")
     with pytest.raises(PartitionError, match=r"\['fp16'\].*vitis_ai: dpu, single_region, calibration, num_calibration_samples"):
         byoc.partition_for(mod, ["dnnl", "vitis_ai"], fp16=True)
-    with pytest.raises(PartitionError, match="option accelerator='ethos-u99' is not one of ethos-u55-32"):
+    with pytest.raises(PartitionError, match="vendor 'ethos_u': setting accelerator='ethos-u99' is not one of ethos-u55-32"):
         byoc.partition_for(mod, "ethos_u", accelerator="ethos-u99", calibration=_calibration("mlp"))
 
 
@@ -56,36 +57,65 @@ def test_max_regions_is_a_cost_rule_for_every_vendor():
     assert single.regions[0].macs == max(r.macs for r in several.regions) > min(r.macs for r in several.regions)
 
 
-def test_a_plugin_declares_its_own_options():
+@dataclass(frozen=True)
+class LanesSettings(byoc.VendorSettings):
+    lanes: int = byoc.setting(4, "vector lanes", minimum=1, hardware=True)
+    unroll: bool = byoc.setting(False, "unroll the inner loop", applies=byoc.BUILD)
+
+
+def test_a_plugin_declares_its_own_settings():
     seen = []
 
-    def configure(lanes):
-        seen.append(lanes)
-        return make(lanes)
-
-    def make(lanes=4):
-        backend = byoc.Backend("lanes_npu", options=[byoc.Option("lanes", "vector lanes", default=4, parse=int)],
-                               configure=configure, target=f"lanes-{lanes}",
-                               codegen=byoc.get_backend("reference").codegen)
+    def make(settings: LanesSettings) -> byoc.Backend:
+        seen.append(settings)
+        backend = byoc.Backend("lanes_npu", settings=settings, configure=make, codegen=byoc.get_backend("reference").codegen)
         backend.supports("relax.matmul", "relax.add", "relax.nn.relu")
         return backend
 
-    byoc.register_backend(make(), override=True)
+    byoc.register_backend(make(LanesSettings()), override=True)
     try:
         partitioned = byoc.partition_for(small_module("mlp"), "lanes_npu", lanes=8)
-        assert seen == [8]
+        assert seen[-1] == LanesSettings(lanes=8)
         assert byoc.report(partitioned).offload_ratio_macs == 1.0
-        regions = [f for f in partitioned.functions.values() if f.attrs and "byoc.target" in f.attrs]
-        assert {str(f.attrs["byoc.target"]) for f in regions} == {"lanes-8"}
-        assert {str(f.attrs["byoc.settings"]) for f in regions} == {'{"lanes": 8}'}
-        # Build configures the vendor with the settings its regions record: the backend that
-        # partitioned them generates their code.
-        compiled = byoc.build(partitioned)
-        assert seen == [8, 8] and len(compiled.artifacts) == len(regions)
+        regions = [f for f in partitioned.functions.values() if f.attrs and "byoc.settings" in f.attrs]
+        assert {str(f.attrs["byoc.settings"]) for f in regions} == {
+            '{"values": {"lanes": 8, "unroll": false}, "vendor": "lanes_npu", "version": 1}'}
+        # Build makes the vendor from the settings its regions record, under the build settings:
+        # the backend that partitioned them generates their code, and the artifact keeps them.
+        compiled = byoc.build(partitioned, backend_options={"lanes_npu": {"unroll": True}})
+        assert seen[-1] == LanesSettings(lanes=8) and len(compiled.artifacts) == len(regions)
+        assert {r.settings.unroll for r in compiled.regions.values()} == {True}
+        assert [a.settings["values"] for a in compiled.artifacts] == [{"lanes": 8, "unroll": True}] * len(regions)
+
+        # A value of the wrong type or out of range names the vendor, the setting, the value and what it takes.
+        with pytest.raises(PartitionError, match=r"vendor 'lanes_npu': setting lanes='8' must be int"):
+            byoc.partition_for(small_module("mlp"), "lanes_npu", lanes="8")
+        with pytest.raises(PartitionError, match=r"vendor 'lanes_npu': setting lanes=0 must be at least 1"):
+            byoc.partition_for(small_module("mlp"), "lanes_npu", lanes=0)
+        with pytest.raises(OptionError, match=r"vendor 'lanes_npu': setting unroll=1 must be bool"):
+            byoc.build(partitioned, backend_options={"lanes_npu": {"unroll": 1}})
+        with pytest.raises(OptionError, match=r"vendor 'lanes_npu' has no build option 'lanes'; it takes unroll"):
+            byoc.build(partitioned, backend_options={"lanes_npu": {"lanes": 2}})
+
+        # Regions partitioned by a later version of the vendor's settings are refused, saying what to do.
+        later = partitioned.clone()
+        for gvar, func in partitioned.functions.items():
+            if func.attrs and "byoc.settings" in func.attrs:
+                later[gvar] = func.with_attr("byoc.settings", str(func.attrs["byoc.settings"]).replace('"version": 1', '"version": 2'))
+        with pytest.raises(BuildError, match="settings of version 2, and this lanes_npu reads version 1 and earlier: upgrade it, "
+                                             "or partition the model again"):
+            byoc.build(later)
     finally:
         byoc.unregister_backend("lanes_npu")
-    with pytest.raises(BackendRegistrationError, match="declares options but no configure function"):
-        byoc.Backend("broken_npu", options=[byoc.Option("x", "an option")])
+    with pytest.raises(BackendRegistrationError, match="settings must be a byoc.VendorSettings dataclass, not dict"):
+        byoc.Backend("broken_npu", settings={"x": 1})
+
+    @dataclass(frozen=True)
+    class Undeclared(byoc.VendorSettings):
+        x: int = 1
+
+    with pytest.raises(BackendRegistrationError, match="Undeclared.x is not declared with byoc.setting"):
+        byoc.Backend("broken_npu", settings=Undeclared())
 
 
 def test_cli_options(capsys):
@@ -149,6 +179,6 @@ def test_a_vendors_data_sheet_is_read_off_its_declaration(capsys):
     assert "| `relax.matmul` | refused where matmul of vectors is not supported;" in sheet
     assert "| `dense_kernel` | build and load | measured, onednn, openblas | `'measured'` |" in sheet
     assert main(["vendors", "--datasheet", "ethos_u"]) == 0
-    assert "| `accelerator` | partition |" in capsys.readouterr().out
+    assert "| `accelerator` | partition, build and load |" in capsys.readouterr().out
     assert main(["vendors", "--datasheet", "no_such_vendor"]) == 2
     assert "unknown backend 'no_such_vendor'; registered backends: dnnl" in capsys.readouterr().err

@@ -81,7 +81,7 @@ def test_generated_c_compiles_without_warnings(tmp_path, c_backend):
 
     partitioned = byoc.partition_for(small_module("resnet18"), "cloops")
     ((symbol, backend, func),) = region_functions(partitioned)
-    source = generate_region(func, symbol, c_backend, ConstantStore(), {}).payload.decode()
+    source = generate_region(func, symbol, c_backend, ConstantStore(), c_backend.settings).payload.decode()
     path = tmp_path / "region.c"
     path.write_text(source)
     import tvm_ffi.libinfo as ffi_info
@@ -385,7 +385,7 @@ def test_an_embedded_engine_that_is_not_the_regions_or_does_not_load_is_rebuilt_
     partitioned = byoc.partition_for(small_module("mlp"), "reference")
     compiled = byoc.build(partitioned, cache_dir=tmp_path / "cache", engines="embed")
     embedded = compiled.parts.engines["reference_0"]
-    key = engine_cache_key(compiled.artifacts[0], compiled.store, {}, embedded.environment)
+    key = engine_cache_key(compiled.artifacts[0], compiled.store, compiled.regions["reference_0"].settings, embedded.environment)
     batch2 = byoc.from_onnx(byoc.models.get("mlp", small=True, batch=2))
     donor = byoc.build(byoc.partition_for(batch2, "reference"), cache_dir=tmp_path / "cache", engines="embed")
     cases = [

@@ -5,9 +5,11 @@ calibration distribution: relative L2 error under 10%, and top-1 agreement of at
 """
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -84,27 +86,28 @@ def mobilenet_regions():
         backend = byoc.get_backend(name)
         graph, constants = region_to_json(func, symbol, name)
         attrs = region_attrs(func)
-        graph, constants = apply_passes(backend.processing, graph, constants, RegionContext(symbol, name, attrs, {}))
-        regions[vendor] = (graph, constants, attrs)
+        settings = type(backend.settings).from_json(name, attrs["byoc.settings"])
+        graph, constants = apply_passes(backend.processing, graph, constants, RegionContext(symbol, name, attrs, settings))
+        regions[vendor] = (graph, constants, settings)
     return regions
 
 
 @pytest.mark.parametrize("vendor, fmt", [("vitis_ai", DPU_PROGRAM), ("ethos_u", ETHOS_U_PAYLOAD)])
 def test_binary_is_deterministic_and_round_trips(vendor, fmt, mobilenet_regions):
-    graph, constants, attrs = mobilenet_regions[vendor]
-    first, second = fmt.serialize(graph, constants, attrs), fmt.serialize(graph, constants, attrs)
+    graph, constants, settings = mobilenet_regions[vendor]
+    first, second = fmt.serialize(graph, constants, settings), fmt.serialize(graph, constants, settings)
     assert first == second  # same input, same bytes
-    engine = fmt.deserialize(first, {})
+    engine = fmt.deserialize(first, settings)
     x = zoo.sample_inputs(small_model("mobilenet_v2"), seed=3)["input"]
     out_a, out_b = np.empty((1, 1000), "float32"), np.empty((1, 1000), "float32")
     engine.run([x], [out_a])
-    fmt.deserialize(bytes(first), {}).run([x], [out_b])
+    fmt.deserialize(bytes(first), settings).run([x], [out_b])
     np.testing.assert_array_equal(out_a, out_b)
 
 
 def test_vela_command_streams_are_the_same_in_another_process(mobilenet_regions, tmp_path):
-    graph, constants, attrs = mobilenet_regions["ethos_u"]
-    payload = ETHOS_U_PAYLOAD.serialize(graph, constants, attrs)
+    graph, constants, settings = mobilenet_regions["ethos_u"]
+    payload = ETHOS_U_PAYLOAD.serialize(graph, constants, settings)
     from byoc.vendors.ethos_u import payload as format_module
 
     _, header = format_module.decode(payload)
@@ -113,10 +116,10 @@ def test_vela_command_streams_are_the_same_in_another_process(mobilenet_regions,
     (tmp_path / "graph.json").write_text(__import__("json").dumps(graph))
     script = f"""
 import json, hashlib, numpy as np
-from byoc.vendors.ethos_u import ETHOS_U_PAYLOAD, payload
+from byoc.vendors.ethos_u import ETHOS_U_PAYLOAD, EthosUSettings, payload
 graph = json.load(open({str(tmp_path / 'graph.json')!r}))
 constants = dict(np.load({str(tmp_path / 'constants.npz')!r}))
-_, header = payload.decode(ETHOS_U_PAYLOAD.serialize(graph, constants, {attrs!r}))
+_, header = payload.decode(ETHOS_U_PAYLOAD.serialize(graph, constants, EthosUSettings(accelerator={settings.accelerator!r})))
 print(hashlib.sha256(b"".join(s.tobytes() for s in header["command_streams"])).hexdigest())
 """
     there = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
@@ -132,10 +135,10 @@ def test_simulators_match_their_quantized_reference(mobilenet_regions):
 
     x = aligned(zoo.sample_inputs(small_model("mobilenet_v2"), seed=4)["input"])
     for vendor, fmt in (("vitis_ai", DPU_PROGRAM), ("ethos_u", ETHOS_U_PAYLOAD)):
-        graph, constants, attrs = mobilenet_regions[vendor]
+        graph, constants, settings = mobilenet_regions[vendor]
         reference, device = np.empty((1, 1000), "float32"), np.empty((1, 1000), "float32")
         build_engine(graph, constants, {}).run([x], [reference])
-        fmt.deserialize(fmt.serialize(graph, constants, attrs), {}).run([x], [device])
+        fmt.deserialize(fmt.serialize(graph, constants, settings), settings).run([x], [device])
         assert np.linalg.norm(device - reference) / np.linalg.norm(reference) < 0.03, vendor
 
 
@@ -165,6 +168,27 @@ def test_blob_for_another_configuration_is_refused_at_load(vendor, options, expe
     byoc.load(path, engines="eager").run(**zoo.sample_inputs(small_model("mlp")))  # its own configuration loads
     with pytest.raises(CustomFormatError, match=expected):
         byoc.load(path, engines="eager", backend_options={vendor: options})
+
+
+@pytest.mark.parametrize("vendor, options", [("vitis_ai", {"dpu": "DPUCZDX8G-B1024"}), ("ethos_u", {"accelerator": "ethos-u55-32"})])
+def test_an_artifact_made_before_regions_recorded_their_settings_loads(vendor, options, tmp_path):
+    """Its regions record no settings: its blobs run for the configuration they were built for,
+    and one named at load that differs is still refused."""
+    path, old = tmp_path / "mlp.byoc", tmp_path / "old.byoc"
+    compiled = byoc.build(PARTITIONERS[vendor](small_module("mlp"), calibration=_calibration("mlp", 2), **options))
+    compiled.export(path)
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    manifest = json.loads(files["manifest.json"])
+    assert [r.pop("settings")["values"] for r in manifest["regions"]][0].items() >= options.items()
+    with zipfile.ZipFile(old, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, json.dumps(manifest) if name == "manifest.json" else data)
+    inputs = zoo.sample_inputs(small_model("mlp"))
+    np.testing.assert_array_equal(byoc.load(old, engines="eager").run(**inputs)[0], compiled.run(**inputs)[0])
+    other = {"dpu": "DPUCAHX8H"} if vendor == "vitis_ai" else {"accelerator": "ethos-u65-512"}
+    with pytest.raises(CustomFormatError, match="built for accelerator configuration"):
+        byoc.load(old, engines="eager", backend_options={vendor: other})
 
 
 def test_ops_outside_the_limits_stay_on_the_host_with_the_limit():

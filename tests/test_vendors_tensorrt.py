@@ -7,6 +7,7 @@ fp16 regions to relative L2 <= 1% and top-1 agreement >= 95% (`byoc.backend.tole
 """
 
 import dataclasses
+import json
 
 import numpy as np
 import onnx
@@ -20,6 +21,7 @@ from byoc.codegen_json import JsonRuntime
 from byoc.errors import BuildError, EngineError, PartitionError
 from byoc.runtime_metadata.engine_cache import engine_cache_key
 from byoc.vendors.onnxruntime import SessionEngine
+from byoc.vendors.onnxruntime.engine import OnnxRuntimeSettings
 from byoc.vendors.tensorrt import engine as trt_engine
 from byoc.vendors.tensorrt import partition_for_tensorrt
 
@@ -35,7 +37,7 @@ def _parser_input_through_onnxruntime():
     backend = byoc.backend.registry.get_backend("tensorrt")
 
     def build_engine(graph, constants, options):
-        return SessionEngine(trt_engine.region_onnx(graph, constants), {"graph_optimization_level": "disable"})
+        return SessionEngine(trt_engine.region_onnx(graph, constants), OnnxRuntimeSettings(graph_optimization_level="disable"))
 
     return dataclasses.replace(backend, codegen=JsonRuntime(build_engine=build_engine, version="onnx-check"), unavailable=None)
 
@@ -90,15 +92,18 @@ def test_onnx_given_to_the_parser_in_fp16_is_within_the_fp16_bound(name):
     assert 0 < accuracy.relative_l2 <= FP16.relative_l2 and accuracy.top1_agreement >= FP16.top1, accuracy
 
 
-def test_target_records_what_the_engine_is_built_for():
-    settings = trt_engine.Settings((10, 13), fp16=True, workspace_bytes=1 << 28)
-    assert settings.target() == "tensorrt-10.13-fp16-ws268435456"
-    assert trt_engine.Settings.from_target(settings.target()) == settings
-    with pytest.raises(EngineError, match="not of the form"):
-        trt_engine.Settings.from_target("tensorrt-ten")
+def test_regions_record_what_the_engine_is_built_for():
     partitioned = partition_for_tensorrt(small_module("mlp"), fp16=True, tensorrt_version="10.13")
     region = next(f for g, f in partitioned.functions.items() if g.name_hint.startswith("tensorrt"))
-    assert str(region.attrs["byoc.target"]) == "tensorrt-10.13-fp16-ws1073741824"
+    settings = trt_engine.TensorRTSettings.from_json("tensorrt", str(region.attrs["byoc.settings"]))
+    assert settings == trt_engine.TensorRTSettings(fp16=True, tensorrt_version="10.13") and settings.version == (10, 13)
+    # without a version, the one the backend resolved (installed, else 11.4) is recorded
+    default = next(f for g, f in partition_for_tensorrt(small_module("mlp")).functions.items() if g.name_hint.startswith("tensorrt"))
+    assert json.loads(str(default.attrs["byoc.settings"]))["values"]["tensorrt_version"] == byoc.get_backend("tensorrt").settings.tensorrt_version
+    with pytest.raises(PartitionError, match="setting workspace_bytes=0 must be at least 1"):
+        partition_for_tensorrt(small_module("mlp"), workspace_bytes=0)
+    with pytest.raises(PartitionError, match="setting fp16='yes' must be bool"):
+        partition_for_tensorrt(small_module("mlp"), fp16="yes")
 
 
 def _region(model, **options):
@@ -114,9 +119,10 @@ def test_engine_cache_key_covers_weights_shapes_options_versions_and_the_gpu():
     a100 = {"tensorrt": "10.13.0", "gpu": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0", "cuda": "12.6",
             "platform": "Linux-x86_64"}
 
-    def key(model=None, environment=a100, build_options=None, **options):
+    def key(model=None, environment=a100, **options):
         artifact, store = _region(model if model is not None else small_model("mlp"), **options)
-        return engine_cache_key(artifact, store, build_options or {}, environment)
+        settings = trt_engine.TensorRTSettings.from_record("tensorrt", artifact.settings)
+        return engine_cache_key(artifact, store, settings, environment)
 
     base = key()
     assert key() == base  # the same region on the same machine always hits
@@ -130,7 +136,6 @@ def test_engine_cache_key_covers_weights_shapes_options_versions_and_the_gpu():
         "fp16": key(fp16=True),
         "another workspace": key(workspace_bytes=1 << 28),
         "TensorRT 10.13's op table": key(tensorrt_version="10.13"),
-        "another build option": key(build_options={"profile": True}),
         "another TensorRT release": key(environment={**a100, "tensorrt": "10.13.2"}),
         "another GPU": key(environment={**a100, "gpu": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}),
         "another CUDA": key(environment={**a100, "cuda": "12.8"}),

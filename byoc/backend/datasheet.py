@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Callable
 
 from byoc.backend.options import Option
+from byoc.backend.settings import PARTITION, WHEN
 from byoc.backend.spec import Backend
 
 
@@ -40,10 +41,14 @@ def datasheet(backend: Backend, options: list[Option]) -> str:
     if backend.processing:
         lines += ["", "## Processing inside its regions", ""]
         lines += [f"- {type(step).__name__}: {_first_sentence(inspect.getdoc(step) or '')}" for step in backend.processing]
-    if options or backend.build_options:
-        lines += ["", "## Options", "", "| option | when | values | default | what |", "| --- | --- | --- | --- | --- |"]
-        lines += [_option_row(o, "partition") for o in options]
-        lines += [_option_row(o, "build and load") for o in backend.build_options]
+    # Each of the vendor's settings once, with every step it applies at; then the options every
+    # vendor of its kind takes (calibration), at partition.
+    declared = backend.settings.declared()
+    own = {d.name for d in declared}
+    if declared or options:
+        lines += ["", "## Settings", "", "| setting | when | values | default | what |", "| --- | --- | --- | --- | --- |"]
+        lines += [_option_row(d.option(), ", ".join(WHEN[w] for w in d.spec.applies)) for d in declared]
+        lines += [_option_row(o, WHEN[PARTITION]) for o in options if o.name not in own]
     return "\n".join(lines) + "\n"
 
 

@@ -1,9 +1,6 @@
-"""Partition options a backend declares: hardware configurations, integration choices.
-
-`byoc.partition_for(mod, name, **options)` routes every option to the backends that declare it
-and refuses one that none declares, listing those they do; the command line sets them with
-`--option NAME=VALUE`. A backend that declares options also gives a `configure` function,
-which returns the backend as those values configure it.
+"""How an option is shown and read from text: the command line (`--option`, `--backend-option`,
+`--target`), `byoc vendors` and the data sheet. A vendor's options are the fields of its
+settings dataclass (byoc.backend.settings); byoc's own (calibration) are declared here as such.
 """
 
 from __future__ import annotations
@@ -26,19 +23,19 @@ def parse_bool(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Option:
-    """One declared option: its name, what it does, its default, how the command line reads it
-    (`parse`), the values it takes (`choices`, when it is a closed set), and whether it names
-    the hardware configuration (`--target` on the command line)."""
+    """One option: its name, what it does, its default, how the command line reads it (`parse`),
+    the values it takes (`choices`, when it is a closed set), and whether it names the hardware
+    configuration (`--target` on the command line)."""
 
     name: str
     help: str
     default: Any = None
     parse: Callable[[str], Any] = str
     choices: tuple[str, ...] = ()
-    target: bool = False
+    hardware: bool = False
 
     def check(self, backend: str, value: Any, error: type[ByocError] = PartitionError) -> Any:
-        if self.choices and value not in self.choices:
+        if self.choices and str(value) not in self.choices:  # choices as the command line writes them
             raise error(f"backend {backend!r}: option {self.name}={value!r} is not one of {', '.join(self.choices)}")
         return value
 

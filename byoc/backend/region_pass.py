@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from byoc.backend.settings import VendorSettings
+
 Graph = dict[str, Any]
 Constants = dict[str, np.ndarray]
 
@@ -19,7 +21,7 @@ class RegionContext:
     symbol: str
     backend: str
     attrs: Mapping[str, str]  # the region function's byoc attributes (calibration ranges)
-    options: Mapping[str, Any]  # the backend's build options
+    settings: VendorSettings  # the vendor's settings (partition and build)
     # What a pass records for the artifact (the region's `info`): e.g. the CPU feature its int8
     # kernels need to be exact (`REQUIRES`, read back at load by byoc.runtime_metadata.model).
     notes: dict[str, Any] = field(default_factory=dict)

@@ -12,7 +12,6 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import tvm
@@ -25,10 +24,11 @@ from byoc.backend.limits import Limits
 from byoc.backend.op_rules import OpCheck, OpRule, registered_op_rules
 from byoc.backend.options import Option
 from byoc.backend.region_pass import RegionPass
+from byoc.backend.settings import BUILD, PARTITION, VendorSettings
 from byoc.backend.tolerance import FP32, Tolerance
 from byoc.backend.verdict import Verdict
 from byoc.backend.views import PatternMatch
-from byoc.errors import BackendRegistrationError, OptionError
+from byoc.errors import BackendRegistrationError, PartitionError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -60,21 +60,15 @@ class Backend:
     # Accelerator-specific processing of each region's graph before code generation
     # (quantization, layout transformation, casting): see byoc.processing.
     processing: list[RegionPass] = field(default_factory=list)
-    # Partition options the vendor declares (hardware configuration, integration choices), and
-    # `configure(**values)`, which returns the backend those values configure: its limits may
-    # differ per configuration (DPU sizes, NPU variants). `target` names the configuration a
-    # backend object stands for; its regions carry it to code generation.
-    options: list[Option] = field(default_factory=list)
-    configure: Callable[..., Backend] | None = None
-    target: str = ""
-    # The values of every declared option this backend was configured with (see `configured`),
-    # empty for the backend as registered. Partitioning records them on each region, and build
-    # configures the backend with them again: one settings path from partition to code.
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    # Options read when the regions are built and run (`byoc.build(..., backend_options=
-    # {name: {...}})`, `byoc.load(...)`, `--backend-option NAME.OPTION=VALUE` on the command
-    # line): byoc checks them against this list before the vendor sees them.
-    build_options: list[Option] = field(default_factory=list)
+    # The vendor's settings (a `VendorSettings` dataclass, byoc.backend.settings): the values this
+    # backend is made for, its defaults as registered. Partitioning makes the backend for the
+    # values a user gives (`configured`) and records them on each region; build makes it again
+    # from that record, so the backend that partitioned a region generates its code.
+    settings: VendorSettings = field(default_factory=VendorSettings)
+    # Where the backend's own parts (limits, op rules, cost rules) depend on its settings, the
+    # function that makes it for given settings; without one, settings only reach its code
+    # generation and engines.
+    configure: Callable[[Any], Backend] | None = None
     # How close its results are to float32 onnxruntime's (see byoc.backend.tolerance).
     tolerance: Tolerance = FP32
     # Whether its engines take a region's shapes symbolically (a JSON graph whose dimensions are
@@ -94,11 +88,13 @@ class Backend:
             )
         if self.codegen is not None:
             self._check_codegen()
-        if self.options and self.configure is None:
-            raise BackendRegistrationError(f"backend {self.name!r} declares options but no configure function to apply them")
-        names = [option.name for option in self.options]
-        if len(set(names)) != len(names):
-            raise BackendRegistrationError(f"backend {self.name!r} declares an option twice: {names}")
+        if not isinstance(self.settings, VendorSettings):
+            raise BackendRegistrationError(f"backend {self.name!r}: settings must be a byoc.VendorSettings dataclass, "
+                                           f"not {type(self.settings).__name__}")
+        try:
+            self.settings.declared()
+        except TypeError as error:
+            raise BackendRegistrationError(f"backend {self.name!r}: {error}") from None
 
     def missing_part(self) -> str | None:
         """Why this vendor cannot build regions on this machine, or None when it can."""
@@ -109,39 +105,43 @@ class Backend:
         kernel library or binary format): engine caches, artifacts and timings depend on it."""
         return self.codegen.library_version
 
-    def option(self, name: str) -> Option | None:
-        return next((option for option in self.options if option.name == name), None)
-
     def configured(self, values: Mapping[str, Any]) -> Backend:
-        """This backend configured by `values` (declared options only; others keep their
-        defaults). Without values, the backend itself."""
-        if not values:
+        """This backend made for the partition settings `values` (others keep this backend's);
+        without values, the backend itself. A value of the wrong type or outside what it takes
+        is a PartitionError naming the vendor, the setting and what it takes."""
+        return self.with_settings(self.settings.replaced(self.name, values, PARTITION, PartitionError)) if values else self
+
+    def with_settings(self, settings: VendorSettings) -> Backend:
+        """This backend made for `settings` (of its own settings type)."""
+        if settings == self.settings:
             return self
-        settings = {option.name: option.default for option in self.options}
-        settings.update({name: self.option(name).check(self.name, value) for name, value in values.items()})
-        backend = self.configure(**settings)
-        if not isinstance(backend, Backend) or backend.name != self.name:
-            raise BackendRegistrationError(f"backend {self.name!r}: configure() must return a Backend named {self.name!r}")
-        return dataclasses.replace(backend, settings=MappingProxyType(settings))
+        if type(settings) is not type(self.settings):
+            raise BackendRegistrationError(f"backend {self.name!r} takes {type(self.settings).__name__}, not {type(settings).__name__}")
+        if self.configure is None:
+            return dataclasses.replace(self, settings=settings)
+        # `configure` may complete the settings it is given (TensorRT records the version it resolved)
+        backend = self.configure(settings)
+        if not isinstance(backend, Backend) or backend.name != self.name or type(backend.settings) is not type(settings):
+            raise BackendRegistrationError(f"backend {self.name!r}: configure() must return a Backend named {self.name!r} "
+                                           f"with its {type(settings).__name__}")
+        return backend
+
+    def build_settings(self, values: Mapping[str, Any]) -> VendorSettings:
+        """Its settings with the build and load settings `values` (checked: an unknown name or a
+        value it does not take is an OptionError naming the vendor and what it takes)."""
+        return self.settings.replaced(self.name, values, BUILD)
 
     def checked_build_options(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """`values` checked against the declared build options: an unknown name or a value
-        outside an option's choices is an OptionError naming the vendor and what it takes."""
-        known = self._build_options(values)
-        return {name: known[name].check(self.name, value, OptionError) for name, value in values.items()}
+        """`values` checked as build and load settings, as `build_settings` checks them."""
+        return type(self.settings).checked(self.name, values, BUILD)
 
     def build_option(self, name: str) -> Option:
-        """The declared build option `name`; an unknown one is an OptionError, as above."""
-        return self._build_options([name])[name]
-
-    def _build_options(self, names) -> dict[str, Option]:
-        known = {option.name: option for option in self.build_options}
-        unknown = sorted(set(names) - set(known))
-        if unknown:
-            takes = f"it takes {', '.join(sorted(known))}" if known else "it takes none"
-            raise OptionError(f"vendor {self.name!r} has no build option {', '.join(map(repr, unknown))}; {takes} "
-                              "(see `byoc vendors`)")
-        return known
+        """The build and load setting `name` as the command line reads it; an unknown one is an
+        OptionError, as above."""
+        options = {o.name: o for o in self.settings.options(BUILD)}
+        if name not in options:
+            type(self.settings).checked(self.name, {name: None}, BUILD)  # raises, naming what it takes
+        return options[name]
 
     # --------------------------------------------------------------- patterns
     def pattern(

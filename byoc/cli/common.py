@@ -12,6 +12,7 @@ import tvm
 
 from byoc import models as zoo
 from byoc.backend.registry import get_backend
+from byoc.backend.settings import PARTITION
 from byoc.backend.spec import Backend
 from byoc.cli.arguments import at_least, non_negative
 from byoc.errors import ModelLoadError, OptionError, PartitionError, did_you_mean
@@ -131,7 +132,7 @@ def vendor_options(args: argparse.Namespace, backends: list[Backend]) -> dict[st
         backend, option = declared[name]
         values[name] = option.from_text(backend.name, text)
     if args.target:
-        targets = [(b, o) for b in backends for o in b.options if o.target]
+        targets = [(b, o) for b in backends for o in b.settings.options(PARTITION) if o.hardware]
         if not targets:
             raise PartitionError(f"--target {args.target}: none of {[b.name for b in backends]} comes in configurations")
         for backend, option in targets:

@@ -7,6 +7,7 @@ import argparse
 from byoc.backend.datasheet import datasheet
 from byoc.backend.options import Option
 from byoc.backend.registry import backend_origin, get_backend, list_backends, missing_vendors
+from byoc.backend.settings import BUILD
 from byoc.flow import declared_options
 
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  partitions here, does not build here: {missing}")
         for option in declared_options(backend):
             print(_describe(f"--option {option.name}", option))
-        for option in backend.build_options:
+        for option in backend.settings.options(BUILD):
             print(_describe(f"--backend-option {name}.{option.name}", option))
     for name, reason in sorted(missing_vendors().items()):
         print(f"{name}: not installed here: {reason}")

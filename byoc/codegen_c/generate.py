@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from byoc.backend.settings import VendorSettings
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.symbolic_shapes import SymbolicDim, SymbolicShapeError, array_storage, c_variable, names_of, read_shape, value_at
 from byoc.codegen_json.references import GraphKernel, kernels, ref_key, tensor_refs, value_spec
@@ -141,9 +142,9 @@ def _dense_bytes(buffer: CBuffer) -> int | SymbolicDim:
 
 
 class _Generator:
-    def __init__(self, graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> None:
+    def __init__(self, graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray], settings: VendorSettings) -> None:
         self.graph = graph
-        self.options = options
+        self.settings = settings
         self.library = library
         self.constants = constants
         self.symbol = graph["symbol"]
@@ -278,7 +279,7 @@ class _Generator:
         self.remade.append(bool(self.kernel_names[-1]) or any(self.remade[p] for p in producers))
         return KernelCall(
             self.symbol, f"k{position}", kernel.pattern, kernel.nodes, inputs, outputs, constants, arg_buffers, self.graph,
-            node_outputs=node_outputs, options=self.options, readers=self.readers,
+            node_outputs=node_outputs, settings=self.settings, readers=self.readers,
         )
 
     def _emit(self, position: int, kernel: GraphKernel) -> KernelCode:
@@ -555,8 +556,8 @@ def _indent(code: str) -> str:
 
 
 def generate_c_source(
-    graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray], options: Mapping[str, Any] | None = None
+    graph: Mapping[str, Any], library: CLibrary, constants: Mapping[str, np.ndarray], settings: VendorSettings | None = None
 ) -> str:
-    """C source for one region, calling `library` through its emitters; `options` are the
-    backend's build options, which emitters may read."""
-    return _Generator(graph, library, constants, options or {}).source()
+    """C source for one region, calling `library` through its emitters, which may read the
+    vendor's `settings`."""
+    return _Generator(graph, library, constants, settings or VendorSettings()).source()

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from byoc.backend.settings import VendorSettings
+
 C_TYPES = {
     "float32": "float",
     "float64": "double",
@@ -57,7 +59,7 @@ class KernelCall:
     graph: Mapping[str, Any] = field(default_factory=dict)  # the whole region, for emitters that look around
     # per node, per output: its buffer, "internal" ones (read by nobody outside) included
     node_outputs: list[list[CBuffer]] = field(default_factory=list)
-    options: Mapping[str, Any] = field(default_factory=dict)  # the backend's build options
+    settings: VendorSettings = field(default_factory=VendorSettings)  # the vendor's settings
     readers: Mapping[tuple, list[dict[str, Any]]] = field(default_factory=dict)  # by value ("node", id, index): the region's nodes reading it
 
     def node(self, op: str) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from byoc.backend.codegen import TARGET_ATTR, Codegen, RegionCode, RegionSignature, RegionSource, vendor_call
+from byoc.backend.codegen import Codegen, RegionCode, RegionSignature, RegionSource, vendor_call
 from byoc.backend.engine import Engine
+from byoc.backend.settings import VendorSettings
 from byoc.codegen_json.references import value_spec
 from byoc.codegen_json.schema import load_graph
 
@@ -22,10 +23,12 @@ Constants = Mapping[str, np.ndarray]
 
 @dataclass(frozen=True)
 class JsonRuntime(Codegen):
-    """`build_engine(graph, constants, options)` makes the engine of one region.
+    """`build_engine(graph, constants, settings)` makes the engine of one region, with the
+    vendor's settings (its `VendorSettings`: those the region was partitioned with, under the
+    build and load settings).
 
     When `save_engine` and `load_engine` are given, built engines are cached on disk under a key
-    that covers the graph, the constants, the options and `version` (the vendor library's
+    that covers the graph, the constants, the settings and `version` (the vendor library's
     version), so an expensive build is done once per machine. A saved engine is often bound to
     the machine that built it (a TensorRT plan to its GPU model and TensorRT release):
     `environment()` describes what it is bound to here ({"tensorrt": "10.13.0", "gpu": ...}).
@@ -36,10 +39,10 @@ class JsonRuntime(Codegen):
     kind: ClassVar[str] = "json"
     extension: ClassVar[str] = "json"
 
-    build_engine: Callable[[JsonGraph, Constants, dict], Engine]
+    build_engine: Callable[[JsonGraph, Constants, VendorSettings], Engine]
     version: str
     save_engine: Callable[[Engine], bytes] | None = None
-    load_engine: Callable[[bytes, JsonGraph, Constants, dict], Engine] | None = None
+    load_engine: Callable[[bytes, JsonGraph, Constants, VendorSettings], Engine] | None = None
     environment: Callable[[], dict[str, str]] | None = None
 
     @property
@@ -47,16 +50,13 @@ class JsonRuntime(Codegen):
         return self.version
 
     def generate(self, region: RegionSource) -> RegionCode:
-        graph = region.graph
-        target = region.settings.get(TARGET_ATTR)
-        if target:  # the configuration the engine is built for (TensorRT's version, precision)
-            graph = {**graph, "target": target}
-        payload = json.dumps(graph, sort_keys=True, separators=(",", ":")).encode()
+        payload = json.dumps(region.graph, sort_keys=True, separators=(",", ":")).encode()
         return RegionCode(payload, "json", tuple(region.constants))
 
-    def make_engine(self, code: RegionCode, constants: Constants, options: dict, where: str) -> Engine:
+    def make_engine(self, code: RegionCode, constants: Constants, settings: VendorSettings, where: str,
+                    hardware_given: bool = True) -> Engine:
         graph = load_graph(code.payload, where)
-        return vendor_call(f"{where}: building the engine (build_engine) failed", self.build_engine, graph, constants, options)
+        return vendor_call(f"{where}: building the engine (build_engine) failed", self.build_engine, graph, constants, settings)
 
     @property
     def saves_engines(self) -> bool:
@@ -65,8 +65,8 @@ class JsonRuntime(Codegen):
     def saved_engine(self, engine: Engine) -> bytes:
         return self.save_engine(engine)
 
-    def engine_from_saved(self, saved: bytes, code: RegionCode, constants: Constants, options: dict, where: str) -> Engine:
-        return self.load_engine(saved, load_graph(code.payload, where), constants, options)
+    def engine_from_saved(self, saved: bytes, code: RegionCode, constants: Constants, settings: VendorSettings, where: str) -> Engine:
+        return self.load_engine(saved, load_graph(code.payload, where), constants, settings)
 
     def machine(self) -> dict[str, str]:
         """What a saved engine is bound to on this machine (empty when nothing is declared)."""

@@ -11,6 +11,7 @@ import platform
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,9 +19,20 @@ import tvm
 from tvm import relax
 
 from byoc.backend.arrays import aligned
+from byoc.backend.settings import BUILD, VendorSettings, setting
 from byoc.codegen_json.to_relax import graph_to_relax
 
 TARGET = "llvm"
+
+
+@dataclass(frozen=True)
+class TvmSettings(VendorSettings):
+    """The settings of regions TVM compiles (the reference vendor's)."""
+
+    target: str = setting(TARGET, "the TVM target regions are compiled for", applies=BUILD)
+
+
+DEFAULT_SETTINGS = TvmSettings()
 # TVM's VirtualMachine constructor is not thread-safe: threads creating VMs at once aborted the
 # process (SIGABRT in _setup_device). Creation is once per thread, so one lock costs nothing.
 _VM_CREATION = threading.Lock()
@@ -58,9 +70,12 @@ class TvmEngine:
             np.copyto(out, np.from_dlpack(value))
 
 
-def build_engine(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: dict) -> TvmEngine:
+def build_engine(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], settings: VendorSettings) -> TvmEngine:
+    """The region compiled by TVM: for the target `settings` name (TvmSettings), else LLVM for
+    this CPU (a vendor that runs its regions through TVM with settings of its own)."""
     func = graph_to_relax(graph, constants)
-    executable = relax.build(tvm.IRModule({"main": func}), target=options.get("target", TARGET))
+    target = settings.target if isinstance(settings, TvmSettings) else TARGET
+    executable = relax.build(tvm.IRModule({"main": func}), target=target)
     return TvmEngine(executable)
 
 
@@ -77,7 +92,7 @@ def save_engine(engine: TvmEngine) -> bytes:
             return f.read()
 
 
-def load_engine(blob: bytes, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: dict) -> TvmEngine:
+def load_engine(blob: bytes, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], settings: VendorSettings) -> TvmEngine:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "engine.so")
         with open(path, "wb") as f:

@@ -1,8 +1,10 @@
 """The API of a vendor's own binary format (paper section 3.3, option 3).
 
-At compile time `serialize(graph, constants, options)` turns the region (its JSON graph and
-constants) into the vendor's bytes; at load time `deserialize(payload, options)` turns them into
-an engine. byoc wraps the bytes in a checked container and stores them in the artifact.
+At compile time `serialize(graph, constants, settings)` turns the region (its JSON graph and
+constants) into the vendor's bytes; at load time `deserialize(payload, settings)` turns them into
+an engine, with the vendor's settings (its `VendorSettings`). byoc wraps the bytes in a checked
+container, which records the hardware they are built for (`settings.hardware()`), and stores
+them in the artifact.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from byoc.backend.codegen import Codegen, RegionCode, RegionSignature, RegionSource, vendor_call
 from byoc.backend.engine import Engine
+from byoc.backend.settings import VendorSettings
 from byoc.custom_formats.container import read_header, unwrap, wrap
 
 Graph = Mapping[str, Any]
@@ -28,16 +31,12 @@ class CustomFormat(Codegen):
 
     name: str
     version: int
-    serialize: Callable[[Graph, Mapping[str, np.ndarray], dict], bytes]
-    deserialize: Callable[[bytes, dict], Engine]
-    # The accelerator configuration a blob is built for (e.g. "ethos-u55-256"), from the build
-    # options and region attributes; at load, None (not configured) accepts any blob, and any
-    # other configuration refuses blobs built for another one.
-    config: Callable[[dict], str | None] = lambda options: None
+    serialize: Callable[[Graph, Mapping[str, np.ndarray], VendorSettings], bytes]
+    deserialize: Callable[[bytes, VendorSettings], Engine]
     readable_versions: tuple[int, ...] = ()
     # What the vendor knows about a serialized region at build time (estimated cycles, memory
     # use); it goes into the artifact and the model's report.
-    describe: Callable[[bytes, dict], dict] | None = None
+    describe: Callable[[bytes, VendorSettings], dict] | None = None
 
     def versions(self) -> tuple[int, ...]:
         return self.readable_versions or (self.version,)
@@ -47,17 +46,18 @@ class CustomFormat(Codegen):
         return f"{self.name}-{self.version}"
 
     def generate(self, region: RegionSource) -> RegionCode:
-        settings = dict(region.settings)
+        settings = region.settings
         raw = self.serialize(region.graph, region.constants, settings)
-        payload = wrap(raw, self.name, self.version, region.symbol, region.backend, self.config(settings) or "",
+        payload = wrap(raw, self.name, self.version, region.symbol, region.backend, settings.hardware(),
                        [[list(shape), dtype] for shape, dtype in region.inputs], [[list(shape), dtype] for shape, dtype in region.outputs])
         # The blob carries its constants: none go to byoc's constant store.
         return RegionCode(payload, self.name, (), self.describe(raw, settings) if self.describe else {})
 
-    def make_engine(self, code: RegionCode, constants, options: dict, where: str) -> Engine:
-        config = vendor_call(f"{where}: the vendor's options ({self.name}.config) failed", self.config, options)
-        _, payload = unwrap(code.payload, self.name, self.versions(), where, config=config)
-        return vendor_call(f"{where}: loading the vendor's binary ({self.name}.deserialize) failed", self.deserialize, payload, options)
+    def make_engine(self, code: RegionCode, constants, settings: VendorSettings, where: str, hardware_given: bool = True) -> Engine:
+        # A blob built for other hardware than the settings name is refused, not run.
+        hardware = vendor_call(f"{where}: the vendor's settings (hardware()) failed", settings.hardware) if hardware_given else None
+        _, payload = unwrap(code.payload, self.name, self.versions(), where, config=hardware)
+        return vendor_call(f"{where}: loading the vendor's binary ({self.name}.deserialize) failed", self.deserialize, payload, settings)
 
     @classmethod
     def check_code(cls, payload: bytes, expected: RegionSignature, where: str) -> None:

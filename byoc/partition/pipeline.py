@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 import tvm
 from tvm import relax
 
-from byoc.backend.codegen import SETTINGS_ATTR, TARGET_ATTR
+from byoc.backend.codegen import SETTINGS_ATTR
 from byoc.backend.cost import CostRules
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
@@ -133,7 +133,7 @@ def _partition(mod: tvm.IRModule, backends, placement: Mapping[str, str] | None,
     partitioned = outline_regions(grouped, plans)
     if takes_float16:
         partitioned, record.float16_in_float32 = float16_in_float32(partitioned)
-    partitioned = _tag_targets(partitioned, ordered)
+    partitioned = _tag_settings(partitioned, ordered)
     return partitioned.with_attr(PARTITION_ATTR, json.dumps(record.to_dict()))
 
 
@@ -176,17 +176,17 @@ def _member_ops(members) -> list[list]:
     return [[node.name, list(node.op_names), node.macs] for node in members if node.op_names]
 
 
-def _tag_targets(mod: tvm.IRModule, backends: list[Backend]) -> tvm.IRModule:
-    """Regions carry to code generation the hardware configuration their backend stands for,
-    and the option values it was configured with (build configures it with them again)."""
-    tags = {b.name: {TARGET_ATTR: b.target} if b.target else {} for b in backends}
+def _tag_settings(mod: tvm.IRModule, backends: list[Backend]) -> tvm.IRModule:
+    """Regions carry to code generation the settings their backend was made for (build makes
+    it from them again); a vendor without settings records none."""
+    tags: dict[str, dict[str, str]] = {b.name: {} for b in backends}
     for b in backends:
-        if b.settings:
+        if b.settings.declared():
             try:
-                tags[b.name][SETTINGS_ATTR] = json.dumps(dict(b.settings), sort_keys=True)
+                tags[b.name][SETTINGS_ATTR] = b.settings.to_json(b.name)
             except TypeError as error:
-                raise PartitionError(f"backend {b.name!r}: its option values are recorded on its regions as JSON, and "
-                                     f"{dict(b.settings)!r} is not JSON ({error})") from error
+                raise PartitionError(f"backend {b.name!r}: its settings are recorded on its regions as JSON, and "
+                                     f"{b.settings!r} is not JSON ({error})") from error
     if not any(tags.values()):
         return mod
     tagged = mod.clone()

@@ -30,7 +30,8 @@ def backend_version(backend: Backend | None) -> str:
     """The library a backend's timings depend on; the host's is TVM's."""
     if backend is None:
         return f"host tvm {tvm.__version__}"
-    return f"{backend.name} {backend.library_version()} {backend.target}".strip()
+    changed = backend.settings.changed()  # settings other than its defaults change what is timed
+    return f"{backend.name} {backend.library_version()} {json.dumps(changed, sort_keys=True) if changed else ''}".strip()
 
 
 def content_hash(mod: tvm.IRModule) -> str:

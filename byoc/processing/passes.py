@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from byoc.backend.region_pass import Constants, Graph, RegionContext, RegionPass
+from byoc.backend.settings import VendorSettings
 from byoc.errors import RequantizationWarning, SaturationWarning
 from byoc.processing.adopt import adopt_model_quantization, holds_model_quantization, requantization
 from byoc.processing.cast import to_float16
@@ -55,12 +56,15 @@ class Int8InFloat32Pass:
 
     name = "int8 in float32 where it saturates"
 
-    def __init__(self, saturates: Saturates, float_pattern: Callable[[str], str | None], option: str, feature: str) -> None:
-        # `option`: the build option that keeps the int8 kernels as they are when it is "int8"
-        self.saturates, self.float_pattern, self.option, self.feature = saturates, float_pattern, option, feature
+    def __init__(self, saturates: Saturates, float_pattern: Callable[[str], str | None], keeps_int8: Callable[[Any], bool],
+                 feature: str, option: str) -> None:
+        # `keeps_int8(settings)`: whether the vendor's settings keep the int8 kernels as they are;
+        # `option` is how a user says so, named in the warning
+        self.saturates, self.float_pattern, self.keeps_int8 = saturates, float_pattern, keeps_int8
+        self.feature, self.option = feature, option
 
     def __call__(self, graph, constants, context):
-        if context.options.get(self.option) == "int8":
+        if self.keeps_int8(context.settings):
             return graph, constants
         chosen = saturating_kernels(graph, constants, self.saturates)
         kept = list(chosen.values())
@@ -79,18 +83,18 @@ class Int8InFloat32Pass:
 
 
 class QuantizePass:
-    """Partial quantization with a configuration that may depend on the build options."""
+    """Partial quantization with a configuration that may depend on the vendor's settings."""
 
     name = "int8 quantization"
 
-    def __init__(self, config: QuantizationConfig | Callable[[Mapping[str, Any]], QuantizationConfig]) -> None:
+    def __init__(self, config: QuantizationConfig | Callable[[VendorSettings], QuantizationConfig]) -> None:
         self.config = config
 
-    def configure(self, options: Mapping[str, Any]) -> QuantizationConfig:
-        return self.config(options) if callable(self.config) else self.config
+    def configure(self, settings: VendorSettings | None) -> QuantizationConfig:
+        return self.config(settings) if callable(self.config) else self.config
 
     def __call__(self, graph, constants, context):
-        config = self.configure(context.options)
+        config = self.configure(context.settings)
         if holds_model_quantization(graph):
             return self._model_quantization(graph, constants, context, config)
         text = context.attrs.get(CALIBRATION_ATTR)
@@ -138,14 +142,14 @@ def passes_before_quantization(processing: list[RegionPass]) -> list[RegionPass]
     return list(processing)
 
 
-def default_calibration_method(processing: list[RegionPass], options: Mapping[str, Any]) -> str:
+def default_calibration_method(processing: list[RegionPass], settings: VendorSettings | None) -> str:
     """The calibration method a backend's quantization asks for."""
     for step in processing:
         if isinstance(step, QuantizePass):
-            return step.configure(options).calibration_method
+            return step.configure(settings).calibration_method
     return "minmax"
 
 
-def needs_calibration(processing: list[RegionPass], options: Mapping[str, Any] | None = None) -> bool:
+def needs_calibration(processing: list[RegionPass], settings: VendorSettings | None = None) -> bool:
     """Whether a backend's processing quantizes with scales from calibration at compile time."""
-    return any(isinstance(step, QuantizePass) and step.configure(options or {}).calibration == "static" for step in processing)
+    return any(isinstance(step, QuantizePass) and step.configure(settings).calibration == "static" for step in processing)

@@ -270,6 +270,7 @@ class _Reader:
                 format_name=entry["format_name"],
                 info=entry["info"],
                 constant_specs=[TensorSpec(s["name"], tuple(s["shape"]), s["dtype"]) for s in entry["constant_specs"]],
+                settings=entry.get("settings"),
             )
             check_region(artifact, store, where)
             artifacts.append(artifact)

@@ -55,6 +55,9 @@ class RegionArtifact:
     # The shape and dtype the region's code expects of each constant, in `constants` order:
     # checked on load against the stored arrays, and by C regions themselves when initialised.
     constant_specs: list[TensorSpec] = field(default_factory=list)
+    # The vendor's settings the code was generated with (`VendorSettings.to_json`): engines are
+    # made with them at load. None in an artifact made before regions recorded them.
+    settings: dict | None = None
 
     @property
     def linked_into_host(self) -> bool:
@@ -72,6 +75,8 @@ class RegionArtifact:
         data = asdict(self)
         del data["payload"]
         data["payload_bytes"] = len(self.payload)
+        if self.settings is None:
+            del data["settings"]
         return data
 
 

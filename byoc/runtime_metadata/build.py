@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -16,6 +17,7 @@ from tvm import relax
 from byoc.backend.codegen import SETTINGS_ATTR
 from byoc.backend.engine import EngineContext
 from byoc.backend.registry import backend_origin, checked_backend_options, get_backend
+from byoc.backend.settings import VendorSettings
 from byoc.backend.spec import Backend
 from byoc.cache_dirs import default_cache_dir
 from byoc.codegen_c.generate import init_symbol
@@ -126,33 +128,40 @@ def _fall_back(message: str, symbol: str, regions: dict[str, RegionRecord]) -> N
 
 
 def _region_backends(mod: tvm.IRModule, overrides: Mapping[str, Backend]) -> dict[str, Backend | None]:
-    """Each vendor with regions in `mod`, configured with the settings its regions record (the
-    backend that partitioned them), or None when no such vendor is registered here."""
-    found: dict[str, Backend | None] = dict(overrides)  # used as given (calibration probes, tests)
+    """Each vendor with regions in `mod`, made for the settings its regions record (the backend
+    that partitioned them), or None when no such vendor is registered here. A backend given for
+    this build (calibration probes, tests) is used as given, with the settings recorded for it."""
+    found: dict[str, Backend | None] = dict(overrides)
+    made: set[str] = set()
     for _, name, func in region_functions(mod):
-        if name in found:
+        if name in made:
             continue
-        backend = _registered(name)
-        settings = func.attrs.get(SETTINGS_ATTR)
-        found[name] = backend.configured(json.loads(str(settings))) if backend is not None and settings is not None else backend
+        made.add(name)
+        backend = overrides.get(name) or _registered(name)
+        record = func.attrs.get(SETTINGS_ATTR)
+        if backend is None or record is None or not backend.settings.declared():
+            found[name] = backend
+            continue
+        settings = type(backend.settings).from_json(name, str(record), BuildError)
+        found[name] = dataclasses.replace(backend, settings=settings) if name in overrides else backend.with_settings(settings)
     return found
 
 
-def _symbolic(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
+def _symbolic(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, settings: VendorSettings,
               dims: Mapping[str, DimRange]) -> RegionArtifact:
-    artifact = generate_symbolic(func, region, backend, store, options, dims)
+    artifact = generate_symbolic(func, region, backend, store, settings, dims)
     region.symbolic = True
     region.variants = {SYMBOLIC: artifact.symbol}
     return artifact
 
 
-def _per_shape(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
+def _per_shape(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, settings: VendorSettings,
                buckets: list[dict[str, int]]) -> list[RegionArtifact]:
     """One variant per value of the dimensions the region uses (buckets that differ only in
     others share it)."""
     region.symbolic = False
     keyed = {region.key(values): values for values in buckets}
-    generated = [generate_variant(func, region, values, backend, store, options) for values in keyed.values()]
+    generated = [generate_variant(func, region, values, backend, store, settings) for values in keyed.values()]
     region.variants = {key: artifact.symbol for key, artifact in zip(keyed, generated)}
     return generated
 
@@ -397,25 +406,30 @@ class _Build:
                           f"0 of {macs:,} MACs offloaded (see compiled.report() for each reason)", stacklevel=3)
 
     # ------------------------------------------------------------ the steps' parts
+    def _settings(self, backend: Backend) -> VendorSettings:
+        """The vendor's settings its regions are generated and run with: those they were
+        partitioned with, under the build settings the user gave."""
+        return backend.build_settings(self.backend_options.get(backend.name, {}))
+
     def _generate(self, symbol: str, backend_name: str, func: relax.Function) -> None:
         backend = self.configured.get(backend_name)
         missing = backend.missing_part() if backend is not None else None
         if missing:  # not a code generation failure to fall back from: the machine lacks the vendor's part
             raise BuildError(f"region {symbol} ({backend_name}) cannot be built on this machine: {missing}")
-        options = self.backend_options.get(backend_name, {})
         try:
             backend = backend or get_backend(backend_name)
+            settings = self._settings(backend)
             if is_shape_specialised(func):
                 region = self.specialised[symbol] = _specialised(func, symbol, backend_name, self.store)
                 if backend.symbolic_shapes:
                     try:
-                        self.artifacts.append(_symbolic(func, region, backend, self.store, options, self.dims))
+                        self.artifacts.append(_symbolic(func, region, backend, self.store, settings, self.dims))
                         return
                     except Exception as error:  # generated per shape instead, as for any backend
                         region.per_shape_reason = f"{type(error).__name__}: {error}"
-                self.artifacts += _per_shape(func, region, backend, self.store, options, self.buckets)
+                self.artifacts += _per_shape(func, region, backend, self.store, settings, self.buckets)
             else:
-                self.artifacts.append(generate_region(func, symbol, backend, self.store, options))
+                self.artifacts.append(generate_region(func, symbol, backend, self.store, settings))
         except Exception as error:
             self.specialised.pop(symbol, None)
             self._generation_failed(symbol, backend_name, error)
@@ -440,9 +454,10 @@ class _Build:
             artifact = next(a for a in self.artifacts if a.symbol == symbol)
             if artifact.linked_into_host:  # no engine: checked when the host library initialises it, at each dimension's opt
                 continue
-            backend, options = self.configured[region.backend], self.backend_options.get(region.backend, {})
+            backend = self.configured[region.backend]
             try:
-                self.records[symbol] = create_engine(artifact, backend, self.store, options, self.cache, EngineContext(symbol, sole_work))
+                self.records[symbol] = create_engine(artifact, backend, self.store, self._settings(backend), self.cache,
+                                                     EngineContext(symbol, sole_work))
                 check_engine(self.records[symbol].engine, artifact, f"region {symbol} ({region.backend})", opt)
             except Exception as error:
                 self.records.pop(symbol, None)
@@ -457,8 +472,9 @@ class _Build:
                 continue
             where = f"region {artifact.symbol} ({artifact.backend})"
             try:
-                record = create_engine(artifact, self.configured[artifact.backend], self.store,
-                                       self.backend_options.get(artifact.backend, {}), self.cache, EngineContext(artifact.symbol, sole_work))
+                backend = self.configured[artifact.backend]
+                record = create_engine(artifact, backend, self.store, self._settings(backend), self.cache,
+                                       EngineContext(artifact.symbol, sole_work))
                 check_engine(record.engine, artifact, where)
             except EngineError as error:  # the vendor's failure; an OptionError is the user's, and raised
                 if self.strict:
@@ -498,8 +514,8 @@ class _Build:
         region.per_shape_reason = reason
         self.artifacts[:] = [a for a in self.artifacts if a.symbol != region.variants[SYMBOLIC]]
         try:
-            self.artifacts += _per_shape(self.functions[region.symbol], region, self.configured[region.backend], self.store,
-                                         self.backend_options.get(region.backend, {}), self.buckets)
+            backend = self.configured[region.backend]
+            self.artifacts += _per_shape(self.functions[region.symbol], region, backend, self.store, self._settings(backend), self.buckets)
         except Exception as error:
             self._generation_failed(region.symbol, region.backend, error)
             del self.specialised[region.symbol]

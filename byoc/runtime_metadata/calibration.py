@@ -59,7 +59,7 @@ class _ProbeEngine:
         self.extra = [(k.index, i, o) for k in self.kernels for i, (ref, o) in enumerate(zip(k.output_refs(), k.result["outputs"]))]
         probe = dict(graph)
         probe["outputs"] = [*graph["outputs"], *(ref for k in self.kernels for ref in k.output_refs())]
-        self.engine = tvm_engine.build_engine(probe, constants, {})
+        self.engine = tvm_engine.build_engine(probe, constants, tvm_engine.DEFAULT_SETTINGS)
         self.ranges = ranges
         self.lock = threading.Lock()
 
@@ -90,7 +90,7 @@ class _RequantizationProbe:
     the device would, and adds up how far apart the two are."""
 
     def __init__(self, model: tuple[dict, dict], device: tuple[dict, dict], errors: _Requantization) -> None:
-        self.engines = [tvm_engine.build_engine(graph, constants, {}) for graph, constants in (model, device)]
+        self.engines = [tvm_engine.build_engine(graph, constants, tvm_engine.DEFAULT_SETTINGS) for graph, constants in (model, device)]
         self.errors = errors
         self.lock = threading.Lock()
 
@@ -106,13 +106,15 @@ class _RequantizationProbe:
 
 def _probe_backend(collected: dict[str, _Ranges], requantized: dict[str, _Requantization], target: Backend,
                    options: Mapping[str, Any], method: str) -> Backend:
+    # `options`: the region symbols to calibrate ("targets") and to measure ("measured"), and
+    # each shape variant's region ("variant_of")
     before = passes_before_quantization(target.processing)
 
-    def build_engine(graph, constants, _options):
+    def build_engine(graph, constants, _settings):
         # A shape-specialised region is probed per shape (`vitis_ai_0__batch4`); its ranges are
         # the region's, over every shape calibrated.
         symbol = options["variant_of"].get(graph["symbol"], graph["symbol"])
-        context = RegionContext(graph["symbol"], target.name, {}, options["build"])
+        context = RegionContext(graph["symbol"], target.name, {}, target.settings)
         if symbol in options["measured"]:
             model = apply_passes(before, graph, constants, context)
             with warnings.catch_warnings(record=True) as warned:
@@ -122,7 +124,7 @@ def _probe_backend(collected: dict[str, _Ranges], requantized: dict[str, _Requan
                 except CodegenError:
                     # The device cannot take the region as the model quantizes it: nothing to
                     # measure here; the build falls back for it with the reason (or refuses under strict).
-                    return tvm_engine.build_engine(*model, {})
+                    return tvm_engine.build_engine(*model, tvm_engine.DEFAULT_SETTINGS)
             requantizes = False
             for warning in warned:  # any other warning reaches the user as it would have
                 if issubclass(warning.category, RequantizationWarning):
@@ -130,7 +132,7 @@ def _probe_backend(collected: dict[str, _Ranges], requantized: dict[str, _Requan
                 else:
                     warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
             if not requantizes:
-                return tvm_engine.build_engine(*model, {})  # the device holds the model's scales: nothing to measure
+                return tvm_engine.build_engine(*model, tvm_engine.DEFAULT_SETTINGS)  # the device holds the model's scales: nothing to measure
             return _RequantizationProbe(model, device, requantized.setdefault(symbol, _Requantization()))
         if symbol in options["targets"] and before:
             graph, constants = apply_passes(before, graph, constants, context)
@@ -146,15 +148,14 @@ def calibrate(
     backend: str | Backend,
     samples: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]],
     max_samples: int | None = None,
-    options: Mapping[str, Any] | None = None,
     method: str | None = None,
 ) -> tvm.IRModule:
     """`mod` with the ranges of `backend`'s regions over `samples` attached to them. Ranges are
     taken on the region graphs as the backend's processing passes before quantization leave
-    them; `options` are the backend's build options those passes may read. `method` turns the
-    values seen into ranges (`byoc.processing.ranges`); by default the backend's own."""
+    them (with the backend's settings). `method` turns the values seen into ranges
+    (`byoc.processing.ranges`); by default the backend's own."""
     target = get_backend(backend)
-    method = method or default_calibration_method(target.processing, options or {})
+    method = method or default_calibration_method(target.processing, target.settings)
     if method not in METHODS:
         raise QuantizationError(f"unknown calibration method {method!r}; the methods are {', '.join(METHODS)}")
     regions = [(symbol, func) for symbol, name, func in region_functions(mod) if name == target.name]
@@ -172,7 +173,7 @@ def calibrate(
     variant_of: dict[str, str] = {}
     requantized: dict[str, _Requantization] = {}
     probe_backend = _probe_backend(collected, requantized, target, {"targets": set(targets), "measured": set(measured),
-                                                                    "build": dict(options or {}), "variant_of": variant_of}, method)
+                                                                    "variant_of": variant_of}, method)
     # Lazy: the probe's engines are byoc's own recorders, and a build-time trial run would be
     # recorded as a calibration sample.
     compiled = build(probe, backends={PROBE_BACKEND: probe_backend}, engines="lazy")

@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import tvm
@@ -19,6 +20,7 @@ import tvm_ffi
 from tvm import relax
 
 from byoc.backend.engine import EngineContext
+from byoc.backend.settings import BUILD, VendorSettings
 from byoc.backend.spec import Backend
 from byoc.codegen_json.symbolic_dims import SymbolicDimError, is_symbolic, shape_at
 from byoc.errors import ArtifactError, ByocError, EngineError
@@ -62,6 +64,16 @@ class FailureRecord:
         return error
 
 
+def region_settings(backend: Backend, recorded: Mapping[str, Any] | None, values: Mapping[str, Any]) -> tuple[VendorSettings, bool]:
+    """The vendor's settings a region's engine is made with: those its code was generated with
+    (`recorded`, or the vendor's own in an artifact made before regions recorded them) under the
+    build and load settings `values`; and whether they name the hardware the code must be bound
+    to (recorded, or a hardware setting among `values`)."""
+    settings = type(backend.settings).from_record(backend.name, recorded, ArtifactError) if recorded is not None else backend.settings
+    hardware = {d.name for d in settings.declared(BUILD) if d.spec.hardware}
+    return settings.replaced(backend.name, values, BUILD), recorded is not None or bool(hardware & set(values))
+
+
 class RegionRuntime:
     """The callable the VM invokes for one region; creates the engine on first use."""
 
@@ -70,12 +82,13 @@ class RegionRuntime:
         artifact: RegionArtifact,
         backend: Backend,
         store: ConstantStore,
-        options: dict,
+        settings: VendorSettings,
         cache: EngineCache | None,
         embedded: EmbeddedEngine | None = None,
         strict_engines: bool = False,
         sole_work: bool = False,
         record: EngineRecord | None = None,
+        hardware_given: bool = True,
     ) -> None:
         self.artifact = artifact
         self.context = EngineContext(artifact.symbol, sole_work)
@@ -83,7 +96,7 @@ class RegionRuntime:
         self.strict_engines = strict_engines
         self.backend = backend
         self.store = store
-        self.options = options
+        self.settings, self.hardware_given = settings, hardware_given  # see `region_settings`
         self.cache = cache
         self.record = record  # made and checked by `build`, or made on first use
         self.times: RegionTimes | None = None  # set while profiling
@@ -101,8 +114,8 @@ class RegionRuntime:
         if self.record is None:
             with self._lock:
                 if self.record is None:
-                    self.record = create_engine(self.artifact, self.backend, self.store, self.options, self.cache,
-                                                self.context, self.embedded, self.strict_engines)
+                    self.record = create_engine(self.artifact, self.backend, self.store, self.settings, self.cache,
+                                                self.context, self.embedded, self.strict_engines, self.hardware_given)
         return self.record
 
     def _check(self, arrays: list[np.ndarray]) -> None:

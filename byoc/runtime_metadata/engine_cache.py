@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from byoc.backend.settings import VendorSettings
 from byoc.errors import CacheError
 from byoc.runtime_metadata.artifact_types import RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
@@ -28,14 +29,14 @@ _MAGIC = b"BYOCENG2"
 _LAYOUT = struct.Struct("<32sQ64s")
 
 
-def engine_cache_key(artifact: RegionArtifact, store: ConstantStore, options: dict,
+def engine_cache_key(artifact: RegionArtifact, store: ConstantStore, settings: VendorSettings,
                      environment: Mapping[str, str] | None = None) -> str:
     digest = hashlib.sha256()
     description = {
         "backend": artifact.backend,
         "vendor_version": artifact.vendor_version,
         "environment": dict(environment or {}),
-        "options": options,
+        "options": settings.changed(),  # the vendor's settings other than its defaults
         "constants": [store.key(name) for name in artifact.constants],
         "inputs": [[list(spec.shape), spec.dtype] for spec in artifact.inputs],
     }

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from byoc.backend.codegen import Codegen
 from byoc.backend.engine import Engine, EngineContext, creating_engine
+from byoc.backend.settings import VendorSettings
 from byoc.backend.spec import Backend
 from byoc.errors import CacheError, EngineError
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
@@ -37,28 +38,30 @@ def create_engine(
     artifact: RegionArtifact,
     backend: Backend,
     store: ConstantStore,
-    options: dict,
+    settings: VendorSettings,
     cache: EngineCache | None,
     context: EngineContext,
     embedded: EmbeddedEngine | None = None,
     strict: bool = False,
+    hardware_given: bool = True,
 ) -> EngineRecord:
-    """The region's engine, made by its code format (or read from the artifact or the disk
-    cache) while `context` tells the vendor about the model around the region. Build (which
-    checks it) and the runtime (on first use) both make engines here."""
+    """The region's engine, made by its code format with the vendor's `settings` (or read from
+    the artifact or the disk cache) while `context` tells the vendor about the model around the
+    region. Build (which checks it) and the runtime (on first use) both make engines here.
+    `hardware_given`: see `Codegen.make_engine`."""
     where = f"region {artifact.symbol} ({artifact.backend})"
     start = time.perf_counter()
     with creating_engine(context):
-        engine, source, saved = _engine(artifact, backend.codegen, store, options, cache, where, embedded, strict)
+        engine, source, saved = _engine(artifact, backend.codegen, store, settings, cache, where, embedded, strict, hardware_given)
     return EngineRecord(engine, time.perf_counter() - start, source, saved)
 
 
 def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: Backend, store: ConstantStore,
-                       options: dict) -> EmbeddedEngine | None:
+                       settings: VendorSettings) -> EmbeddedEngine | None:
     """The region's built engine as the artifact carries it, or None when its vendor cannot save
     engines (C regions, custom blobs and engines without `save_engine` are rebuilt at load).
     The saved bytes carry the region's cache key, so an engine moved to another region, or
-    loaded with other options, is refused rather than run."""
+    loaded with other settings, is refused rather than run."""
     codegen = backend.codegen
     if not codegen.saves_engines:
         return None
@@ -68,7 +71,7 @@ def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: 
         plan = record.saved if record.saved is not None else codegen.saved_engine(record.engine)
     except Exception as error:
         raise EngineError(f"{where}: saving the engine to embed it failed: {type(error).__name__}: {error}") from error
-    return EmbeddedEngine(pack_entry(engine_cache_key(artifact, store, options, environment), bytes(plan)), environment)
+    return EmbeddedEngine(pack_entry(engine_cache_key(artifact, store, settings, environment), bytes(plan)), environment)
 
 
 def machine(codegen: Codegen, where: str) -> dict[str, str]:
@@ -80,7 +83,7 @@ def machine(codegen: Codegen, where: str) -> dict[str, str]:
 
 
 def _embedded_engine(codegen: Codegen, embedded: EmbeddedEngine, key: str, here: dict[str, str], artifact, constants,
-                     options, where: str, strict: bool):
+                     settings, where: str, strict: bool):
     """The engine the artifact carries and its saved bytes, or None (with a warning) when it
     must be rebuilt."""
     there = embedded.environment
@@ -93,7 +96,7 @@ def _embedded_engine(codegen: Codegen, embedded: EmbeddedEngine, key: str, here:
     else:
         try:
             plan = unpack_entry(embedded.plan, key, "the engine embedded in the artifact")
-            return codegen.engine_from_saved(plan, artifact.code(), constants, options, where), plan
+            return codegen.engine_from_saved(plan, artifact.code(), constants, settings, where), plan
         except CacheError as error:
             problem = str(error)
         except Exception as error:
@@ -104,29 +107,29 @@ def _embedded_engine(codegen: Codegen, embedded: EmbeddedEngine, key: str, here:
     return None
 
 
-def _engine(artifact, codegen: Codegen, store, options, cache, where, embedded=None, strict=False):
+def _engine(artifact, codegen: Codegen, store, settings, cache, where, embedded=None, strict=False, hardware_given=True):
     """The region's engine, where it came from, and its saved bytes (when read or made)."""
     constants = store.subset(artifact.constants)
     cacheable = cache is not None and codegen.saves_engines
     if embedded is not None or cacheable:  # the key names the saved engine this region may use
         here = machine(codegen, where) if codegen.saves_engines else {}
-        key = engine_cache_key(artifact, store, options, here)
+        key = engine_cache_key(artifact, store, settings, here)
     if embedded is not None:
-        loaded = _embedded_engine(codegen, embedded, key, here, artifact, constants, options, where, strict)
+        loaded = _embedded_engine(codegen, embedded, key, here, artifact, constants, settings, where, strict)
         if loaded is not None:
             return loaded[0], "embedded", loaded[1]
     if cacheable:
         try:
             blob = cache.get(artifact.backend, key)
             if blob is not None:
-                return codegen.engine_from_saved(blob, artifact.code(), constants, options, where), "disk cache", blob
+                return codegen.engine_from_saved(blob, artifact.code(), constants, settings, where), "disk cache", blob
         except CacheError as error:
             warnings.warn(f"byoc: {where}: {error}; rebuilding the engine", stacklevel=4)
             cache.discard(artifact.backend, key)
         except Exception as error:
             warnings.warn(f"byoc: {where}: cached engine could not be loaded ({error}); rebuilding it", stacklevel=4)
             cache.discard(artifact.backend, key)
-    engine = codegen.make_engine(artifact.code(), constants, options, where)
+    engine = codegen.make_engine(artifact.code(), constants, settings, where, hardware_given)
     source = codegen.engine_source
     if cacheable:
         try:

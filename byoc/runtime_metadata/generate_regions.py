@@ -7,12 +7,14 @@ graph itself, C source, or the vendor's binary: see byoc.backend.codegen).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from tvm import relax
 
 from byoc.backend.codegen import RegionSource
+from byoc.backend.settings import VendorSettings
 from byoc.backend.spec import Backend
 from byoc.codegen_json.references import value_spec
 from byoc.codegen_json.serialize import region_to_json
@@ -32,18 +34,17 @@ def region_attrs(func: relax.Function) -> dict[str, str]:
     return {str(k): str(v) for k, v in (func.attrs or {}).items() if str(k).startswith("byoc.")}
 
 
-def generate_region(func: relax.Function, symbol: str, backend: Backend, store: ConstantStore, options: dict,
+def generate_region(func: relax.Function, symbol: str, backend: Backend, store: ConstantStore, settings: VendorSettings,
                     dims: Mapping[str, DimRange] | None = None) -> RegionArtifact:
-    """The region's code: for its static shapes, or, given the model's `dims`, once for every
-    shape in range (a backend that declares `symbolic_shapes`)."""
+    """The region's code with the vendor's `settings`: for its static shapes, or, given the
+    model's `dims`, once for every shape in range (a backend that declares `symbolic_shapes`)."""
     graph, constants = region_to_json(func, symbol, backend.name, dims)
     attrs = region_attrs(func)
-    context = RegionContext(symbol, backend.name, attrs, options)
+    context = RegionContext(symbol, backend.name, attrs, settings)
     if backend.processing:
         graph, constants = apply_passes(backend.processing, graph, constants, context)
     inputs = [TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in graph["inputs"]]
     outputs = _output_specs(graph)
-    settings = {**attrs, **options}  # region attributes (e.g. the target) under build options
     source = RegionSource(symbol, backend.name, graph, constants, settings, [(s.shape, s.dtype) for s in inputs],
                           [(s.shape, s.dtype) for s in outputs])
     code = backend.codegen.generate(source)
@@ -53,4 +54,5 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
         vendor_version=backend.library_version(), format_name=code.format_name, info={**code.info, **context.notes},
         constant_specs=[TensorSpec(name, tuple(graph["constants"][name]["shape"]), graph["constants"][name]["dtype"])
                         for name in code.constants],
+        settings=json.loads(settings.to_json(backend.name)),
     )

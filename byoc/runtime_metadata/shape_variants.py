@@ -12,6 +12,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from byoc.backend.settings import VendorSettings
 from byoc.backend.spec import Backend
 from byoc.errors import ArtifactError, ByocError
 from byoc.ir.dims import DimRange, function_dimensions, representative
@@ -111,18 +112,18 @@ def load_template(region: SpecialisedRegion, store: ConstantStore) -> tuple[rela
 
 
 def generate_variant(func: relax.Function, region: SpecialisedRegion, values: Mapping[str, int], backend: Backend,
-                     store: ConstantStore, options: dict) -> RegionArtifact:
+                     store: ConstantStore, settings: VendorSettings) -> RegionArtifact:
     """The region's code for one shape: generated as a static region is, with every named
     dimension at its value."""
     with representative(values):
-        return generate_region(func, region.variant_symbol(values), backend, store, options)
+        return generate_region(func, region.variant_symbol(values), backend, store, settings)
 
 
-def generate_symbolic(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
+def generate_symbolic(func: relax.Function, region: SpecialisedRegion, backend: Backend, store: ConstantStore, settings: VendorSettings,
                       dims: Mapping[str, DimRange]) -> RegionArtifact:
     """The region's code for every shape in range, its shapes symbolic (a backend that declares
     `symbolic_shapes`)."""
-    return generate_region(func, f"{region.symbol}__{SYMBOLIC}", backend, store, options, dims)
+    return generate_region(func, f"{region.symbol}__{SYMBOLIC}", backend, store, settings, dims)
 
 
 def through_dispatch(mod: tvm.IRModule, symbols: Iterable[str]) -> tvm.IRModule:

@@ -40,6 +40,7 @@ import tvm_ffi
 from tvm import relax
 
 from byoc.backend.codegen import Codegen
+from byoc.backend.settings import VendorSettings
 from byoc.backend.spec import Backend
 from byoc.codegen_c.generate import init_symbol
 from byoc.errors import ByocError, EngineError, InputError, ShapeVariantWarning
@@ -105,13 +106,13 @@ class SpecialisedRuntime:
     """The callable the host invokes for a shape-specialised region: the variant for the shapes
     of the tensors it is given, made on first use where none was built ahead."""
 
-    def __init__(self, region: SpecialisedRegion, backend: Backend, store: ConstantStore, options: dict,
+    def __init__(self, region: SpecialisedRegion, backend: Backend, store: ConstantStore, settings: VendorSettings,
                  ranges: Mapping[str, DimRange], ahead: Mapping[str, Callable], make_runtime: Callable[[RegionArtifact, ConstantStore], Callable],
                  max_shapes: int = DEFAULT_MAX_SHAPES, ahead_artifacts: Mapping[str, RegionArtifact] | None = None) -> None:
         self.region = region
-        self.backend = backend
+        self.backend = backend  # made for `settings`, with which variants are generated
         self.store = store
-        self.options = options
+        self.settings = settings
         self.ranges = {name: ranges[name] for name in region.dims if name in ranges}
         self.ahead = dict(ahead)  # variant key -> callable, built with the model
         self.ahead_artifacts = dict(ahead_artifacts or {})  # variant key -> its artifact
@@ -221,7 +222,7 @@ class SpecialisedRuntime:
         store = ConstantStore()
         try:
             named = {**values, **{alias: values[base] for alias, base in self._aliases.items()}}
-            artifact = generate_variant(self._function, self.region, named, self.backend, store, self.options)
+            artifact = generate_variant(self._function, self.region, named, self.backend, store, self.settings)
         except ByocError:
             raise
         except Exception as error:

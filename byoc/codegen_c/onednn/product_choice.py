@@ -31,11 +31,12 @@ import tvm_ffi
 
 from byoc.cache_dirs import library_cache_dir
 from byoc.codegen_c.onednn import library, openblas, threads
+from byoc.codegen_c.onednn.settings import DENSE_KERNELS
 from byoc.errors import BuildError
 from byoc.timing import machine_description
 
 KERNELS = ("onednn", "openblas")
-CHOICES = ("measured", *KERNELS)
+CHOICES = DENSE_KERNELS  # "measured", then KERNELS
 # OpenBLAS is chosen only where it takes at most this share of oneDNN's time: a closer race is
 # noise, and oneDNN keeps the fused post-ops and the layouts the rest of the region reads.
 MARGIN = 0.92

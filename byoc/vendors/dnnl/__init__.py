@@ -32,8 +32,9 @@ from tvm.relax.dpl import wildcard
 
 from byoc.annotate import fused_pattern, idioms
 from byoc.annotate.predicates import all_of
-from byoc.backend import Backend, CostRules, Limits, Option, register_backend
-from byoc.codegen_c.onednn import ELTWISE_OPS, LAYOUT_POLICIES, RESHAPES, emitters, library, onednn_library, product_choice
+from byoc.backend import Backend, CostRules, Limits, register_backend
+from byoc.codegen_c.onednn import ELTWISE_OPS, RESHAPES, emitters, library, onednn_library
+from byoc.codegen_c.onednn.settings import OnednnSettings
 from byoc.flow import partition_for
 from byoc.processing import Int8InFloat32Pass, UnsignedActivationsPass
 from byoc.vendors.dnnl import int8
@@ -80,19 +81,10 @@ dnnl = Backend(
     cost=CostRules(fallback_without_macs=True),
     # int8 activations computed as uint8, exactly (byoc.processing.unsigned); then, on a CPU without
     # VNNI, the int8 kernels that would saturate computed in float32 (byoc.processing.saturation)
-    processing=[UnsignedActivationsPass(), Int8InFloat32Pass(int8.saturates, _float_composite, "int8_without_vnni", "VNNI for oneDNN")],
-    build_options=[Option("layout", "activation layouts inside a region: follow the producer's, let each primitive "
-                          "choose, or follow only in regions with a grouped convolution (auto)", default="auto",
-                          choices=LAYOUT_POLICIES),
-                   Option("int8_without_vnni", "on a CPU without VNNI, an int8 kernel whose 16-bit sums could saturate (the "
-                          "model's weights beyond +-64, a signed source of a convolution, a product of two activations): computed "
-                          "in float32 from the model's weights and scales, exactly, or kept in int8 as onnxruntime does "
-                          "(2-2.25x faster on ResNet-18, MobileNetV2 and BERT, which lose 0.2-2.3% relative L2)", default="float32",
-                          choices=("float32", "int8")),
-                   Option("dense_kernel", "the kernel of a float32 dense product (constant 2-D weights): measured once per "
-                          "machine and shape, oneDNN's or OpenBLAS's sgemm, whichever is faster here (OpenBLAS's "
-                          "AVX2 kernels are up to 1.9x faster than oneDNN's), or the one named", default="measured",
-                          choices=product_choice.CHOICES)],
+    processing=[UnsignedActivationsPass(), Int8InFloat32Pass(int8.saturates, _float_composite,
+                                                       lambda settings: settings.int8_without_vnni == "int8", "VNNI for oneDNN",
+                                                       "int8_without_vnni")],
+    settings=OnednnSettings(),
     unavailable=lambda: None if library.installed() else f"oneDNN is not installed ({library.RUNTIME_PACKAGE}): pip install 'byoc[dnnl]'",
 )
 

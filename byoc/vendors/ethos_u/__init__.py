@@ -15,13 +15,14 @@ connected layers; ReLU and ReLU6 fused; tensor dimensions up to 65535; int8 thro
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import tvm
 
 from byoc.annotate.int8_cnn import declare_int8_cnn
 from byoc.annotate.predicates import shape
-from byoc.backend import Backend, Limits, Option, register_backend
-from byoc.backend.codegen import TARGET_ATTR
+from byoc.backend import Backend, Limits, register_backend
+from byoc.backend.settings import BUILD, PARTITION, VendorSettings, setting
 from byoc.backend.tolerance import INT8
 from byoc.custom_formats import CustomFormat
 from byoc.errors import CustomFormatError
@@ -32,24 +33,16 @@ from byoc.vendors.ethos_u.executor import EthosUExecutor
 from byoc.vendors.ethos_u.program import compile_program
 from byoc.vendors.ethos_u.vela_lowering import ACCELERATORS, lower
 
-DEFAULT_ACCELERATOR = "ethos-u55-256"
+
+@dataclass(frozen=True)
+class EthosUSettings(VendorSettings):
+    accelerator: str = setting("ethos-u55-256", "the Ethos-U configuration regions are compiled for; given at load, the one "
+                               "this machine has (a blob built for another is refused)", applies=(PARTITION, BUILD),
+                               choices=tuple(ACCELERATORS), hardware=True)
 
 
-def _accelerator(options: dict) -> str | None:
-    name = options.get("accelerator") or options.get(TARGET_ATTR)
-    if name:
-        _check_accelerator(name)
-    return name or None
-
-
-def _check_accelerator(name: str) -> str:
-    if name not in ACCELERATORS:
-        raise CustomFormatError(f"unknown Ethos-U accelerator {name!r}; known: {', '.join(ACCELERATORS)}")
-    return name
-
-
-def _serialize(graph, constants, options) -> bytes:
-    program = compile_program(graph, constants, _accelerator(options) or DEFAULT_ACCELERATOR)
+def _serialize(graph, constants, settings: EthosUSettings) -> bytes:
+    program = compile_program(graph, constants, settings.accelerator)
     return payload.encode(program, lower(program))
 
 
@@ -69,7 +62,7 @@ def _describe(data: bytes, options) -> dict:
 
 
 ETHOS_U_PAYLOAD = CustomFormat(name="ethos-u-command-stream", version=1, serialize=_serialize, deserialize=_deserialize,
-                               config=_accelerator, describe=_describe)
+                               describe=_describe)
 
 
 # -------------------------------------------------------------------- data sheet
@@ -98,14 +91,9 @@ def _pool(call) -> str | None:
     return None
 
 
-OPTIONS = [Option("accelerator", "Ethos-U configuration", default=DEFAULT_ACCELERATOR, choices=tuple(ACCELERATORS), target=True)]
-BUILD_OPTIONS = [Option("accelerator", "the Ethos-U this machine has: a blob built for another is refused at load", choices=tuple(ACCELERATORS))]
-
-
-def ethos_u_backend(accelerator: str = DEFAULT_ACCELERATOR) -> Backend:
-    """The backend for one Ethos-U configuration. Vela's operator limits are the same on every
-    variant; the configuration decides the command streams and the performance estimate."""
-    _check_accelerator(accelerator)
+def ethos_u_backend() -> Backend:
+    """The Ethos-U backend. Vela's operator limits are the same on every configuration; the
+    configuration (its settings) decides the command streams and the performance estimate."""
     backend = Backend(
         name="ethos_u",
         priority=8,
@@ -114,10 +102,7 @@ def ethos_u_backend(accelerator: str = DEFAULT_ACCELERATOR) -> Backend:
                       quantized=("int8", "uint8"), int8_weights=False),
         processing=[LayoutPass(), QuantizePass(QuantizationConfig(per_channel=True, symmetric=False))],
         codegen=ETHOS_U_PAYLOAD,
-        options=OPTIONS,
-        build_options=BUILD_OPTIONS,
-        configure=ethos_u_backend,
-        target=accelerator,
+        settings=EthosUSettings(),
         tolerance=INT8,
     )
 

@@ -34,7 +34,7 @@ from byoc.flow import partition_for
 from byoc.ir.types import dtype_name
 from byoc.processing.unsigned import int8_activations_to_uint8
 from byoc.timing import has_vnni
-from byoc.vendors.onnxruntime.engine import BUILD_OPTIONS, SessionEngine
+from byoc.vendors.onnxruntime.engine import OnnxRuntimeSettings, SessionEngine
 
 # Types ONNX allows but onnxruntime's CPU execution provider has no kernel for (the ONNX op of
 # every translation, one-node sessions on float32, int32, int64 and bool, onnxruntime 1.32).
@@ -55,13 +55,13 @@ def _cpu_kernel(op_name: str, missing: tuple[str, ...]):
     return check
 
 
-def build_engine(graph, constants, options) -> SessionEngine:
+def build_engine(graph, constants, settings: OnnxRuntimeSettings) -> SessionEngine:
     if has_vnni():
         # onnxruntime runs int8 (s8) activations of a QDQ graph through its float kernels here,
         # as fast as the float model; as uint8 (exactly the same values) they reach its int8
         # kernels, which VNNI computes without saturating: ResNet-50 28.4 -> 9.6 ms.
         graph, constants = int8_activations_to_uint8(graph, constants)
-    return SessionEngine(graph_to_onnx(graph, constants, LATEST_OPSET).SerializeToString(), options)
+    return SessionEngine(graph_to_onnx(graph, constants, LATEST_OPSET).SerializeToString(), settings)
 
 
 onnxruntime = Backend(
@@ -71,7 +71,7 @@ onnxruntime = Backend(
     limits=Limits(dtypes=("float32", "float16", "int32", "int64", "bool"), quantized=("int8", "uint8"), quantized_as_written=True),
     cost=CostRules(fallback_without_macs=True),
     codegen=JsonRuntime(build_engine=build_engine, version=f"onnxruntime-{ort.__version__}"),
-    build_options=BUILD_OPTIONS,
+    settings=OnnxRuntimeSettings(),
     symbolic_shapes=True,
 )
 

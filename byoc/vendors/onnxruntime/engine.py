@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 
 from byoc.backend.engine import engine_context
-from byoc.backend.options import Option, parse_bool
-from byoc.errors import OptionError
+from byoc.backend.options import parse_bool
+from byoc.backend.settings import BUILD, VendorSettings, setting
 
 LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -52,15 +52,16 @@ def _spinning(text: str) -> bool | str:
     return lowered if lowered in ("auto", "always") else parse_bool(lowered)
 
 
-# Session options, given per build or load (`backend_options={"onnxruntime": {...}}`).
-BUILD_OPTIONS = [
-    Option("intra_op_num_threads", "threads of each session (default: every core)", parse=int),
-    Option("graph_optimization_level", "onnxruntime's graph optimizations", default="all", choices=tuple(LEVELS)),
-    Option("allow_spinning", "threads spin while a run is in progress (true), also after it (always), never (false), "
-           "or always when the region is all the model computes and while running otherwise (auto)", default="auto",
-           parse=_spinning),
-]
-OPTIONS = tuple(option.name for option in BUILD_OPTIONS)
+@dataclass(frozen=True)
+class OnnxRuntimeSettings(VendorSettings):
+    """Session options, given per build or load (`backend_options={"onnxruntime": {...}}`)."""
+
+    intra_op_num_threads: int | None = setting(None, "threads of each session (default: every core)", applies=BUILD, minimum=1)
+    graph_optimization_level: str = setting("all", "onnxruntime's graph optimizations", applies=BUILD, choices=tuple(LEVELS))
+    allow_spinning: bool | str = setting("auto", "threads spin while a run is in progress (true), also after it (always), never "
+                                         "(false), or always when the region is all the model computes and while running "
+                                         "otherwise (auto)", applies=BUILD, choices=(True, False, "auto", "always"),
+                                         parse=_spinning)
 
 
 # IO bindings kept per thread, by the buffers they bind: the VM hands a region the same few
@@ -79,19 +80,15 @@ class _Bindings(threading.local):
 
 
 class SessionEngine:
-    def __init__(self, model_bytes: bytes, options: Mapping[str, Any]) -> None:
-        unknown = set(options) - set(OPTIONS)
-        if unknown:
-            raise OptionError(f"unknown onnxruntime options {sorted(unknown)}; known: {', '.join(OPTIONS)}")
+    def __init__(self, model_bytes: bytes, settings: OnnxRuntimeSettings | None = None) -> None:
+        settings = settings if isinstance(settings, OnnxRuntimeSettings) else OnnxRuntimeSettings()
         session_options = ort.SessionOptions()
-        session_options.intra_op_num_threads = int(options.get("intra_op_num_threads", os.cpu_count() or 1))
-        session_options.graph_optimization_level = LEVELS[options.get("graph_optimization_level", "all")]
-        spinning = options.get("allow_spinning", "auto")
+        session_options.intra_op_num_threads = settings.intra_op_num_threads or os.cpu_count() or 1
+        session_options.graph_optimization_level = LEVELS[settings.graph_optimization_level]
+        spinning = settings.allow_spinning
         if spinning == "auto":
             context = engine_context()
             spinning = "always" if context is not None and context.sole_work else True
-        if spinning not in SPINNING:
-            raise OptionError(f"allow_spinning {spinning!r}: one of 'auto', True, False, 'always'")
         self.spinning = spinning
         for key, value in SPINNING[spinning].items():
             session_options.add_session_config_entry(key, value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tvm
 
 from byoc.annotate.patterns import fused_pattern
-from byoc.backend import Backend, Limits, Option, register_backend
+from byoc.backend import Backend, Limits, register_backend
 from byoc.codegen_json import JsonRuntime, tvm_engine
 from byoc.flow import partition_for
 
@@ -19,7 +19,7 @@ reference = Backend(
     name="reference",
     description="regions compiled by TVM (LLVM, untuned); the runnable stand-in for an accelerator",
     limits=Limits(dtypes=("float32",)),
-    build_options=[Option("target", "the TVM target regions are compiled for", default=tvm_engine.TARGET)],
+    settings=tvm_engine.TvmSettings(),
     codegen=JsonRuntime(
         build_engine=tvm_engine.build_engine,
         version=f"tvm-{tvm.__version__}-{tvm_engine.TARGET}",

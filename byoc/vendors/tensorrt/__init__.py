@@ -20,11 +20,11 @@ dimensions' ranges (low, opt, high: `engine.profile_shapes`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import tvm
 
-from byoc.backend import Backend, CostRules, Limits, Option, register_backend
-from byoc.backend.codegen import TARGET_ATTR
-from byoc.backend.options import parse_bool
+from byoc.backend import Backend, CostRules, Limits, register_backend
 from byoc.backend.tolerance import FP16, FP32
 from byoc.codegen_json import JsonRuntime
 from byoc.codegen_json.to_onnx import EMITTERS, ONNX_CHECKS, ONNX_OPS
@@ -32,17 +32,8 @@ from byoc.flow import partition_for
 from byoc.ir.types import is_tensor_constant
 from byoc.processing import Float16Pass
 from byoc.vendors.tensorrt import engine
-from byoc.vendors.tensorrt.engine import Settings
+from byoc.vendors.tensorrt.engine import TensorRTSettings
 from byoc.vendors.tensorrt.versions import ONNX_OP_SINCE, format_version, resolve_version
-
-OPTIONS = [
-    Option("fp16", "compute regions in float16 (inputs and outputs stay float32)", default=False, parse=parse_bool),
-    Option("workspace_bytes", "scratch memory TensorRT's builder may use per engine", default=1 << 30, parse=int),
-    Option("min_block_size", "fewest ops a region may have; smaller ones stay on the host", default=3, parse=int),
-    Option("remove_no_mac_subgraphs", "keep regions without MACs on the host", default=True, parse=parse_bool),
-    Option("tensorrt_version", "TensorRT version the op checks describe (default: installed, else 11.4)", default=None,
-           target=True),
-]
 
 
 def _since(op_name: str, version: tuple[int, int]):
@@ -64,36 +55,35 @@ def _constant_conv_weights(call) -> str | None:
 
 
 class _Precision(Float16Pass):
-    """Float16 for the regions partitioned with fp16=True, as their target records: code
-    generation gets the registered backend, whatever options a region was partitioned with."""
+    """Float16 for the regions partitioned with fp16=True."""
 
     name = "float16 (regions partitioned with fp16=True)"
 
     def __call__(self, graph, constants, context):
-        if Settings.from_target(context.attrs.get(TARGET_ATTR, "")).fp16:
+        if context.settings.fp16:
             return super().__call__(graph, constants, context)
         return graph, constants
 
 
-def tensorrt_backend(fp16: bool = False, workspace_bytes: int = 1 << 30, min_block_size: int = 3,
-                     remove_no_mac_subgraphs: bool = True, tensorrt_version: str | None = None) -> Backend:
-    """The backend for one TensorRT version and precision (its op checks depend on the version)."""
-    version, origin = resolve_version(tensorrt_version)
-    settings = Settings(version, fp16, workspace_bytes)
+def tensorrt_backend(settings: TensorRTSettings | None = None) -> Backend:
+    """The backend for one TensorRT version and precision (its op checks depend on the version),
+    its settings naming the version it resolved."""
+    settings = settings or TensorRTSettings()
+    version, origin = resolve_version(settings.tensorrt_version)
+    settings = dataclasses.replace(settings, tensorrt_version=format_version(version))
     backend = Backend(
         name="tensorrt",
         priority=9,
-        description=f"NVIDIA TensorRT {format_version(version)} ({origin}), {'fp16' if fp16 else 'fp32'}",
+        description=f"NVIDIA TensorRT {format_version(version)} ({origin}), {'fp16' if settings.fp16 else 'fp32'}",
         limits=Limits(dtypes=("float32", "float16", "int64", "bool")),
-        cost=CostRules(min_ops_per_region=min_block_size, fallback_without_macs=remove_no_mac_subgraphs),
+        cost=CostRules(min_ops_per_region=settings.min_block_size, fallback_without_macs=settings.remove_no_mac_subgraphs),
         codegen=JsonRuntime(build_engine=engine.build_engine, version=f"tensorrt-{format_version(version)}",
                                  save_engine=engine.save_engine, load_engine=engine.load_engine,
                                  environment=engine.environment),
         processing=[_Precision()],
-        options=OPTIONS,
+        settings=settings,
         configure=tensorrt_backend,
-        target=settings.target(),
-        tolerance=FP16 if fp16 else FP32,
+        tolerance=FP16 if settings.fp16 else FP32,
         unavailable=engine.unavailable,
         symbolic_shapes=True,  # one engine per region, its optimization profile from the dimensions' ranges
     )

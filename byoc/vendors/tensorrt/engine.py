@@ -24,33 +24,32 @@ from typing import Any
 
 import numpy as np
 
+from byoc.backend.settings import VendorSettings, setting
 from byoc.codegen_json.symbolic_dims import is_symbolic, shape_at
 from byoc.codegen_json.to_onnx import graph_to_onnx
 from byoc.errors import EngineError
-from byoc.vendors.tensorrt.versions import format_version, parse_version
+from byoc.vendors.tensorrt.versions import format_version, parse_version, resolve_version
 
 INSTALL = ("pip install 'byoc[tensorrt]' --extra-index-url https://pypi.nvidia.com "
            "(TensorRT's wheels are on NVIDIA's index, not the public one), or JetPack on Jetson: see docs/vendors.md")
 
 
 @dataclass(frozen=True)
-class Settings:
-    """What a TensorRT region is built for, carried from partitioning to the engine build as the
-    region's target ("tensorrt-10.13-fp16-ws1073741824")."""
+class TensorRTSettings(VendorSettings):
+    """What TensorRT regions are partitioned and built for. The backend records the version it
+    resolved (the installed TensorRT's, else 11.4) with each region, and an engine is only built
+    by a TensorRT of the same major version."""
 
-    version: tuple[int, int]
-    fp16: bool = False
-    workspace_bytes: int = 1 << 30
+    fp16: bool = setting(False, "compute regions in float16 (inputs and outputs stay float32)")
+    workspace_bytes: int = setting(1 << 30, "scratch memory TensorRT's builder may use per engine", minimum=1)
+    min_block_size: int = setting(3, "fewest ops a region may have; smaller ones stay on the host", minimum=1)
+    remove_no_mac_subgraphs: bool = setting(True, "keep regions without MACs on the host")
+    tensorrt_version: str | None = setting(None, "TensorRT version the op checks describe (default: installed, else 11.4)",
+                                           hardware=True)
 
-    def target(self) -> str:
-        return f"tensorrt-{format_version(self.version)}-{'fp16' if self.fp16 else 'fp32'}-ws{self.workspace_bytes}"
-
-    @classmethod
-    def from_target(cls, text: str) -> Settings:
-        match = re.fullmatch(r"tensorrt-(\d+\.\d+)-(fp16|fp32)-ws(\d+)", text or "")
-        if match is None:
-            raise EngineError(f"TensorRT region target {text!r} is not of the form tensorrt-<version>-<fp16|fp32>-ws<bytes>")
-        return cls(parse_version(match.group(1)), match.group(2) == "fp16", int(match.group(3)))
+    @property
+    def version(self) -> tuple[int, int]:
+        return resolve_version(self.tensorrt_version)[0]
 
 
 def _cuda():
@@ -129,7 +128,7 @@ def profile_shapes(graph: Mapping[str, Any]) -> Profile:
     return profile
 
 
-def build_plan(onnx_bytes: bytes, settings: Settings, where: str, profile: Profile | None = None) -> bytes:
+def build_plan(onnx_bytes: bytes, settings: TensorRTSettings, where: str, profile: Profile | None = None) -> bytes:
     """A serialized TensorRT plan for one region's ONNX model (with `profile`, for every input
     shape from its low to its high)."""
     import tensorrt as trt
@@ -267,8 +266,7 @@ def region_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -
     return graph_to_onnx(graph, constants).SerializeToString()
 
 
-def build_engine(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> TensorRTEngine:
-    settings = Settings.from_target(graph.get("target", ""))
+def build_engine(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], settings: TensorRTSettings) -> TensorRTEngine:
     profile = profile_shapes(graph)
     plan = build_plan(region_onnx(graph, constants), settings, _where(graph), profile)
     return TensorRTEngine(plan, _where(graph), profile)
@@ -278,5 +276,5 @@ def save_engine(engine: TensorRTEngine) -> bytes:
     return engine.plan
 
 
-def load_engine(plan: bytes, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], options: Mapping[str, Any]) -> TensorRTEngine:
+def load_engine(plan: bytes, graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], settings: TensorRTSettings) -> TensorRTEngine:
     return TensorRTEngine(plan, _where(graph), profile_shapes(graph))

@@ -15,14 +15,14 @@ Vitis AI's quantizer does.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import tvm
 
 from byoc.annotate.int8_cnn import declare_int8_cnn
 from byoc.annotate.predicates import relu6, shape
-from byoc.backend import Backend, CostRules, Limits, Option, register_backend
-from byoc.backend.codegen import TARGET_ATTR
-from byoc.backend.options import parse_bool
+from byoc.backend import Backend, CostRules, Limits, register_backend
+from byoc.backend.settings import BUILD, PARTITION, VendorSettings, setting
 from byoc.backend.tolerance import INT8
 from byoc.custom_formats import CustomFormat
 from byoc.errors import CustomFormatError
@@ -36,14 +36,20 @@ from byoc.vendors.vitis_ai.simulator import DpuSimulator, estimate_cycles
 DEFAULT_DPU = "DPUCZDX8G"
 
 
+@dataclass(frozen=True)
+class VitisAiSettings(VendorSettings):
+    dpu: str = setting(DEFAULT_DPU, "the DPU configuration: a family (DPUCZDX8G, DPUCAHX8H) or family-architecture "
+                       "(DPUCZDX8G-B1024); given at load, the one this machine has (a program built for another is refused)",
+                       applies=(PARTITION, BUILD), hardware=True)
+    single_region: bool = setting(False, "keep only the region with the most MACs, as the BYOC paper's integration does")
+
+    def hardware(self) -> str:
+        return dpu_config(self.dpu).name  # a family stands for its largest size
+
+
 # ------------------------------------------------------------------ binary format
-def _target(options: dict) -> str | None:
-    name = options.get("dpu") or options.get(TARGET_ATTR)
-    return dpu_config(name).name if name else None
-
-
-def _serialize(graph, constants, options) -> bytes:
-    return bitstream.encode(compile_program(graph, constants, _target(options) or dpu_config(DEFAULT_DPU).name))
+def _serialize(graph, constants, settings: VitisAiSettings) -> bytes:
+    return bitstream.encode(compile_program(graph, constants, settings.hardware()))
 
 
 def _deserialize(payload: bytes, options) -> DpuSimulator:
@@ -59,7 +65,7 @@ def _describe(payload: bytes, options) -> dict:
     return {**estimate_cycles(program, dpu_config(program.target)), "instructions": len(program.instructions), "weight_bytes": weights}
 
 
-DPU_PROGRAM = CustomFormat(name="dpu-program", version=1, serialize=_serialize, deserialize=_deserialize, config=_target, describe=_describe)
+DPU_PROGRAM = CustomFormat(name="dpu-program", version=1, serialize=_serialize, deserialize=_deserialize, describe=_describe)
 
 
 # -------------------------------------------------------------------- data sheet
@@ -93,35 +99,25 @@ def _pool_limits(call) -> str | None:
     return None
 
 
-OPTIONS = [
-    Option("dpu", "DPU configuration: a family (DPUCZDX8G, DPUCAHX8H) or family-architecture (DPUCZDX8G-B1024)",
-           default=DEFAULT_DPU, target=True),
-    Option("single_region", "keep only the region with the most MACs, as the BYOC paper's integration does",
-           default=False, parse=parse_bool),
-]
-BUILD_OPTIONS = [Option("dpu", "the DPU this machine has (family or family-architecture): a program built for another is "
-                        "refused at load")]
-
-
-def vitis_ai_backend(config: DpuConfig, single_region: bool = False) -> Backend:
+def vitis_ai_backend(settings: VitisAiSettings | None = None) -> Backend:
     """The backend for one DPU configuration (its limits depend on it). `single_region` keeps
     only the region with the most MACs, as the BYOC paper's Vitis AI integration does."""
+    settings = settings or VitisAiSettings()
+    config = dpu_config(settings.dpu)
     conv = _conv_limits(config)
     backend = Backend(
         name="vitis_ai",
         priority=8,
         description=f"simulated Xilinx {config.name}, {config.description}",
         limits=Limits(dtypes=("float32",), layouts=("NCHW",), constant_weights=True, quantized=("int8", "uint8"), int8_weights=False),
-        cost=CostRules(max_regions=1) if single_region else CostRules(),
+        cost=CostRules(max_regions=1) if settings.single_region else CostRules(),
         # Vitis AI's own quantizer picks each fixed-point position by least error (`min_diffs` here), which
         # lowers the error of most models but ties a classifier's saturated top scores (byoc.processing.ranges):
         # until calibration keeps model outputs unclipped, minmax stays the default and min_diffs an option.
         processing=[QuantizePass(QuantizationConfig(power_of_two=True, per_channel=False))],
         codegen=DPU_PROGRAM,
-        options=OPTIONS,
-        build_options=BUILD_OPTIONS,
-        configure=lambda dpu, single_region: vitis_ai_backend(dpu_config(dpu), single_region),
-        target=config.name,
+        settings=settings,
+        configure=vitis_ai_backend,
         tolerance=INT8,
     )
 
@@ -131,7 +127,7 @@ def vitis_ai_backend(config: DpuConfig, single_region: bool = False) -> Backend:
     return backend
 
 
-register_backend(vitis_ai_backend(dpu_config(DEFAULT_DPU)), origin="byoc (built-in)")
+register_backend(vitis_ai_backend(), origin="byoc (built-in)")
 
 
 def partition_for_vitis_ai(mod: tvm.IRModule, **options) -> tvm.IRModule:

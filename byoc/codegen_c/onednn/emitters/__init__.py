@@ -12,7 +12,8 @@ from byoc.codegen_c.onednn.emitters.elementwise import REDUCTIONS, binary, eltwi
 from byoc.codegen_c.onednn.emitters.movement import broadcast_to, concat, pad, permute_dims, reorder, reshape, split, strided_slice, take
 from byoc.codegen_c.onednn.emitters.normalization import group_norm, layer_norm, rms_norm, rotary, softmax
 from byoc.codegen_c.onednn.emitters.products import SIZED_PRODUCT_MACS, convolution, dynamic_convolution, dynamic_dense, matmul
-from byoc.codegen_c.onednn.emitters.shared import GELU_FORMS, LAYOUT_POLICIES, LOOP_BINARY, RESHAPES, SMALL_ROWS, VIEWS
+from byoc.codegen_c.onednn.emitters.shared import GELU_FORMS, LOOP_BINARY, RESHAPES, SMALL_ROWS, VIEWS
+from byoc.codegen_c.onednn.settings import LAYOUT_POLICIES
 
 __all__ = [
     "GELU_FORMS", "LAYOUT_POLICIES", "LOOP_BINARY", "REDUCTIONS", "RESHAPES", "SIZED_PRODUCT_MACS", "SMALL_ROWS", "VIEWS", "binary",

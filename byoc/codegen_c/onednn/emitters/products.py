@@ -26,6 +26,7 @@ from byoc.codegen_c.onednn.kernel import BINARY, Kernel, eltwise_args, in_sequen
 from byoc.codegen_c.onednn.kernel_scales import KernelQuantization, dequantized, kernel_quantization, scales_of
 from byoc.codegen_c.onednn.library import dims_decl
 from byoc.codegen_c.onednn.product_choice import MEASURED_MACS, Product, kernel_for
+from byoc.codegen_c.onednn.settings import onednn_settings
 from byoc.codegen_c.symbolic_shapes import SymbolicDim, names_of
 
 
@@ -143,7 +144,7 @@ def matmul(call: KernelCall) -> KernelCode:
     if x_scale * w_scale != 1.0:  # (a * c) @ (b * d) = c * d * (a @ b): the first post-op
         post, residuals = [post_op("dnnl_eltwise_linear", x_scale * w_scale), *post], [(b, i + 1) for b, i in residuals]
     product = _dense_product(call, x, w, out, bias, post) if quantized is None else None
-    option = call.options.get("dense_kernel", "measured")
+    option = onednn_settings(call.settings).dense_kernel
     chosen = kernel_for(product, option) if product is not None else "onednn"  # measured: this (building) machine's choice
     if chosen == "openblas" and option == "openblas":  # named: no choice left to make where the model loads
         return _openblas_product(call, x, w, out, bias, post, residuals)
@@ -218,7 +219,7 @@ def _dense_product(call: KernelCall, x: CBuffer, w: CBuffer, out: CBuffer, bias:
             and (bias is None or bias.size == out.shape[-1]) and not any("operand" in node for node in post)):
         return None
     product = Product(math.prod(x.shape[:-1]), x.shape[-1], w.shape[1], bias is not None, bool(post))
-    if product.m * product.k * product.n < MEASURED_MACS and call.options.get("dense_kernel", "measured") == "measured":
+    if product.m * product.k * product.n < MEASURED_MACS and onednn_settings(call.settings).dense_kernel == "measured":
         return None
     return product
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn.kernel import BINARY, Kernel, post_op, zero_point_offset
 from byoc.codegen_c.onednn.kernel_scales import Scales, dequantized, scales_of
+from byoc.codegen_c.onednn.settings import onednn_settings
 from byoc.codegen_c.symbolic_shapes import read_shape
 
 # GELU composites (the forms exporters write, `byoc.annotate.idioms`), each fused as one
@@ -75,9 +76,6 @@ def fused_tail(call: KernelCall, root: dict, takes_bias=lambda bias: True) -> tu
     return bias, post, operands
 
 
-LAYOUT_POLICIES = ("auto", "follow", "choose")
-
-
 def follow_layouts(call: KernelCall) -> bool:
     """Whether a convolution takes its input in the layout its producer chose ("follow"), or
     lets oneDNN choose the layout it runs fastest in, at the cost of a reorder where the two
@@ -89,9 +87,7 @@ def follow_layouts(call: KernelCall) -> bool:
     convolution (MobileNetV2: 4.1 ms against 4.8 ms). "auto" follows in regions that hold a
     grouped convolution and chooses elsewhere.
     """
-    policy = call.options.get("layout", "auto")
-    if policy not in LAYOUT_POLICIES:
-        raise ValueError(f"dnnl option layout={policy!r}; expected one of {LAYOUT_POLICIES}")
+    policy = onednn_settings(call.settings).layout
     if policy != "auto":
         return policy == "follow"
     return any(n["op"] == "relax.nn.conv2d" and n["attrs"]["groups"] > 1 for n in call.graph.get("nodes", ()))
