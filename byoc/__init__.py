@@ -21,6 +21,7 @@ from byoc.backend import (
     unregister_backend,
 )
 from byoc.backend.registry import BUILTIN_VENDORS
+from byoc.compile_settings import Settings
 from byoc.flow import partition_for
 from byoc.frontend import cleanup, from_onnx, from_torch
 from byoc.partition import PartitionReport, RegionSummary, report
@@ -43,6 +44,7 @@ __all__ = [
     "PlacementReport",
     "PrecisionReport",
     "RegionSummary",
+    "Settings",
     "Tolerance",
     "VendorSettings",
     "build",

@@ -1,10 +1,10 @@
 """`byoc.partition_for`: the one door from a model to a partitioned module, for every vendor.
 
-Options are of three kinds, all passed the same way: cost rules (see `byoc.CostRules`), which
-apply to every backend; options a backend declares (`Backend.options`: a hardware
-configuration, an integration choice), which reach the backends that declare them; and, for
-backends that quantize with calibrated scales at compile time, the calibration options below.
-An option no backend takes is an error that lists the ones they do.
+It reads one `byoc.Settings` (byoc.compile_settings), made from keyword options where none is
+given: placement, precision and calibration; cost rules (see `byoc.CostRules`), which apply to
+every backend; and the settings a vendor declares (its `VendorSettings`: a hardware
+configuration, an integration choice), which reach the backends that declare them. An option
+no backend takes is an error that lists the ones they do.
 
 Partitioning sits below calibration: calibrating runs the partitioned model, so it needs the
 build and the runtime, which sit above the partitioner. This module composes the two.
@@ -17,15 +17,17 @@ from typing import Any
 
 import tvm
 
+from byoc.backend.cost import COST_OPTIONS
 from byoc.backend.options import Option
 from byoc.backend.settings import PARTITION
 from byoc.backend.spec import Backend
+from byoc.compile_settings import Settings
 from byoc.errors import PartitionError, QuantizationError
 from byoc.frontend.float16 import float16_in_float32
 from byoc.frontend.int8_weights import has_quantize_ops
 from byoc.ir.dims import dims_of
 from byoc.ir.types import calls_op
-from byoc.partition.pipeline import COST_OPTIONS, partition_graph, resolve_backends
+from byoc.partition.pipeline import partition_graph, resolve_backends
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
 from byoc.placement.joint import PrecisionBudget, computes_quantized
@@ -64,14 +66,12 @@ def describe_options(backends: Iterable[Backend]) -> str:
     return "; ".join(parts)
 
 
-def route_options(backends: Sequence[Backend], options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """(cost options, {backend name: its own options}); an option nobody declares is an error."""
-    cost = {name: value for name, value in options.items() if name in COST_OPTIONS}
+def route_options(backends: Sequence[Backend], options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """{backend name: its own partition settings} from `options` (names the vendors declare);
+    an option no vendor declares is an error that lists those they do."""
     routed: dict[str, dict[str, Any]] = {b.name: {} for b in backends}
     unknown = []
     for name, value in options.items():
-        if name in COST_OPTIONS:
-            continue
         takers = [b for b in backends if any(o.name == name for o in declared_options(b))]
         if not takers:
             unknown.append(name)
@@ -80,90 +80,53 @@ def route_options(backends: Sequence[Backend], options: Mapping[str, Any]) -> tu
     if unknown:
         raise PartitionError(f"unknown partition option(s) {sorted(unknown)} for {', '.join(b.name for b in backends)}; "
                              f"known options: {describe_options(backends)}")
-    return cost, routed
+    return routed
 
 
-def configure(backends: str | Backend | Sequence[str | Backend],
-              options: Mapping[str, Any]) -> tuple[list[Backend], dict[str, Any], dict[str, dict[str, Any]]]:
-    """The backends (in priority order) configured with their declared options, the cost
-    options, and each backend's options by name (calibration's among them, left for it)."""
+def configure(backends: str | Backend | Sequence[str | Backend], settings: Settings) -> list[Backend]:
+    """The backends (in priority order), each made for the partition settings of its own that
+    `settings` gives."""
     ordered = resolve_backends(backends)
-    cost, routed = route_options(ordered, options)
-    calibration_names = {o.name for o in CALIBRATION_OPTIONS}
-    return [b.configured({k: v for k, v in routed[b.name].items() if k not in calibration_names}) for b in ordered], cost, routed
+    routed = route_options(ordered, settings.vendor_options)
+    return [b.configured(routed[b.name]) for b in ordered]
 
 
-PLACEMENTS = ("priority", "auto")
-PRECISIONS = ("fp32", "int8", "auto")
-
-
-def partition_for(
-    mod: tvm.IRModule,
-    backends: str | Backend | Sequence[str | Backend],
-    placement: str = "priority",
-    precision: str = "fp32",
-    max_rel_l2: float | None = None,
-    budget_s: float | None = None,
-    rpc_tracker: str | None = None,
-    rpc_key: str | None = None,
-    rpc_fallback_local: bool = False,
-    placement_inputs: Mapping[str, Any] | None = None,
-    placement_cache_dir: str | None = None,
-    **options: Any,
-) -> tvm.IRModule:
+def partition_for(mod: tvm.IRModule, backends: str | Backend | Sequence[str | Backend], settings: Settings | None = None,
+                  **options: Any) -> tvm.IRModule:
     """Partition `mod["main"]` between the host and `backends` (by name or object, in priority
-    order), configure each backend with its declared options, and calibrate the regions of
-    backends that quantize at compile time.
-
-    Cost options (`max_ops_per_region`, `max_regions`, `host_ops`, `region_filter`, ...: see
-    `byoc.CostRules`) apply to every backend. Calibrating backends take `calibration` (a list
-    of model inputs), `num_calibration_samples` and `calibration_method`; without calibration
-    data they are an error here rather than a silent host fallback at build time. The result
-    carries a partition record that `byoc.report` reads.
+    order), with `settings` (`byoc.Settings`) or the keyword `options` that make them: how each
+    part is placed and at which precision, calibration, cost rules over every vendor's (see
+    `byoc.CostRules`), and each vendor's own partition settings. Vendors that quantize at compile
+    time are calibrated on `calibration`; without it they are an error here rather than a
+    silent host fallback at build time. The result carries a partition record that
+    `byoc.report` reads.
 
     With `placement="auto"`, which backend runs each part of the model is chosen by measured
-    cost rather than by priority (see `byoc.placement`): candidates are timed on this machine,
-    or on the devices registered under `rpc_key` at the TVM RPC tracker `rpc_tracker`
-    ("HOST:PORT"; with `rpc_fallback_local`, on this machine when the tracker or key fails),
-    within `budget_s` seconds, on `placement_inputs` (model inputs by name; default seeded
-    random), with timings cached under `placement_cache_dir`. `byoc.placement_report` reads
-    what was measured and chosen.
-
-    With `precision="int8"`, a float model is quantized first, its activation ranges calibrated
-    on `calibration` (`num_calibration_samples`, `calibration_method` apply), as onnxruntime's
-    `quantize_static` would quantize it (see `byoc.processing.quantize_model`), for a vendor that
-    computes a quantized model in int8 (dnnl). With `precision="auto"`, each segment of the
-    model's layers runs in int8 or fp32 by measurement: the fastest choice whose relative L2
-    error against the fp32 model on the calibration inputs is within `max_rel_l2` (default 2%;
-    see `byoc.placement.precision`); `byoc.precision_report` reads what was measured and chosen.
-    A `max_rel_l2` alone asks for `precision="auto"`. With `placement="auto"` too, precision is
-    chosen with placement: each segment's backend and precision together, by measured time and
-    measured error (see `byoc.placement.joint`), in the placement report.
+    cost rather than by priority (see `byoc.placement`); `byoc.placement_report` reads what was
+    measured and chosen. With `precision="int8"`, a float model is quantized first, its
+    activation ranges calibrated on `calibration`, as onnxruntime's `quantize_static` would
+    quantize it (see `byoc.processing.quantize_model`), for a vendor that computes a quantized
+    model in int8 (dnnl). With `precision="auto"`, each segment of the model's layers runs in
+    int8 or fp32 by measurement: the fastest choice whose relative L2 error against the fp32
+    model on the calibration inputs is within `max_rel_l2` (default 2%; see
+    `byoc.placement.precision`); `byoc.precision_report` reads what was measured and chosen.
+    With `placement="auto"` too, precision is chosen with placement: each segment's backend and
+    precision together, by measured time and measured error (see `byoc.placement.joint`).
     """
-    if placement not in PLACEMENTS:
-        raise PartitionError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
-    remote = {"rpc_tracker": rpc_tracker, "rpc_key": rpc_key}
-    if placement != "auto" and (budget_s is not None or placement_inputs is not None or any(remote.values())):
-        raise PartitionError("budget_s, placement_inputs and the rpc_* options apply to placement='auto' only")
-    if budget_s is not None and not budget_s >= 0:
-        raise PartitionError(f"budget_s is the time allowed for measuring, in seconds: it must be at least 0, not {budget_s}")
-    if max_rel_l2 is not None and precision == "fp32":
-        precision = "auto"  # an error budget is what precision by measurement spends
-    mod, options, measured_precision, joint = _at_precision(mod, precision, max_rel_l2, backends, options, placement)
-    configured, cost, routed = configure(backends, options)
+    settings = Settings.of(settings, options)
+    mod, measured_precision, joint = _at_precision(mod, settings, backends)
+    configured = configure(backends, settings)
+    _check_calibration_is_taken(settings, configured)
     dims = dims_of(mod)
-    if dims and placement == "auto":
+    if dims and settings.placement == "auto":
         raise PartitionError(f"placement='auto' times the model at one shape; this model has dynamic dimensions "
                              f"({', '.join(dims)}): use placement='priority', or import it with static shapes")
-    partitioned = _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local,
-                               placement_cache_dir, placement_inputs, joint)
+    partitioned = _partitioned(mod, configured, settings, joint)
     for backend in configured:
         regions = [func for _, name, func in region_functions(partitioned) if name == backend.name]
         if not needs_calibration(backend.processing) or not regions:
             continue
-        values = routed[backend.name]
-        samples = values.get("calibration")
-        if samples is None:
+        if settings.calibration is None:
             if all(calls_op(func, "relax.quantize") for func in regions):
                 continue  # the model's own quantization: nothing to calibrate (byoc.processing.adopt)
             raise QuantizationError(
@@ -171,24 +134,28 @@ def partition_for(
                 "(model inputs by name or by position) to partition_for, or --calibration N on the command line "
                 "to calibrate on N seeded random inputs"
             )
-        method = {"method": values["calibration_method"]} if values.get("calibration_method") else {}
-        partitioned = calibrate(partitioned, backend, samples, max_samples=values.get("num_calibration_samples"), **method)
+        method = {"method": settings.calibration_method} if settings.calibration_method else {}
+        partitioned = calibrate(partitioned, backend, settings.calibration, max_samples=settings.num_calibration_samples, **method)
     if measured_precision is not None:
         partitioned = partitioned.with_attr(PRECISION_ATTR, measured_precision.to_json())
     return partitioned
 
 
-def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, backends, options: dict[str, Any],
-                  placement: str) -> tuple[tvm.IRModule, dict[str, Any], PrecisionReport | None, PrecisionBudget | None]:
-    """The model as `precision` asks, the options left for the backends (the calibration options
-    that only int8 precision took are used up), what `precision="auto"` measured, and for
+def _check_calibration_is_taken(settings: Settings, configured: Sequence[Backend]) -> None:
+    """Calibration given where nothing calibrates is a mistake to say, not to ignore."""
+    given = [o.name for o in CALIBRATION_OPTIONS if getattr(settings, o.name) is not None]
+    if given and settings.precision == "fp32" and not any(needs_calibration(b.processing) for b in configured):
+        raise PartitionError(f"unknown partition option(s) {given} for {', '.join(b.name for b in configured)}: calibration "
+                             f"applies to precision='int8' or 'auto' and to vendors that quantize at compile time; known "
+                             f"options: {describe_options(configured)}")
+
+
+def _at_precision(mod: tvm.IRModule, settings: Settings, backends) -> tuple[tvm.IRModule, PrecisionReport | None, PrecisionBudget | None]:
+    """The model as `settings.precision` asks, what `precision="auto"` measured, and for
     precision chosen with placement, what placement needs for it."""
-    if precision not in PRECISIONS:
-        raise PartitionError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-    if max_rel_l2 is not None and precision != "auto":
-        raise PartitionError("max_rel_l2 is the error budget of precision='auto'")
+    precision = settings.precision
     if precision == "fp32":
-        return mod, options, None, None
+        return mod, None, None
     ordered = resolve_backends(backends)
     if not any(computes_quantized(b) for b in ordered):
         raise PartitionError(f"precision={precision!r} quantizes the model for a vendor that computes a quantized model in "
@@ -197,41 +164,36 @@ def _at_precision(mod: tvm.IRModule, precision: str, max_rel_l2: float | None, b
     if has_quantize_ops(mod):
         raise PartitionError(f"precision={precision!r}: the model is quantized already; partition it as it is")
     mod, _ = float16_in_float32(mod)  # a float16 model is quantized from its float32 computation
-    if options.get("calibration") is None:
+    if settings.calibration is None:
         raise QuantizationError(f"precision={precision!r} calibrates activation ranges on the model: pass calibration=[inputs, "
                                 "...] (model inputs by name or by position), or --calibration N on the command line")
-    samples = list(options["calibration"])[:options.get("num_calibration_samples")]
+    samples = settings.calibration_samples()
     float_backends = [b for b in ordered if not needs_calibration(b.processing)]
     known: dict[int, list[float]] = {}
 
     def ranges(var_ids):
         missing = [i for i in var_ids if i not in known]
         if missing:
-            known.update(value_ranges(mod, missing, samples, method=options.get("calibration_method") or "minmax",
+            known.update(value_ranges(mod, missing, samples, method=settings.calibration_method or "minmax",
                                       backends=float_backends))
         return known
 
-    report = joint = None
     plan = int8_plan(mod)  # refuses a model with nothing to quantize
-    budget = DEFAULT_BUDGET if max_rel_l2 is None else max_rel_l2
+    budget = DEFAULT_BUDGET if settings.max_rel_l2 is None else settings.max_rel_l2
     if precision == "int8":
-        quantized = quantize_model(mod, plan, ranges(plan.calibrated))
-    elif placement == "auto":
-        quantized, joint = mod, PrecisionBudget(checked_budget(budget), samples, float_backends, ranges)
-    else:
-        quantized, report = choose_precision(mod, float_backends, samples, ranges, budget)
-    declared = {o.name for b in ordered for o in declared_options(b)}
-    calibration_names = {o.name for o in CALIBRATION_OPTIONS}
-    return quantized, {k: v for k, v in options.items() if k in declared or k not in calibration_names}, report, joint
+        return quantize_model(mod, plan, ranges(plan.calibrated)), None, None
+    if settings.placement == "auto":
+        return mod, None, PrecisionBudget(checked_budget(budget), samples, float_backends, ranges)
+    quantized, report = choose_precision(mod, float_backends, samples, ranges, budget)
+    return quantized, report, None
 
 
-def _partitioned(mod, configured, placement, cost, budget_s, rpc_tracker, rpc_key, rpc_fallback_local, placement_cache_dir,
-                 placement_inputs, joint: PrecisionBudget | None) -> tvm.IRModule:
-    if placement == "auto":
-        measurer = measurer_for(rpc_tracker, rpc_key, rpc_fallback_local)
-        return place(mod, configured, budget_s if budget_s is not None else DEFAULT_BUDGET_S, measurer,
-                     MeasurementCache(placement_cache_dir), placement_inputs, precision=joint, **cost)
-    return partition_graph(mod, configured, **cost)
+def _partitioned(mod, configured, settings: Settings, joint: PrecisionBudget | None) -> tvm.IRModule:
+    if settings.placement == "auto":
+        measurer = measurer_for(settings.rpc_tracker, settings.rpc_key, settings.rpc_fallback_local)
+        return place(mod, configured, settings.budget_s if settings.budget_s is not None else DEFAULT_BUDGET_S, measurer,
+                     MeasurementCache(settings.placement_cache_dir), settings.placement_inputs, precision=joint, **settings.cost)
+    return partition_graph(mod, configured, **settings.cost)
 
 
-__all__ = ["CALIBRATION_OPTIONS", "declared_options", "describe_options", "partition_for", "route_options"]
+__all__ = ["CALIBRATION_OPTIONS", "Settings", "declared_options", "describe_options", "partition_for", "route_options"]

@@ -11,7 +11,7 @@ LAYERS = [
     {"errors", "ir", "progress", "timing", "relative_l2", "models", "cache_dirs"},
     {"backend"},
     {"annotate", "frontend", "host", "codegen_json", "codegen_c", "custom_formats", "processing"},
-    {"partition", "runtime_metadata"},
+    {"partition", "runtime_metadata", "compile_settings"},
     {"placement", "flow", "accuracy", "onnx_backend"},
     {"vendors"},
     {"testing", "benchmarking", "cli", "__init__", "__main__"},

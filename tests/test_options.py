@@ -182,3 +182,30 @@ def test_a_vendors_data_sheet_is_read_off_its_declaration(capsys):
     assert "| `accelerator` | partition, build and load |" in capsys.readouterr().out
     assert main(["vendors", "--datasheet", "no_such_vendor"]) == 2
     assert "unknown backend 'no_such_vendor'; registered backends: dnnl" in capsys.readouterr().err
+
+
+def test_one_settings_object_is_read_by_partition_and_build(tmp_path):
+    settings = byoc.Settings(cost={"max_regions": 1}, strict=True, engines="lazy",
+                             backend_options={"onnxruntime": {"intra_op_num_threads": 1}})
+    # sin is no op of dnnl's: two regions, of which the cost rule keeps one
+    module = chain_module(["matmul", "relu", "sin", "matmul", "multiply", "matmul"])
+    assert len(byoc.report(byoc.partition_for(module, "dnnl", settings)).regions) == 1
+    assert len(byoc.report(byoc.partition_for(module, "dnnl", settings, max_regions=2)).regions) == 2  # keywords lay over it
+    partitioned = byoc.partition_for(module, "onnxruntime", settings)
+    compiled = byoc.build(partitioned, settings)
+    (region,) = compiled.regions.values()
+    assert region.record is None and region.settings.intra_op_num_threads == 1  # lazy, with the vendor's build settings
+    assert byoc.build(partitioned, settings, engines="eager").regions[region.artifact.symbol].record is not None
+    with pytest.raises(PartitionError, match="strict: settings of build, not of partition_for"):
+        byoc.partition_for(module, "onnxruntime", strict=True)
+    with pytest.raises(byoc.errors.ByocError, match="build takes target, strict, .*not precision \\(settings of partition_for\\)"):
+        byoc.build(partitioned, precision="int8")
+    with pytest.raises(PartitionError, match="placement must be one of \\('priority', 'auto'\\), not 'fastest'"):
+        byoc.Settings(placement="fastest")
+    with pytest.raises(PartitionError, match="max_regions must be at least 1, not 0"):
+        byoc.Settings(cost={"max_regions": 0})
+    with pytest.raises(byoc.errors.ByocError, match="engines must be 'lazy', 'eager' or 'embed', not 'later'"):
+        byoc.build(partitioned, engines="later")
+    with pytest.raises(PartitionError, match=r"unknown partition option\(s\) \['calibration'\] for onnxruntime: calibration applies"):
+        byoc.partition_for(module, "onnxruntime", calibration=[{}])
+    assert byoc.Settings(max_rel_l2=0.05).precision == "auto"  # an error budget is what precision by measurement spends

@@ -49,5 +49,9 @@ class CostRules:
         return replace(self, **options)
 
 
+# The names a user gives cost rules by (`partition_for(mod, vendor, max_regions=1)`).
+COST_OPTIONS = frozenset(f.name for f in fields(CostRules))
+
+
 def _as_names(value: str | Iterable[str]) -> Iterable[str]:
     return [value] if isinstance(value, str) else value

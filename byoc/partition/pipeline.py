@@ -6,13 +6,13 @@ import json
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import tvm
 from tvm import relax
 
 from byoc.backend.codegen import SETTINGS_ATTR
-from byoc.backend.cost import CostRules
+from byoc.backend.cost import COST_OPTIONS, CostRules
 from byoc.backend.registry import get_backend
 from byoc.backend.spec import Backend
 from byoc.backend.views import RegionSummary
@@ -30,8 +30,6 @@ from byoc.partition.outline import CODEGEN_ATTR, BlockPlan, RegionPlan, outline_
 from byoc.partition.reasons import HostReasons
 from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord
 from byoc.partition.regions import RegionBoundary, region_boundary, summarize
-
-COST_OPTIONS = frozenset(f.name for f in fields(CostRules))
 
 
 def resolve_backends(backends: str | Backend | Sequence[str | Backend]) -> list[Backend]:

@@ -9,6 +9,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Mapping
+from typing import Any
 
 import tvm
 import tvm_ffi
@@ -21,6 +22,7 @@ from byoc.backend.settings import VendorSettings
 from byoc.backend.spec import Backend
 from byoc.cache_dirs import default_cache_dir
 from byoc.codegen_c.generate import init_symbol
+from byoc.compile_settings import Settings
 from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, RequantizationWarning, UnknownBackendError
 from byoc.host import host_pipeline
 from byoc.ir.dims import DimRange, dims_of, function_dimensions, symbolic_names
@@ -278,31 +280,24 @@ def _first_compiler_error(text: str) -> str:
     return f"{lines[0].strip()} {first}\n" + "\n".join(lines[1:])
 
 
-def build(
-    mod: tvm.IRModule,
-    target: str = "llvm",
-    strict: bool = False,
-    backend_options: Mapping[str, dict] | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    engines: str = "eager",
-    backends: Mapping[str, Backend] | None = None,
-    shape_buckets: object = None,
-    max_shapes: int = DEFAULT_MAX_SHAPES,
-) -> CompiledModel:
-    """Compile a partitioned module into a `CompiledModel`.
+def build(mod: tvm.IRModule, settings: Settings | None = None, backends: Mapping[str, Backend] | None = None,
+          **options: Any) -> CompiledModel:
+    """Compile a partitioned module into a `CompiledModel`, with the build fields of `settings`
+    (`byoc.Settings`) or the keyword `options` that make them: `target`, `strict`, `engines`,
+    `backend_options`, `cache_dir`, `shape_buckets`, `max_shapes`.
 
     Each region goes through its backend's code generator, and each region that runs through
     an engine (JSON graphs, custom blobs) gets its engine now, checked by a trial run on the
     region's shapes (`byoc.runtime_metadata.engine_check`). A generator or engine that fails
     makes its region fall back to the host with a warning naming the region, the vendor, the
-    error and what it costs, or fails the build when `strict`. `backend_options` are per
-    backend name. `engines="embed"` also keeps the engines for the artifact (`export` writes
-    those their vendors can save, and a load on a like machine skips building them);
-    `engines="lazy"` skips the check and builds each engine on first use, where a failure is an
-    EngineError with nothing left to fall back to. JSON engines
-    that can be saved are cached under `cache_dir` (default: $BYOC_CACHE_DIR or
-    ~/.cache/byoc/engines). `backends` maps codegen names to backends used
-    instead of the registered ones (calibration probes, tests).
+    error and what it costs, or fails the build when `strict`. `backend_options` are each
+    vendor's build and load settings, by vendor name. `engines="embed"` also keeps the engines
+    for the artifact (`export` writes those their vendors can save, and a load on a like machine
+    skips building them); `engines="lazy"` skips the check and builds each engine on first use,
+    where a failure is an EngineError with nothing left to fall back to. JSON engines that can
+    be saved are cached under `cache_dir` (default: $BYOC_CACHE_DIR or ~/.cache/byoc/engines).
+    `backends` maps codegen names to backends used instead of the registered ones (calibration
+    probes, tests).
 
     A model with dynamic dimensions (`from_onnx(..., dims=...)`) has its host code compiled
     once for every shape in range and its regions generated per shape (see
@@ -310,18 +305,16 @@ def build(
     one {dimension: [values]} for every combination; by default each range's `opt`), on first
     use for any other shape, keeping at most `max_shapes` per region in memory.
     """
-    if engines not in ("lazy", "eager", "embed"):
-        raise ByocError(f"engines must be 'lazy', 'eager' or 'embed', not {engines!r}")
+    settings = Settings.of(settings, options, "build")
     dims = dims_of(mod)
-    if not dims and shape_buckets is not None:
+    if not dims and settings.shape_buckets is not None:
         raise ByocError("shape_buckets applies to models with dynamic dimensions (from_onnx(..., dims=...)); this one has none")
-    run = _Build(mod, target, strict, backend_options, EngineCache(cache_dir if cache_dir is not None else default_cache_dir()),
-                 dict(backends or {}), max_shapes, check_buckets(shape_buckets, dims) if dims else [], dims)
+    run = _Build(mod, settings, dict(backends or {}), dims)
     run.generate()
-    run.engines(create=engines != "lazy")
+    run.engines(create=settings.engines != "lazy")
     model = run.link()
     run.say_if_nothing_is_offloaded()
-    if engines == "embed":
+    if settings.engines == "embed":
         model.embed_engines()
     return model
 
@@ -332,13 +325,14 @@ class _Build:
     `generate`, `engines` and `link`; each rule by which a region falls back, or is generated
     per shape instead, is a method of its own."""
 
-    def __init__(self, mod: tvm.IRModule, target: str, strict: bool, backend_options: Mapping[str, dict] | None, cache: EngineCache,
-                 overrides: dict[str, Backend], max_shapes: int, buckets: list[dict[str, int]], dims: Mapping[str, DimRange]) -> None:
-        self.partitioned, self.target, self.strict, self.cache = mod, target, strict, cache
-        self.overrides, self.max_shapes, self.buckets, self.dims = overrides, max_shapes, buckets, dims
+    def __init__(self, mod: tvm.IRModule, settings: Settings, overrides: dict[str, Backend], dims: Mapping[str, DimRange]) -> None:
+        self.partitioned, self.target, self.strict, self.overrides, self.dims = mod, settings.target, settings.strict, overrides, dims
+        self.cache = EngineCache(settings.cache_dir if settings.cache_dir is not None else default_cache_dir())
+        self.max_shapes = settings.max_shapes if settings.max_shapes is not None else DEFAULT_MAX_SHAPES
+        self.buckets = check_buckets(settings.shape_buckets, dims) if dims else []
         self.store = ConstantStore()
         self.configured = _region_backends(mod, overrides)
-        self.backend_options = checked_backend_options(backend_options or {}, self.configured)
+        self.backend_options = checked_backend_options(settings.backend_options, self.configured)
         record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
         self.partition = json.loads(str(record)) if record is not None else None
         self.planned = {r.symbol: r for r in PartitionRecord.from_dict(self.partition).regions} if self.partition else {}

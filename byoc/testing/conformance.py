@@ -29,6 +29,7 @@ from onnx.backend.test.runner import Runner
 
 from byoc.backend.registry import get_backend
 from byoc.backend.tolerance import Tolerance
+from byoc.compile_settings import Settings
 from byoc.errors import DynamicShapeError, ModelLoadError, one_line
 from byoc.flow import configure
 from byoc.frontend import from_onnx, unsupported_ops
@@ -281,8 +282,8 @@ def vendor_takes(case: TestCase, vendor: str, as_weights: bool = False, options:
     inputs = arrange(case.model, list(case.data_sets[0][0]))
     spec = specialize(case.model, inputs, weight_inputs(case.model) if as_weights else ())
     mod = from_onnx(case.model, shapes=spec.shapes, constants=spec.constants)
-    configured, cost, _ = configure(vendor, _vendor_options(vendor, options))
-    return bool(report(partition_graph(mod, configured, **cost)).regions)
+    settings = Settings.of(None, _vendor_options(vendor, options))
+    return bool(report(partition_graph(mod, configure(vendor, settings), **settings.cost)).regions)
 
 
 def check_case(case: TestCase, vendor: str | None, options: dict[str, Any] | None = None, as_weights: bool = False) -> CaseResult:
