@@ -8,7 +8,7 @@ from tvm.relax import op as R
 from tvm.relax.dpl import is_op, wildcard
 
 import byoc
-from byoc.annotate import clear_op_attrs, fused_pattern, register_op_attr
+from byoc.annotate import fused_pattern
 from byoc.errors import PartitionError, PredicateError, UnknownBackendError
 
 from graphs import all_op_calls, chain_module, make_backend, op_calls, region_functions, registered, tensor
@@ -44,19 +44,23 @@ def test_predicate_reason_reaches_the_report():
     assert report.host_reasons() == {"relu0": ["acc: relu is disabled for this test"]}
 
 
-def test_register_op_attr_in_the_papers_style():
+def test_a_check_answers_none_or_a_reason():
+    """One way to declare op rules, on the backend; a check that answers anything but None or a
+    reason (True, False, an empty string) is the vendor's error, named, not a silent verdict."""
     backend = make_backend("paper_acc")
 
-    @register_op_attr("relax.tanh", "target.paper_acc")
+    @backend.op("relax.tanh")
     def tanh(call):
-        return call.args[0].ty.dtype == "float32"
+        return None if call.args[0].ty.dtype == "float32" else "float32 only"
 
-    try:
-        with registered(backend):
-            report = byoc.report(byoc.partition_for(chain_module(["tanh", "relu"]), "paper_acc"))
-    finally:
-        clear_op_attrs("paper_acc")
+    with registered(backend):
+        report = byoc.report(byoc.partition_for(chain_module(["tanh", "relu"]), "paper_acc"))
     assert [r.ops for r in report.regions] == [["relax.tanh"]]
+    for answer in (True, False, ""):
+        backend.supports("relax.tanh", check=lambda call, answer=answer: answer)
+        with registered(backend), pytest.raises(PredicateError, match=f"backend 'paper_acc': the check of op relax.tanh at node "
+                                                                       f"'tanh0' returned {answer!r}: a check returns None to accept"):
+            byoc.partition_for(chain_module(["tanh", "relu"]), "paper_acc")
 
 
 def test_declared_limits_reject_with_reason():

@@ -1,6 +1,6 @@
-"""The vendor-facing annotation API: per-op registration and pattern builders."""
+"""The vendor-facing pattern library: pattern builders, the idioms exporters write, and shared
+checks (a vendor's op rules are declared on its `Backend`)."""
 
 from byoc.annotate.patterns import elementwise_chain, fused_pattern
-from byoc.backend.op_rules import clear_op_attrs, register_op_attr
 
-__all__ = ["clear_op_attrs", "elementwise_chain", "fused_pattern", "register_op_attr"]
+__all__ = ["elementwise_chain", "fused_pattern"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 
-from byoc.backend.verdict import Verdict
+from byoc.backend.verdict import FilterVerdict
 from byoc.backend.views import RegionSummary
 from byoc.errors import PartitionError
 
-RegionFilter = Callable[[RegionSummary], Verdict]
+RegionFilter = Callable[[RegionSummary], FilterVerdict]
 
 
 @dataclass(frozen=True)

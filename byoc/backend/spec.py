@@ -21,7 +21,7 @@ from tvm.relax.dpl import DFPattern
 from byoc.backend.codegen import Codegen
 from byoc.backend.cost import CostRules
 from byoc.backend.limits import Limits
-from byoc.backend.op_rules import OpCheck, OpRule, registered_op_rules
+from byoc.backend.op_rules import OpCheck, OpRule
 from byoc.backend.options import Option
 from byoc.backend.region_pass import RegionPass
 from byoc.backend.settings import BUILD, PARTITION, VendorSettings
@@ -188,8 +188,8 @@ class Backend:
         bind(name, emit)
 
     def rules(self) -> dict[str, OpRule]:
-        """Own op rules plus those registered for this backend with `register_op_attr`."""
-        return {**registered_op_rules(self.name), **self.op_rules}
+        """The single ops this backend accepts, by op name."""
+        return dict(self.op_rules)
 
     # -------------------------------------------------------------- codegen
     def validate_codegen(self) -> None:

@@ -18,7 +18,7 @@ from tvm.relax import dpl
 from tvm.relax.transform import FuseOpsByPattern, FusionPattern, PatternCheckContext
 
 from byoc.backend.spec import Backend, OpRule, Pattern
-from byoc.backend.verdict import rejection
+from byoc.backend.verdict import reason_of
 from byoc.backend.views import PatternMatch
 from byoc.errors import PredicateError
 from byoc.ir.types import op_name
@@ -76,12 +76,12 @@ class PlacementPolicy:
             return None
         try:
             verdict = rule.check(call)
-            return rejection(verdict, f"predicate for {call.op.name} rejected it")
         except Exception as error:
             raise PredicateError(
                 f"backend {backend.name!r}: the predicate for op {call.op.name} raised at node {node!r}: "
                 f"{type(error).__name__}: {error}"
             ) from error
+        return reason_of(verdict, f"backend {backend.name!r}: the check of op {call.op.name} at node {node!r}")
 
 
 class _PatternChecker:
@@ -108,6 +108,9 @@ class _PatternChecker:
         calls = [(name, v) for name, v in bindings if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op)]
         try:
             reason = self._rejection(ctx, calls)
+        except PredicateError as error:  # a check that answered neither None nor a reason
+            self.errors.append(error)
+            return False
         except Exception as error:
             node = names[-1] if names else "?"
             self.errors.append(
@@ -173,7 +176,8 @@ class _PatternChecker:
             {k: v for k, v in ctx.annotated_expr.items()},
             [call for _, call in calls],
         )
-        return rejection(self.pattern.check(match), "pattern check rejected the match")
+        where = f"backend {self.backend.name!r}: the check of pattern {self.pattern.name!r} at node {calls[0][0]!r}"
+        return reason_of(self.pattern.check(match), where)
 
 
 def group_patterns(mod: tvm.IRModule, policy: PlacementPolicy) -> tuple[tvm.IRModule, dict[int, str]]:

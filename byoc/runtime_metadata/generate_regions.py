@@ -7,7 +7,6 @@ graph itself, C source, or the vendor's binary: see byoc.backend.codegen).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,5 +53,5 @@ def generate_region(func: relax.Function, symbol: str, backend: Backend, store: 
         vendor_version=backend.library_version(), format_name=code.format_name, info={**code.info, **context.notes},
         constant_specs=[TensorSpec(name, tuple(graph["constants"][name]["shape"]), graph["constants"][name]["dtype"])
                         for name in code.constants],
-        settings=json.loads(settings.to_json(backend.name)),
+        settings=settings.record(backend.name),
     )
