@@ -115,6 +115,29 @@ def test_a_dynamic_export_runs_at_the_shapes_given(cache):
 
 
 @needs_torch
+def test_a_dynamic_export_compiles_as_it_is_and_runs_any_shape_the_model_takes(cache, tmp_path, capsys):
+    """No dims= and no shapes: `batch` stays open, `sequence` is bounded by GPT-2's position table,
+    and the artifact `byoc compile` writes is right at shapes across the range."""
+    from byoc.cli import main
+    from byoc.ir.dims import dims_of
+
+    path = exported.path("gpt2", dynamic=True, cache_dir=cache)
+    model = onnx.load(path)
+    mod = byoc.from_onnx(model)
+    positions = next(i for i in model.graph.initializer if "wpe" in i.name or "position" in i.name).dims[0]
+    assert {name: str(r) for name, r in dims_of(mod).items()} == {"batch": "1..", "sequence": f"1..{positions}"}
+    assert "bounded by the model" in byoc.report(byoc.partition_for(mod, "dnnl")).to_table()
+    artifact = tmp_path / "gpt2.byoc"
+    assert main(["compile", str(path), "--vendor", "dnnl", "-o", str(artifact)]) == 0
+    capsys.readouterr()
+    compiled = byoc.load(artifact)
+    for batch, sequence in ((1, 1), (3, 17), (2, positions)):
+        ids = np.random.default_rng(sequence).integers(0, 100, (batch, sequence), dtype=np.int64)
+        inputs = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
+
+
+@needs_torch
 def test_the_vendor_kit_and_matrix_take_exported_models(cache, monkeypatch):
     from byoc.testing.kit import evaluate, exported_model_names, model_case
 

@@ -7,6 +7,7 @@ from tvm import relax
 
 import byoc
 from byoc.errors import DynamicShapeError, ModelLoadError, QuantizedModelWarning
+from byoc.ir.dims import dims_of
 from byoc.ir.types import static_shape
 
 from conftest import assert_fp32_close, onnxruntime_outputs, small_model, small_module
@@ -146,11 +147,17 @@ def _dynamic_model():
     return model
 
 
-def test_dynamic_input_needs_a_shape():
-    with pytest.raises(DynamicShapeError, match="'x'.*batch.*shapes="):
-        byoc.from_onnx(_dynamic_model())
+def test_a_named_dynamic_dimension_is_kept_with_an_open_range_and_an_unnamed_one_needs_a_shape():
+    mod = byoc.from_onnx(_dynamic_model())  # the file as it is: `batch` stays dynamic, with nothing bounding it
+    assert str(dims_of(mod)["batch"]) == "1.." and dims_of(mod)["batch"].open
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(byoc.build(byoc.partition_for(mod, "onnxruntime")).run(x)[0], np.maximum(x, 0))
     mod = byoc.from_onnx(_dynamic_model(), shapes={"x": [2, 4]})
-    assert [int(d) for d in mod["main"].params[0].ty.shape.values] == [2, 4]
+    assert [int(d) for d in mod["main"].params[0].ty.shape.values] == [2, 4] and not dims_of(mod)
+    unnamed = _dynamic_model()
+    unnamed.graph.input[0].type.tensor_type.shape.dim[0].ClearField("dim_param")
+    with pytest.raises(DynamicShapeError, match=r"input 'x' has dynamic dim 0, which the file does not name\. Pass shapes="):
+        byoc.from_onnx(unnamed)
 
 
 def test_shapes_for_unknown_inputs_are_refused():
@@ -170,12 +177,20 @@ def _two_dynamic_inputs():
 
 
 def test_every_dynamic_input_is_named_at_once_and_named_dimensions_are_shared():
-    with pytest.raises(DynamicShapeError, match=r"input 'ids' has dynamic dim 0 \(batch\), dim 1 \(seq\); input 'mask' has "
-                                                r"dynamic dim 0 \(batch\), dim 1 \(seq\)\. .*shapes=\{'ids': \[...\], 'mask': \[...\]\}"):
-        byoc.from_onnx(_two_dynamic_inputs())
+    unnamed = _two_dynamic_inputs()
+    for value in unnamed.graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            dim.ClearField("dim_param")
+    with pytest.raises(DynamicShapeError, match=r"input 'ids' has dynamic dim 0, dim 1; input 'mask' has dynamic dim 0, dim 1, "
+                                                r"which the file does not name\. .*shapes=\{'ids': \[...\], 'mask': \[...\]\}"):
+        byoc.from_onnx(unnamed)
     # One input's shape gives `batch` and `seq` for the other.
     mod = byoc.from_onnx(_two_dynamic_inputs(), shapes={"ids": [2, 16]})
     assert [[int(d) for d in p.ty.shape.values] for p in mod["main"].params] == [[2, 16], [2, 16]]
+    # Left dynamic, both inputs share the two open dimensions.
+    mod = byoc.from_onnx(_two_dynamic_inputs())
+    assert {name: str(r) for name, r in dims_of(mod).items()} == {"batch": "1..", "seq": "1.."}
+    assert [[str(d) for d in p.ty.shape.values] for p in mod["main"].params] == [["batch", "seq"]] * 2
 
 
 @pytest.mark.parametrize("shapes, message", [

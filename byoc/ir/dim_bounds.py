@@ -8,6 +8,7 @@ the dimension and its range before anything runs.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Mapping
 
@@ -15,7 +16,7 @@ import tvm
 from tvm import relax
 
 from byoc.errors import DimensionBoundWarning
-from byoc.ir.dims import DimRange, dims_of, with_dims
+from byoc.ir.dims import DIMS_ORIGIN_ATTR, DimRange, dims_of, with_dims
 from byoc.ir.types import static_shape
 
 # Ops an index passes through unchanged in value: the positions arange made are still the rows read.
@@ -78,12 +79,14 @@ def _constant(expr) -> int | None:
 
 
 def narrowed_to_table_bounds(mod: tvm.IRModule, where: str) -> tvm.IRModule:
-    """`mod` with each dimension's range narrowed to what its tables bound, warning where the
-    given range went past it."""
+    """`mod` with each dimension's range narrowed to what its tables bound, and where each range
+    comes from recorded for the report: an open range (a dimension the file names and the user
+    did not) takes the bound quietly; a given range that went past it is narrowed with a warning."""
     dims = dims_of(mod)
     if not dims:
         return mod
     narrowed: dict[str, DimRange] = dict(dims)
+    origin = {name: "open" if r.open else "given" for name, r in dims.items()}
     for name, (high, node, rows) in table_bounds(mod["main"]).items():
         given = dims.get(name)
         if given is None or given.high <= high:
@@ -91,7 +94,12 @@ def narrowed_to_table_bounds(mod: tvm.IRModule, where: str) -> tvm.IRModule:
         if high < given.low:
             continue  # nothing in range is valid: the run's own check names the node
         narrowed[name] = DimRange(given.low, high, min(given.opt, high))
-        warnings.warn(f"byoc: {where}: dimension {name!r} can be at most {high}: node {node!r} reads a table of {rows} rows at "
-                      f"every position up to it; dims allowed up to {given.high}, narrowed to {given.low}..{high}",
-                      DimensionBoundWarning, stacklevel=3)
-    return with_dims(mod, narrowed) if narrowed != dims else mod
+        bound = f"node {node!r} reads a table of {rows} rows at every position up to it"
+        if given.open:
+            origin[name] = f"bounded by the model: {bound}"
+            continue
+        origin[name] = f"given, narrowed by the model: {bound}"
+        warnings.warn(f"byoc: {where}: dimension {name!r} can be at most {high}: {bound}; dims allowed up to {given.high}, "
+                      f"narrowed to {given.low}..{high}", DimensionBoundWarning, stacklevel=3)
+    mod = with_dims(mod, narrowed) if narrowed != dims else mod
+    return mod.with_attr(DIMS_ORIGIN_ATTR, json.dumps(origin, sort_keys=True))

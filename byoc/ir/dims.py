@@ -23,6 +23,12 @@ import tvm
 from tvm import relax
 
 DIMS_ATTR = "byoc.dims"
+# Where each dimension's range comes from, as the report says it ("given", "open", or the table
+# that bounds it).
+DIMS_ORIGIN_ATTR = "byoc.dims_origin"
+# The high end of a range the model and the user leave open: a file's named dimension with no
+# `dims=` entry and nothing in the model that bounds it. Any size a tensor can have is in range.
+OPEN = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -37,8 +43,13 @@ class DimRange:
     def __contains__(self, value: int) -> bool:
         return self.low <= value <= self.high
 
+    @property
+    def open(self) -> bool:
+        """Whether nothing bounds it above (see OPEN)."""
+        return self.high >= OPEN
+
     def __str__(self) -> str:
-        return f"{self.low}..{self.high}"
+        return f"{self.low}.." if self.open else f"{self.low}..{self.high}"
 
     def to_list(self) -> list[int]:
         return [self.low, self.high, self.opt]
@@ -82,7 +93,8 @@ def with_dims(mod: tvm.IRModule, dims: Mapping[str, DimRange]) -> tvm.IRModule:
         return mod
     mod = mod.with_attr(DIMS_ATTR, json.dumps({name: r.to_list() for name, r in dims.items()}))
     main = mod["main"]
-    main = main.with_attr("tir_var_upper_bound", {name: r.high for name, r in dims.items()})
+    # An open range has no bound to plan memory from: TVM allocates such tensors at run time.
+    main = main.with_attr("tir_var_upper_bound", {name: r.high for name, r in dims.items() if not r.open})
     mod["main"] = main.with_attr("tir_var_lower_bound", {name: r.low for name, r in dims.items()})
     return mod
 
@@ -90,7 +102,18 @@ def with_dims(mod: tvm.IRModule, dims: Mapping[str, DimRange]) -> tvm.IRModule:
 def copy_dims(source: tvm.IRModule, target: tvm.IRModule) -> tvm.IRModule:
     """`target` with `source`'s dimension ranges (passes that rebuild modules drop attributes)."""
     dims = dims_of(source)
-    return with_dims(target, dims) if dims and not dims_of(target) else target
+    if not dims or dims_of(target):
+        return target
+    origin = source.attrs.get(DIMS_ORIGIN_ATTR)
+    target = with_dims(target, dims)
+    return target.with_attr(DIMS_ORIGIN_ATTR, origin) if origin is not None else target
+
+
+def dims_origin(mod: tvm.IRModule) -> dict[str, str]:
+    """Where each dimension's range comes from ("given" where nothing is recorded)."""
+    text = mod.attrs.get(DIMS_ORIGIN_ATTR) if mod.attrs is not None else None
+    recorded = json.loads(str(text)) if text is not None else {}
+    return {name: recorded.get(name, "given") for name in dims_of(mod)}
 
 
 _REPRESENTATIVE: contextvars.ContextVar[Mapping[str, int] | None] = contextvars.ContextVar("byoc_representative", default=None)

@@ -13,7 +13,7 @@ from tvm import relax
 
 from byoc.backend.registry import get_backend
 from byoc.errors import PartitionError, UnknownBackendError
-from byoc.ir.dims import DimRange, dims_of, function_dimensions
+from byoc.ir.dims import DimRange, dims_of, dims_origin, function_dimensions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord
 
@@ -110,10 +110,12 @@ class PartitionReport:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
-    def note_dims(self, dims: Mapping[str, DimRange], shape_specialised: Iterable[str], symbolic: Iterable[str] = ()) -> None:
-        """Record a model's dynamic dimensions, its regions generated per shape and those
-        generated once for every shape (symbolic shapes)."""
-        self.dims = {name: f"{r} (opt {r.opt})" for name, r in dims.items()}
+    def note_dims(self, dims: Mapping[str, DimRange], shape_specialised: Iterable[str], symbolic: Iterable[str] = (),
+                  origin: Mapping[str, str] | None = None) -> None:
+        """Record a model's dynamic dimensions and where each range comes from, its regions
+        generated per shape and those generated once for every shape (symbolic shapes)."""
+        origin = origin or {}
+        self.dims = {name: f"{r} (opt {r.opt}; {origin.get(name, 'given')})" for name, r in dims.items()}
         self.shape_specialised = sorted(shape_specialised)
         self.symbolic_shapes = sorted(symbolic)
 
@@ -200,7 +202,7 @@ def report(mod: tvm.IRModule) -> PartitionReport:
         # As planned: a region its backend cannot write symbolically after all is generated per
         # shape at build time, which the compiled model's report says.
         symbolic = {symbol for symbol, backend in specialised.items() if _takes_symbolic_shapes(backend)}
-        result.note_dims(dims, set(specialised) - symbolic, symbolic)
+        result.note_dims(dims, set(specialised) - symbolic, symbolic, dims_origin(mod))
     return result
 
 

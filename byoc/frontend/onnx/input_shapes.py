@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 import onnx
 
 from byoc.errors import DynamicShapeError, ModelLoadError
-from byoc.ir.dims import DimRange, dim_range
+from byoc.ir.dims import OPEN, DimRange, dim_range
 
 Dim = tuple[int | None, str]  # (the file's value or None, the file's name for the dimension or "")
 
@@ -66,7 +66,9 @@ def _checked_dims(declared: Mapping[str, list[Dim]], shapes: Mapping[str, Sequen
 def static_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]],
                         dims: Mapping[str, object] | None = None) -> tuple[dict[str, list[int | str]], dict[str, DimRange]]:
     """Every graph input's shape (`model`'s inputs are its run-time inputs), and the ranges of
-    the named dimensions kept dynamic: those in `dims` stay their names."""
+    the named dimensions kept dynamic: those in `dims` stay their names, and so does every
+    other named dimension that `shapes` does not fix, with an open range (`DimRange.open`: the
+    file taken as it is; the model may bound it later, see byoc.ir.dim_bounds)."""
     declared = {value.name: _declared(value) for value in model.graph.input}
     unknown = sorted(set(shapes) - set(declared))
     if unknown:
@@ -85,6 +87,10 @@ def static_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[in
             if seen[0] != size:
                 raise ModelLoadError(f"dimension {param!r} is {seen[0]} for {seen[1]} but {size} for input {name!r} dim {index}: "
                                      "inputs that share a named dimension must agree")
+    for name, declared_dims in declared.items():
+        for value, param in declared_dims:
+            if name not in given and param and value is None and param not in ranges and param not in named:
+                ranges[param] = DimRange(1, OPEN, 1)
     resolved: dict[str, list[int | str]] = {}
     dynamic: list[tuple[str, list[str]]] = []
     for name, declared_dims in declared.items():
@@ -101,10 +107,9 @@ def static_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[in
     if dynamic:
         listed = "; ".join(f"input {name!r} has dynamic {', '.join(missing)}" for name, missing in dynamic)
         example = ", ".join(f"{name!r}: [...]" for name, _ in dynamic)
-        raise DynamicShapeError(f"{listed}. Pass shapes={{{example}}} to compile for one shape, or give each named "
-                                "dimension a range, dims={'batch': (1, 32)}, to compile for every shape in range (on the "
-                                "command line: --shapes NAME=DIMxDIM, --dims NAME=LOW:HIGH); a named dimension given for one "
-                                "input holds for every input that has it")
+        raise DynamicShapeError(f"{listed}, which the file does not name. Pass shapes={{{example}}} to compile for one shape "
+                                "(on the command line: --shapes NAME=DIMxDIM); a dimension the file names (a dim_param) is "
+                                "kept dynamic by itself")
     return resolved, ranges
 
 

@@ -28,6 +28,7 @@ from byoc.backend.settings import VendorSettings, setting
 from byoc.codegen_json.symbolic_dims import is_symbolic, shape_at
 from byoc.codegen_json.to_onnx import graph_to_onnx
 from byoc.errors import EngineError
+from byoc.ir.dims import OPEN
 from byoc.vendors.tensorrt.versions import format_version, parse_version, resolve_version
 
 INSTALL = ("pip install 'byoc[tensorrt]' --extra-index-url https://pypi.nvidia.com "
@@ -115,6 +116,11 @@ def profile_shapes(graph: Mapping[str, Any]) -> Profile:
     dims = graph.get("dims") or {}
     if not dims:
         return {}
+    unbounded = sorted(name for name, span in dims.items() if span["high"] >= OPEN)
+    if unbounded:
+        raise EngineError(f"{_where(graph)}: a TensorRT optimization profile needs the highest value of each dimension, and "
+                          f"nothing bounds {', '.join(map(repr, unbounded))}: import the model with dims={{{unbounded[0]!r}: "
+                          "(low, high)}} (on the command line: --dims NAME=LOW:HIGH)")
     at = {key: {name: span[key] for name, span in dims.items()} for key in ("low", "opt", "high")}
     profile: Profile = {}
     for position, spec in enumerate(graph["inputs"]):
