@@ -30,6 +30,7 @@ from byoc.ir.types import calls_op
 from byoc.partition.pipeline import partition_graph, resolve_backends
 from byoc.placement.auto import DEFAULT_BUDGET_S, place
 from byoc.placement.cache import MeasurementCache
+from byoc.placement.dynamic import placed_at_shapes
 from byoc.placement.joint import PrecisionBudget, computes_quantized
 from byoc.placement.precision import DEFAULT_BUDGET, PRECISION_ATTR, PrecisionReport, checked_budget, choose_precision
 from byoc.placement.remote import measurer_for
@@ -118,9 +119,10 @@ def partition_for(mod: tvm.IRModule, backends: str | Backend | Sequence[str | Ba
     configured = configure(backends, settings)
     _check_calibration_is_taken(settings, configured)
     dims = dims_of(mod)
-    if dims and settings.placement == "auto":
-        raise PartitionError(f"placement='auto' times the model at one shape; this model has dynamic dimensions "
-                             f"({', '.join(dims)}): use placement='priority', or import it with static shapes")
+    if dims and settings.placement == "auto" and joint is not None:
+        raise PartitionError(f"precision chosen with placement='auto' quantizes the model it times, at one shape; this model "
+                             f"has dynamic dimensions ({', '.join(dims)}): choose precision with placement='priority', or "
+                             "import the model with static shapes")
     partitioned = _partitioned(mod, configured, settings, joint)
     for backend in configured:
         regions = [func for _, name, func in region_functions(partitioned) if name == backend.name]
@@ -189,11 +191,16 @@ def _at_precision(mod: tvm.IRModule, settings: Settings, backends) -> tuple[tvm.
 
 
 def _partitioned(mod, configured, settings: Settings, joint: PrecisionBudget | None) -> tvm.IRModule:
-    if settings.placement == "auto":
-        measurer = measurer_for(settings.rpc_tracker, settings.rpc_key, settings.rpc_fallback_local)
-        return place(mod, configured, settings.budget_s if settings.budget_s is not None else DEFAULT_BUDGET_S, measurer,
+    if settings.placement != "auto":
+        return partition_graph(mod, configured, **settings.cost)
+    measurer = measurer_for(settings.rpc_tracker, settings.rpc_key, settings.rpc_fallback_local)
+
+    def measured(model: tvm.IRModule) -> tvm.IRModule:
+        return place(model, configured, settings.budget_s if settings.budget_s is not None else DEFAULT_BUDGET_S, measurer,
                      MeasurementCache(settings.placement_cache_dir), settings.placement_inputs, precision=joint, **settings.cost)
-    return partition_graph(mod, configured, **settings.cost)
+
+    # A model with dynamic dimensions is timed at its representative shapes (byoc.placement.dynamic).
+    return placed_at_shapes(mod, configured, measured, settings.cost) if dims_of(mod) else measured(mod)
 
 
 __all__ = ["CALIBRATION_OPTIONS", "Settings", "declared_options", "describe_options", "partition_for", "route_options"]

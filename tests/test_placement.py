@@ -364,3 +364,22 @@ def test_every_segment_quantized_alone_is_one_int8_region():
         assert report.offload_ratio_macs == 1.0 and len(report.regions) == 1, report.to_table()
         handed_out += len(piece.outputs) > 1
     assert handed_out  # some segment hands a residual on
+
+
+def test_a_model_with_dynamic_dimensions_is_timed_at_its_representative_shape(tmp_path):
+    """Candidates are timed at each dimension's opt; the placement found there partitions the
+    model for every shape in range, and the report says where it was timed."""
+    model = small_model("mlp")
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    mod = byoc.from_onnx(model, dims={"batch": (1, 4, 16)})
+    placed = byoc.partition_for(mod, ["dnnl"], placement="auto", placement_cache_dir=str(tmp_path))
+    table = byoc.placement_report(placed).to_table()
+    assert "timed at batch=4 (each dynamic dimension at its range's opt)" in table, table
+    report = byoc.report(placed)
+    assert report.offload_ratio_macs == 1.0 and "batch 1..16 (opt 4; given)" in report.to_table()
+    compiled = byoc.build(placed)
+    for batch in (1, 4, 16):
+        x = np.random.default_rng(batch).standard_normal((batch, 64)).astype(np.float32)
+        inputs = {model.graph.input[0].name: x}
+        assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))

@@ -43,6 +43,8 @@ class PlacementReport:
     budget: float | None = None  # the error budget precision was chosen under (max_rel_l2), if any
     rel_l2: float | None = None  # the kept placement's measured error against fp32
     samples: int = 0  # calibration inputs the errors were measured on
+    # A model with dynamic dimensions: the value each was timed at (the placement holds for all)
+    timed_at: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -62,6 +64,9 @@ class PlacementReport:
             f"measured placement over {', '.join(columns)} on {self.where}: {len(self.rows)} segments, "
             f"{self.measured} candidate(s) measured, {self.cached} from the cache, {self.search_s:.1f} s",
         ]
+        if self.timed_at:
+            at = ", ".join(f"{name}={value}" for name, value in self.timed_at.items())
+            lines.append(f"timed at {at} (each dynamic dimension at its range's opt); the placement holds for every shape in range")
         if errors:
             chosen = [row for row in self.rows if row.chosen in row.errors or row.chosen.endswith(INT8)]
             measured = "-" if self.rel_l2 is None else f"{self.rel_l2:.2%}"
