@@ -209,17 +209,18 @@ class RegionRuntime:
 
 
 def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime], artifacts: Iterable[RegionArtifact],
-              others: Mapping[str, Callable] | None = None) -> relax.VirtualMachine:
+              others: Mapping[str, Callable] | None = None, memory: str = "pooled") -> relax.VirtualMachine:
     """A VirtualMachine whose region calls reach these `regions` (and `others`, callables by
-    symbol: shape-specialised regions). A region the host code calls but that the model does
-    not have (an inconsistent artifact) is an ArtifactError."""
+    symbol: shape-specialised regions), allocating with TVM's `memory` allocator. A region the
+    host code calls but that the model does not have (an inconsistent artifact) is an
+    ArtifactError."""
     with _VM_CREATION:
         symbols = []
         for symbol, callable_ in [*((region.artifact.symbol, region) for region in regions), *(others or {}).items()]:
             tvm_ffi.register_global_func(symbol, callable_, override=True)
             symbols.append(symbol)
         try:
-            return relax.VirtualMachine(host, tvm.cpu())
+            return relax.VirtualMachine(host, tvm.cpu(), memory_cfg=memory)
         except Exception as error:  # TVM errors share no base class
             missing = _MISSING_FUNCTION.search(str(error))
             if missing is None:

@@ -64,7 +64,7 @@ class CompiledModel:
         # host library directly, see `host_function`), and the values that depend on the shape
         # only (see byoc.runtime_metadata.shape_values).
         self._by_name: dict[str, Callable] = {symbol: runtime.host_function() or runtime for symbol, runtime in self.specialised.items()}
-        self._vms = ThreadVMs(self.host, self.regions, parts.artifacts, self._by_name)
+        self._vms = ThreadVMs(self.host, self.regions, parts.artifacts, self._by_name, dynamic=bool(parts.dims))
         if parts.dims:
             self._by_name[SHAPE_VALUES] = ShapeValues(lambda: self._vms.of_its_own()[SHAPE_VALUES_FUNCTION])
         self._inputs = ModelInputs(parts)

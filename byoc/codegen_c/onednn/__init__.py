@@ -34,10 +34,11 @@ def onednn_library() -> CLibrary:
 
 
 def _runtime_setup() -> None:
-    """oneDNN's thread limit, OpenBLAS (the second kernel of dense products) loaded with as many
+    """oneDNN's thread limit and primitive cache, OpenBLAS (the second kernel of dense products) loaded with as many
     threads, sleeping between calls, and the question regions ask at load: which of the two runs
     each dense product on this machine."""
     threads.limit_threads()
+    threads.limit_primitive_cache()
     openblas.prepare(threads.requested())
     product_choice.register_choice()
 
