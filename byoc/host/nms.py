@@ -33,6 +33,73 @@ def _scalar(buffer, tensor: te.Tensor):  # ONNX allows a 0-d or a one-element th
     return buffer[()] if len(tensor.shape) == 0 else buffer[0]
 
 
+def _better(key, value, i, a, b):
+    """Heap entry a comes out before heap entry b: a higher score, or the same and a lower anchor."""
+    return tvm.tirx.Or(key[i, a] > key[i, b], tvm.tirx.And(key[i, a] == key[i, b], value[i, a] < value[i, b]))
+
+
+def _sift_down(key, value, i, scratch, start, count) -> None:
+    """Move heap entry `start` down row `i`'s heap of `count` entries to its place."""
+    node, child, swap_key, swap_value = scratch
+    node[0] = start
+    with T.While(node[0] * 2 + 1 < count):
+        child[0] = node[0] * 2 + 1
+        with T.If(child[0] + 1 < count):  # nested: never read past the heap
+            with T.Then():
+                with T.If(_better(key, value, i, child[0] + 1, child[0])):
+                    with T.Then():
+                        child[0] = child[0] + 1
+        with T.If(_better(key, value, i, child[0], node[0])):
+            with T.Then():
+                swap_key[0] = key[i, node[0]]
+                swap_value[0] = value[i, node[0]]
+                key[i, node[0]] = key[i, child[0]]
+                value[i, node[0]] = value[i, child[0]]
+                key[i, child[0]] = swap_key[0]
+                value[i, child[0]] = swap_value[0]
+                node[0] = child[0]
+            with T.Else():
+                node[0] = count
+
+
+def _heap_of_candidates(scores_, key, value, i, size, scratch, anchors: int, score_limit) -> None:
+    """Row `i`'s boxes that score above the threshold, as a heap of `size` entries."""
+    size[0] = T.int32(0)
+    with T.serial(0, anchors) as j:
+        with T.If(scores_[i, j] > score_limit):
+            with T.Then():
+                key[i, size[0]] = scores_[i, j]
+                value[i, size[0]] = T.Cast("int32", j)
+                size[0] = size[0] + 1
+    with T.serial(0, size[0] // 2) as t:
+        _sift_down(key, value, i, scratch, size[0] // 2 - 1 - t, size[0])
+
+
+def _keep_best(boxes_, key, value, selected, i, base, size, kept, candidate, suppressed, scratch, iou_limit,
+               max_boxes_per_class: int) -> None:
+    """Take the heap's best box at a time, keeping it unless it overlaps one kept before by more
+    than the IoU threshold, until `max_boxes_per_class` are kept or the heap is empty."""
+    kept[0] = T.int32(0)
+    with T.While(tvm.tirx.And(size[0] > 0, kept[0] < max_boxes_per_class)):
+        candidate[0] = value[i, 0]
+        size[0] = size[0] - 1
+        key[i, 0] = key[i, size[0]]
+        value[i, 0] = value[i, size[0]]
+        _sift_down(key, value, i, scratch, 0, size[0])
+        suppressed[0] = T.int32(0)
+        with T.serial(0, kept[0]) as m:
+            with T.If(suppressed[0] == 0):
+                with T.Then():
+                    overlap = calculate_overlap(boxes_, base + selected[i, m] * 4, base + candidate[0] * 4)
+                    with T.If(overlap > iou_limit):
+                        with T.Then():
+                            suppressed[0] = T.int32(1)
+        with T.If(suppressed[0] == 0):
+            with T.Then():
+                selected[i, kept[0]] = candidate[0]
+                kept[0] = kept[0] + 1
+
+
 def _select(boxes: te.Tensor, scores: te.Tensor, score_threshold: te.Tensor, iou_threshold: te.Tensor,
             num_class: int, max_boxes_per_class: int) -> tuple[te.Tensor, te.Tensor]:
     """ONNX's selected rows (batch, class, box), padded to rows x `max_boxes_per_class`, and how
@@ -62,61 +129,11 @@ def _select(boxes: te.Tensor, scores: te.Tensor, score_threshold: te.Tensor, iou
                 with T.serial(0, rows) as i:
                     size, node, child, candidate, kept, suppressed = (local() for _ in range(6))
                     swap_key, swap_value = local("float32"), local()
-
-                    def better(a, b):  # heap entry a comes out before heap entry b
-                        return tvm.tirx.Or(key[i, a] > key[i, b], tvm.tirx.And(key[i, a] == key[i, b], value[i, a] < value[i, b]))
-
-                    def sift_down(start, count):
-                        node[0] = start
-                        with T.While(node[0] * 2 + 1 < count):
-                            child[0] = node[0] * 2 + 1
-                            with T.If(child[0] + 1 < count):  # nested: never read past the heap
-                                with T.Then():
-                                    with T.If(better(child[0] + 1, child[0])):
-                                        with T.Then():
-                                            child[0] = child[0] + 1
-                            with T.If(better(child[0], node[0])):
-                                with T.Then():
-                                    swap_key[0] = key[i, node[0]]
-                                    swap_value[0] = value[i, node[0]]
-                                    key[i, node[0]] = key[i, child[0]]
-                                    value[i, node[0]] = value[i, child[0]]
-                                    key[i, child[0]] = swap_key[0]
-                                    value[i, child[0]] = swap_value[0]
-                                    node[0] = child[0]
-                                with T.Else():
-                                    node[0] = count
-
-                    size[0] = T.int32(0)
-                    with T.serial(0, anchors) as j:
-                        with T.If(scores_[i, j] > score_limit):
-                            with T.Then():
-                                key[i, size[0]] = scores_[i, j]
-                                value[i, size[0]] = T.Cast("int32", j)
-                                size[0] = size[0] + 1
-                    with T.serial(0, size[0] // 2) as t:
-                        sift_down(size[0] // 2 - 1 - t, size[0])
-
+                    scratch = (node, child, swap_key, swap_value)
+                    _heap_of_candidates(scores_, key, value, i, size, scratch, anchors, score_limit)
                     base = (i // num_class) * boxes.shape[1] * 4
-                    kept[0] = T.int32(0)
-                    with T.While(tvm.tirx.And(size[0] > 0, kept[0] < max_boxes_per_class)):
-                        candidate[0] = value[i, 0]
-                        size[0] = size[0] - 1
-                        key[i, 0] = key[i, size[0]]
-                        value[i, 0] = value[i, size[0]]
-                        sift_down(0, size[0])
-                        suppressed[0] = T.int32(0)
-                        with T.serial(0, kept[0]) as m:
-                            with T.If(suppressed[0] == 0):
-                                with T.Then():
-                                    overlap = calculate_overlap(boxes_, base + selected[i, m] * 4, base + candidate[0] * 4)
-                                    with T.If(overlap > iou_limit):
-                                        with T.Then():
-                                            suppressed[0] = T.int32(1)
-                        with T.If(suppressed[0] == 0):
-                            with T.Then():
-                                selected[i, kept[0]] = candidate[0]
-                                kept[0] = kept[0] + 1
+                    _keep_best(boxes_, key, value, selected, i, base, size, kept, candidate, suppressed, scratch, iou_limit,
+                               max_boxes_per_class)
                     with T.serial(0, kept[0]) as m:  # ONNX's rows: (batch, class, box), best first
                         out[written[0] + m, 0] = T.Cast("int64", i // num_class)
                         out[written[0] + m, 1] = T.Cast("int64", i % num_class)
