@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -369,7 +370,8 @@ def test_every_segment_quantized_alone_is_one_int8_region():
 def test_a_model_with_dynamic_dimensions_is_timed_at_its_representative_shape(tmp_path):
     """Candidates are timed at each dimension's opt; the placement found there partitions the
     model for every shape in range, and the report says where it was timed."""
-    model = small_model("mlp")
+    model = onnx.ModelProto()
+    model.CopyFrom(small_model("mlp"))  # the fixture's model is shared: its shapes stay as they are
     for value in [*model.graph.input, *model.graph.output]:
         value.type.tensor_type.shape.dim[0].dim_param = "batch"
     mod = byoc.from_onnx(model, dims={"batch": (1, 4, 16)})
