@@ -349,6 +349,11 @@ def test_values_of_the_shape_alone_are_computed_once_per_shape(model, compiled, 
         ids = _tokens(shape, 3)
         np.testing.assert_allclose(compiled.run(input_ids=ids)[0], session.run(None, {"input_ids": ids})[0], atol=TOLERANCE)
     assert (2, 16) in values._kept and (1, 9) in values._kept
+    # A profile says what the model keeps for the shapes it has met, within which bounds.
+    held = compiled.profile(input_ids=_tokens((1, 9)), repeat=1).held
+    assert held["host memory"].startswith("TVM's naive allocator")
+    assert held["values of the shape alone"].startswith(f"{len(values._kept)} shape(s), ")
+    assert "(at most 1024 within 16 MiB)" in held["values of the shape alone"]
 
 
 def test_the_report_names_the_dimensions_and_the_regions_generated_per_shape(model, compiled):

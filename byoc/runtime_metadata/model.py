@@ -155,7 +155,22 @@ class CompiledModel:
         """Time spent per region and on the host (see `byoc.runtime_metadata.profile`)."""
         arrays = [np.require(a, requirements="C") for a in self._inputs.arranged(inputs, named_inputs)]
         self.create_engines()
-        return profile_model(self._vms.get(), self.parts.artifacts, self.regions, arrays, repeat, self.specialised)
+        report = profile_model(self._vms.get(), self.parts.artifacts, self.regions, arrays, repeat, self.specialised)
+        report.held = self.held()
+        return report
+
+    def held(self) -> dict[str, str]:
+        """What this model keeps for the shapes it has met, and how its host allocates: a model
+        with dynamic dimensions grows with the shapes it is called at, within these bounds."""
+        if not self.parts.dims:
+            return {}
+        held = {"host memory": f"TVM's {self._vms.memory} allocator (each buffer allocated when needed)"}
+        values = self._by_name.get(SHAPE_VALUES)
+        if isinstance(values, ShapeValues):
+            held["values of the shape alone"] = values.held()
+        for symbol, runtime in self.specialised.items():
+            held[f"{symbol} variants made at run time"] = f"{len(runtime.made)} (at most {runtime.max_shapes})"
+        return held
 
     def report(self) -> PartitionReport:
         """The partition report, with what each vendor estimated for its regions at build time

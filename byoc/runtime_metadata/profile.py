@@ -58,10 +58,12 @@ class ProfileReport:
     runs: int
     median_run_ms: float
     host_kernels: list[HostKernel] = field(default_factory=list)  # slowest first
+    # What the model keeps for the shapes it has met, and how it allocates (a server's memory)
+    held: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"runs": self.runs, "median_run_ms": self.median_run_ms, "rows": [{**asdict(r), "total_ms": r.total_ms} for r in self.rows],
-                "host_kernels": [asdict(k) for k in self.host_kernels]}
+                "host_kernels": [asdict(k) for k in self.host_kernels], "held": self.held}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -79,6 +81,9 @@ class ProfileReport:
         if shown:
             lines.append("slowest host kernels (ms per run):")
             lines.extend(f"  {_shortened(k.name, 44):<44}{k.calls_per_run:>6.0f}{k.ms:>10.3f}" for k in shown)
+        if self.held:
+            lines.append("held for the shapes met:")
+            lines.extend(f"  {what}: {amount}" for what, amount in self.held.items())
         return "\n".join(lines)
 
     def __str__(self) -> str:

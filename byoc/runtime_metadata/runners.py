@@ -43,7 +43,7 @@ class ThreadVMs:
         # set of sizes for a model of static shapes, but one set per shape met for a model with
         # dynamic dimensions, without bound (a tiny BERT at 1,000 random shapes: +336 MiB, against
         # +167 MiB allocating each buffer when needed, at the same speed).
-        self._memory = "naive" if dynamic else "pooled"
+        self.memory = "naive" if dynamic else "pooled"
         self._local = threading.local()
 
     def get(self) -> relax.VirtualMachine:
@@ -58,7 +58,7 @@ class ThreadVMs:
 
     def of_its_own(self) -> relax.VirtualMachine:
         """A VirtualMachine of its own, for calls made while another runs `main`."""
-        return create_vm(self._host, self._regions.values(), self._artifacts, self._by_name, self._memory)
+        return create_vm(self._host, self._regions.values(), self._artifacts, self._by_name, self.memory)
 
 
 def _met_before(local: threading.local, values: Mapping[str, int]) -> bool:

@@ -129,6 +129,12 @@ class ShapeValues:
     def __call__(self, dims: tvm.runtime.ShapeTuple):
         return self._entry(tuple(int(d) for d in dims))[0]
 
+    def held(self) -> str:
+        """What is kept, as a profile says it."""
+        with self._lock:
+            return (f"{len(self._kept)} shape(s), {self._kept_bytes / 2**20:.1f} MiB (at most {KEPT_SHAPES} within "
+                    f"{KEPT_BYTES / 2**20:.0f} MiB)")
+
     def kept(self, dims: tuple[int, ...]) -> list[tuple[tvm.runtime.Tensor, np.ndarray]]:
         """The values for these dimensions, each a tensor and its numpy view, in the function's
         order, kept with them: a model that is one region is called with them directly (each
