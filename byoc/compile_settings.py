@@ -113,8 +113,8 @@ class Settings:
         base = settings or cls()
         own = {f.name for f in fields(cls)}
         given = {name: value for name, value in options.items() if name in own}
-        cost = {**base.cost, **given.pop("cost", {}), **{n: v for n, v in options.items() if n in COST_OPTIONS}}
-        vendor = {**base.vendor_options, **given.pop("vendor_options", {}),
+        cost = {**base.cost, **(given.pop("cost", None) or {}), **{n: v for n, v in options.items() if n in COST_OPTIONS}}
+        vendor = {**base.vendor_options, **(given.pop("vendor_options", None) or {}),
                   **{n: v for n, v in options.items() if n not in own and n not in COST_OPTIONS}}
         if not given and cost == base.cost and vendor == base.vendor_options:
             return base

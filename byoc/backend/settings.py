@@ -94,8 +94,9 @@ class Declared:
     def option(self) -> Option:
         """How the command line, `byoc vendors` and the data sheet show it."""
         named = [t for t in self.types if t is not type(None)]
-        parse = self.spec.parse or _PARSERS.get(named[0], str) if len(named) == 1 else self.spec.parse or str
-        return Option(self.name, self.spec.doc, self.default, parse, tuple(map(str, self.spec.choices)), self.spec.hardware)
+        by_type = _PARSERS.get(named[0], str) if len(named) == 1 else str  # a union of types is read as text
+        return Option(self.name, self.spec.doc, self.default, self.spec.parse or by_type, tuple(map(str, self.spec.choices)),
+                      self.spec.hardware)
 
 
 @dataclass(frozen=True)
