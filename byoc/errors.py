@@ -80,6 +80,12 @@ class IndexOutOfRangeError(InputError):
     its axis at run time; names the node, the op, the index and the valid range."""
 
 
+class ShapeConstraintError(InputError):
+    """Input shapes whose dimensions break what an op needs (an Expand, a MatMul's inner
+    dimensions, a Reshape's element count, a Concat's other axes), found before anything runs;
+    names the node, the op and the sizes."""
+
+
 class EngineError(ByocError):
     """A region's engine failed to build or to run; names the region and backend."""
 

@@ -34,6 +34,7 @@ from byoc.frontend.cleanup import cleanup
 from byoc.frontend.naming import named_module
 from byoc.ir.dims import DimRange, dim_range, with_dims
 from byoc.ir.outputs import with_output_names
+from byoc.ir.shape_checks import with_shape_checks
 
 
 def _torch():
@@ -148,7 +149,7 @@ def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], c
         mod["main"] = mod["main"].bind_symbolic_vars({old: tvm.tirx.Var(new, "int64") for old, new in renames.items()})
         mod = with_dims(bound_slices(mod, ranges), ranges)
     mod = with_output_names(mod, _output_names(program, torch))
-    return with_dims(cleanup(mod), ranges) if clean else mod
+    return with_shape_checks(with_dims(cleanup(mod), ranges) if clean else mod)
 
 
 def _output_names(program: Any, torch: Any) -> list[str]:

@@ -69,7 +69,40 @@ def _astype(bb: BlockBuilder, call: relax.Call) -> relax.Expr:
     return _tvm_default("relax.astype")(bb, call)
 
 
+def _broadcast_to(bb: BlockBuilder, call: relax.Call) -> relax.Expr:
+    """An Expand whose input has a dimension that may be 1 or the target's at run time (`a` to
+    `b`, which ONNX allows either way): each such dimension's index is 0 where it is 1. TVM's
+    kernel assumes it equals the target's, and read past the input where it was 1 (a 2x1
+    expanded to 2x7 gave one right column and six of whatever followed). What the two cannot be
+    (other sizes) the run refuses before this (see byoc.ir.shape_checks)."""
+    data, shape = call.args[0], call.ty.shape
+    source = list(data.ty.shape.values) if isinstance(getattr(data.ty, "shape", None), relax.ShapeExpr) else None
+    if source is None or not isinstance(shape, relax.ShapeExpr):
+        return _tvm_default("relax.broadcast_to")(bb, call)
+    target = list(shape.values)
+    offset = len(target) - len(source)
+    analyzer = tvm.sym.Analyzer()
+    either = [i for i, dim in enumerate(source)
+              if not isinstance(dim, tirx.IntImm) and not analyzer.can_prove_equal(dim, target[offset + i])]
+    if not either:
+        return _tvm_default("relax.broadcast_to")(bb, call)
+
+    def expand(x: te.Tensor) -> te.Tensor:
+        def element(*index):
+            return x(*[tirx.if_then_else(x.shape[i] == 1, tirx.const(0, index[offset + i].ty.dtype), index[offset + i])
+                       if i in either else (tirx.const(0, index[offset + i].ty.dtype) if _is_one(x.shape[i]) else index[offset + i])
+                       for i in range(len(source))])
+        return te.compute(target, element, name="expand")
+
+    return bb.call_te(expand, data)
+
+
+def _is_one(dim) -> bool:
+    return isinstance(dim, tirx.IntImm) and int(dim.value) == 1
+
+
 HOST_LEGALIZATIONS: dict[str, Legalization] = {
+    "relax.broadcast_to": _broadcast_to,
     "relax.vision.all_class_non_max_suppression": _all_class_non_max_suppression,
     "relax.erf": _erf,
     "relax.astype": _astype,

@@ -86,7 +86,8 @@ def narrowed_to_table_bounds(mod: tvm.IRModule, where: str) -> tvm.IRModule:
     if not dims:
         return mod
     narrowed: dict[str, DimRange] = dict(dims)
-    origin = {name: "open" if r.open else "given" for name, r in dims.items()}
+    recorded = json.loads(str(mod.attrs[DIMS_ORIGIN_ATTR])) if DIMS_ORIGIN_ATTR in mod.attrs else {}
+    origin = {name: recorded.get(name, "open" if r.open else "given") for name, r in dims.items()}
     for name, (high, node, rows) in table_bounds(mod["main"]).items():
         given = dims.get(name)
         if given is None or given.high <= high:

@@ -29,6 +29,8 @@ DIMS_ORIGIN_ATTR = "byoc.dims_origin"
 # The high end of a range the model and the user leave open: a file's named dimension with no
 # `dims=` entry and nothing in the model that bounds it. Any size a tensor can have is in range.
 OPEN = 2**31 - 1
+# The conditions the model's ops need of its dimensions (see byoc.ir.shape_checks).
+SHAPE_CHECKS_ATTR = "byoc.shape_checks"
 
 
 @dataclass(frozen=True)
@@ -100,13 +102,18 @@ def with_dims(mod: tvm.IRModule, dims: Mapping[str, DimRange]) -> tvm.IRModule:
 
 
 def copy_dims(source: tvm.IRModule, target: tvm.IRModule) -> tvm.IRModule:
-    """`target` with `source`'s dimension ranges (passes that rebuild modules drop attributes)."""
+    """`target` with `source`'s dimension ranges and what is recorded with them (passes that
+    rebuild modules drop attributes)."""
     dims = dims_of(source)
-    if not dims or dims_of(target):
+    if not dims:
         return target
-    origin = source.attrs.get(DIMS_ORIGIN_ATTR)
-    target = with_dims(target, dims)
-    return target.with_attr(DIMS_ORIGIN_ATTR, origin) if origin is not None else target
+    if not dims_of(target):
+        target = with_dims(target, dims)
+    for attr in (DIMS_ORIGIN_ATTR, SHAPE_CHECKS_ATTR):
+        value = source.attrs.get(attr)
+        if value is not None and target.attrs.get(attr) is None:
+            target = target.with_attr(attr, value)
+    return target
 
 
 def dims_origin(mod: tvm.IRModule) -> dict[str, str]:

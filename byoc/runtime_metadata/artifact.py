@@ -39,6 +39,7 @@ import tvm
 
 from byoc.errors import ArtifactError, ByocError
 from byoc.ir.dims import DimRange
+from byoc.ir.shape_conditions import ShapeCheck, names_in
 from byoc.runtime_metadata.artifact_types import (
     DEFAULT_MAX_SHAPES,
     FORMATS,
@@ -116,6 +117,7 @@ def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
         **({"ignored_inputs": parts.ignored_inputs} if parts.ignored_inputs else {}),
         "direct_call": parts.direct_call.to_dict() if parts.direct_call is not None else None,
         **({"dims": {name: r.to_list() for name, r in parts.dims.items()},
+            "shape_checks": [check.to_dict() for check in parts.shape_checks],
             "specialised": [{**region.describe(), "template": _template_file(region.symbol) if region.template is not None else None}
                             for region in parts.specialised],
             "max_shapes": parts.max_shapes} if parts.dims else {}),
@@ -334,6 +336,21 @@ def check_region(artifact: RegionArtifact, store: ConstantStore, where: str) -> 
         raise ArtifactError(str(error)) from error
 
 
+def _shape_checks(manifest: dict, label: str) -> list[ShapeCheck]:
+    """The recorded conditions on the model's dimensions, each reading only dimensions it has."""
+    checks = []
+    for entry in manifest.get("shape_checks", []):
+        try:
+            check = ShapeCheck.from_dict(entry)
+        except (KeyError, TypeError, ValueError) as error:
+            raise ArtifactError(f"{label}: a shape check is malformed ({error}): {entry!r}") from None
+        unknown = sorted(names_in(check.condition).union(*(names_in(e) for _, e in check.shown)) - set(manifest.get("dims", {})))
+        if unknown:
+            raise ArtifactError(f"{label}: the shape check of node {check.node!r} reads dimension(s) {unknown} the model does not have")
+        checks.append(check)
+    return checks
+
+
 def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | None = None) -> tuple[ModelParts, dict]:
     """The parts of the artifact at `path`, every check passed, and its manifest."""
     label = f"artifact {os.fspath(path)!r}"
@@ -363,6 +380,7 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         direct_call=DirectCall.from_dict(manifest["direct_call"]) if manifest.get("direct_call") else None,
         engines=engines,
         dims={name: DimRange(*values) for name, values in manifest.get("dims", {}).items()},
+        shape_checks=_shape_checks(manifest, label),
         specialised=specialised,
         max_shapes=manifest.get("max_shapes", DEFAULT_MAX_SHAPES),
         ignored_inputs=list(manifest.get("ignored_inputs", [])),

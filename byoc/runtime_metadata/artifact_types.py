@@ -15,6 +15,7 @@ from byoc.codegen_json.runtime import JsonRuntime
 from byoc.custom_formats.format import CustomFormat
 from byoc.errors import ArtifactError
 from byoc.ir.dims import DimRange
+from byoc.ir.shape_conditions import ShapeCheck
 from byoc.runtime_metadata.constants import ConstantStore
 
 # Variants built on first use that a shape-specialised region keeps in memory, by default.
@@ -217,6 +218,9 @@ class ModelParts:
     # variants are among `artifacts`) and how many variants per region built on first use are
     # kept in memory (see byoc.runtime_metadata.shapes).
     dims: dict[str, DimRange] = field(default_factory=dict)
+    # What the model's ops need of those dimensions, checked on each new input shape (see
+    # byoc.ir.shape_conditions).
+    shape_checks: list[ShapeCheck] = field(default_factory=list)
     specialised: list[SpecialisedRegion] = field(default_factory=list)
     max_shapes: int = DEFAULT_MAX_SHAPES
     # Inputs the model declares and never reads: `run` takes them by name and ignores them

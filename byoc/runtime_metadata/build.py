@@ -28,6 +28,7 @@ from byoc.host import host_pipeline
 from byoc.ir.dims import DimRange, dims_of, function_dimensions, symbolic_names
 from byoc.ir.ignored_inputs import ignored_inputs
 from byoc.ir.outputs import input_name, output_names
+from byoc.ir.shape_checks import shape_checks_of
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
@@ -495,6 +496,7 @@ class _Build:
             direct_call=find_direct_call(mod, _called(self.artifacts, self.specialised), region_symbol,
                                          {region.symbol for region in self.specialised.values() if not region.symbolic}),
             dims=self.dims,
+            shape_checks=shape_checks_of(self.partitioned),
             specialised=list(self.specialised.values()),
             max_shapes=self.max_shapes,
             ignored_inputs=ignored_inputs(mod),

@@ -1,6 +1,7 @@
 """A compiled model's inputs as a call gives them: put in the model's order, each checked against
 its name, dtype and shape, and, for a model with dynamic dimensions, the value of each named
-dimension read off them and checked against its range and across inputs."""
+dimension read off them and checked against its range, across inputs, and against what the
+model's ops need of it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import tvm
 
 from byoc.errors import InputError
+from byoc.ir.shape_conditions import check_all
 from byoc.runtime_metadata.artifact_types import ModelParts
 
 # Input shapes whose dimension values are kept (a few numbers each): every cache length of a
@@ -85,7 +87,9 @@ class ModelInputs:
                         raise InputError(f"dimension {dim!r} is {seen[0]} in {seen[1]} but {size} in input {name!r} dim {index}")
                 elif dim != size:
                     raise InputError(f"input {name!r}: expected shape {_shape_text(shape)}, got {tuple(array.shape)}")
-        return {dim: value for dim, (value, _) in values.items()}
+        found = {dim: value for dim, (value, _) in values.items()}
+        check_all(self.parts.shape_checks, found)  # before anything reads past a buffer (see byoc.ir.shape_conditions)
+        return found
 
 
 def _shape_text(shape: Sequence[int | str]) -> str:

@@ -37,6 +37,8 @@ from byoc.ir.dim_bounds import narrowed_to_table_bounds
 from byoc.ir.dims import with_dims
 from byoc.ir.ignored_inputs import with_ignored_inputs
 from byoc.ir.outputs import with_input_names, with_output_names
+from byoc.ir.same_dims import unified_dims
+from byoc.ir.shape_checks import with_shape_checks
 from byoc.ir.types import tensor_types
 
 
@@ -178,7 +180,7 @@ def from_onnx(
     label = f"model {model.graph.name!r}"
     mod = named_module(lambda: with_dims(importer.from_onnx(model.graph, opset), ranges), importer.node_of_var, label, clean)
     mod = with_input_names(with_output_names(with_dims(mod, ranges), [value.name for value in model.graph.output]), importer.original_names)
-    return with_ignored_inputs(narrowed_to_table_bounds(mod, label), ignored)
+    return with_ignored_inputs(with_shape_checks(narrowed_to_table_bounds(unified_dims(mod, label), label)), ignored)
 
 
 def _declare_input_dtypes(importer: ONNXGraphImporter, model: onnx.ModelProto) -> None:
