@@ -105,6 +105,7 @@ def test_dimensions_an_add_or_concat_joins_are_compiled_as_one(op):
     assert {name: str(r) for name, r in dims_of(mod).items()} == {"a": "2..16"}
     assert "also 'b'" in dims_origin(mod)["a"]
     compiled = byoc.build(byoc.partition_for(mod, "dnnl"))
+    assert "also 'b': node 'the_join'" in compiled.report().dims["a"]  # the compiled model's report says so too
     feeds = _feeds({"x": (5, 4), "y": (5, 4)})
     assert_fp32_close(compiled.run(**feeds), onnxruntime_outputs(model, feeds))
     with pytest.raises(InputError, match="dimension 'a' is 3 in input 'x' dim 0 but 5 in input 'y' dim 0"):

@@ -2,6 +2,8 @@
 (a position embedding of 128 rows, read at `arange(seq)`) takes no value of the dimension past
 its rows: where a `dims` range goes further, a call there would read past the table (TVM's
 take wraps the index, and reads another row without a word; onnxruntime refuses the Gather).
+So does a slice compiled as in bounds that ends at the dimension (a buffer of 512 positions
+sliced to `seq`).
 The range is narrowed to the bound with a warning, so that such a call is an InputError naming
 the dimension and its range before anything runs.
 """
@@ -24,22 +26,45 @@ _SAME_VALUES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.fl
                 "relax.permute_dims")
 
 
-def table_bounds(func: relax.Function) -> dict[str, tuple[int, str, int]]:
-    """For each dimension a table read bounds, the highest value it may take, the node that
-    reads the table, and the table's rows (the least bound where several tables read it)."""
+def table_bounds(func: relax.Function) -> dict[str, tuple[int, str, str]]:
+    """For each dimension a table read (or an in-bounds slice) bounds, the highest value it may
+    take, the node, and what it does (the least bound where several nodes bound it)."""
     values: dict[relax.Var, relax.Expr] = {}
     found: dict[str, tuple[int, str, int]] = {}
     for block in func.body.blocks:
         for binding in block.bindings:
             values[binding.var] = binding.value
             call = binding.value
-            if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.take"):
+            if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
                 continue
-            bound = _bound(call, values)
-            if bound is not None:
-                name, high, rows = bound
+            if call.op.name == "relax.take":
+                bounds = [(b[0], b[1], f"reads a table of {b[2]} rows at every position up to it")
+                          for b in [_bound(call, values)] if b is not None]
+            elif call.op.name == "relax.strided_slice" and call.attrs.assume_inbound:
+                bounds = [(name, high, f"slices an axis of {size} up to it") for name, high, size in _slice_bounds(call)]
+            else:
+                continue
+            for name, high, does in bounds:
                 if name not in found or high < found[name][0]:
-                    found[name] = (high, binding.var.name, rows)
+                    found[name] = (high, binding.var.name, does)
+    return found
+
+
+def _slice_bounds(call: relax.Call) -> list[tuple[str, int, int]]:
+    """(dimension, its highest value, the axis's size) for each axis that a slice compiled as in
+    bounds ends at `d + c` of a static axis (a position buffer of 512 sliced to `seq`)."""
+    shape = getattr(call.args[0].ty, "shape", None)
+    axes, ends = call.args[1], call.args[3]
+    if not (isinstance(shape, relax.ShapeExpr) and isinstance(axes, relax.Tuple) and isinstance(ends, relax.Tuple)):
+        return []
+    found = []
+    for axis, end in zip(axes.fields, ends.fields):
+        extent = _constant(shape.values[int(axis.value) if hasattr(axis, "value") else int(axis)])
+        offset = 0
+        if isinstance(end, tvm.tirx.Add) and _constant(end.b) is not None:
+            end, offset = end.a, _constant(end.b)
+        if extent is not None and isinstance(end, tvm.tirx.Var):
+            found.append((end.name, extent - offset, extent))
     return found
 
 
@@ -88,14 +113,14 @@ def narrowed_to_table_bounds(mod: tvm.IRModule, where: str) -> tvm.IRModule:
     narrowed: dict[str, DimRange] = dict(dims)
     recorded = json.loads(str(mod.attrs[DIMS_ORIGIN_ATTR])) if DIMS_ORIGIN_ATTR in mod.attrs else {}
     origin = {name: recorded.get(name, "open" if r.open else "given") for name, r in dims.items()}
-    for name, (high, node, rows) in table_bounds(mod["main"]).items():
+    for name, (high, node, does) in table_bounds(mod["main"]).items():
         given = dims.get(name)
         if given is None or given.high <= high:
             continue
         if high < given.low:
             continue  # nothing in range is valid: the run's own check names the node
         narrowed[name] = DimRange(given.low, high, min(given.opt, high))
-        bound = f"node {node!r} reads a table of {rows} rows at every position up to it"
+        bound = f"node {node!r} {does}"
         if given.open:
             origin[name] = f"bounded by the model: {bound}"
             continue

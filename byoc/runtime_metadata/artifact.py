@@ -118,6 +118,7 @@ def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
         "direct_call": parts.direct_call.to_dict() if parts.direct_call is not None else None,
         **({"dims": {name: r.to_list() for name, r in parts.dims.items()},
             "shape_checks": [check.to_dict() for check in parts.shape_checks],
+            "dims_origin": parts.dims_origin,
             "specialised": [{**region.describe(), "template": _template_file(region.symbol) if region.template is not None else None}
                             for region in parts.specialised],
             "max_shapes": parts.max_shapes} if parts.dims else {}),
@@ -381,6 +382,7 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         engines=engines,
         dims={name: DimRange(*values) for name, values in manifest.get("dims", {}).items()},
         shape_checks=_shape_checks(manifest, label),
+        dims_origin=dict(manifest.get("dims_origin", {})),
         specialised=specialised,
         max_shapes=manifest.get("max_shapes", DEFAULT_MAX_SHAPES),
         ignored_inputs=list(manifest.get("ignored_inputs", [])),

@@ -221,6 +221,7 @@ class ModelParts:
     # What the model's ops need of those dimensions, checked on each new input shape (see
     # byoc.ir.shape_conditions).
     shape_checks: list[ShapeCheck] = field(default_factory=list)
+    dims_origin: dict[str, str] = field(default_factory=dict)  # where each range comes from, as the report says it
     specialised: list[SpecialisedRegion] = field(default_factory=list)
     max_shapes: int = DEFAULT_MAX_SHAPES
     # Inputs the model declares and never reads: `run` takes them by name and ignores them

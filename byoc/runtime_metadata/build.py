@@ -25,7 +25,7 @@ from byoc.codegen_c.generate import init_symbol
 from byoc.compile_settings import Settings
 from byoc.errors import BuildError, ByocError, DynamicShapeError, EngineError, RequantizationWarning, UnknownBackendError
 from byoc.host import host_pipeline
-from byoc.ir.dims import DimRange, dims_of, function_dimensions, symbolic_names
+from byoc.ir.dims import DimRange, dims_of, dims_origin, function_dimensions, symbolic_names
 from byoc.ir.ignored_inputs import ignored_inputs
 from byoc.ir.outputs import input_name, output_names
 from byoc.ir.shape_checks import shape_checks_of
@@ -497,6 +497,7 @@ class _Build:
                                          {region.symbol for region in self.specialised.values() if not region.symbolic}),
             dims=self.dims,
             shape_checks=shape_checks_of(self.partitioned),
+            dims_origin=dims_origin(self.partitioned),
             specialised=list(self.specialised.values()),
             max_shapes=self.max_shapes,
             ignored_inputs=ignored_inputs(mod),

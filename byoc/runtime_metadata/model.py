@@ -181,7 +181,7 @@ class CompiledModel:
         result = PartitionReport.from_record(PartitionRecord.from_dict(self.parts.partition), estimates, self.build_fallbacks)
         if self.parts.dims:
             result.note_dims(self.parts.dims, (region.symbol for region in self.parts.specialised if not region.symbolic),
-                             (region.symbol for region in self.parts.specialised if region.symbolic))
+                             (region.symbol for region in self.parts.specialised if region.symbolic), self.parts.dims_origin)
         return result
 
     # ---------------------------------------------------------------- artifact

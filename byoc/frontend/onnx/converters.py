@@ -42,6 +42,7 @@ static-shape compiler. Each returns None to leave the op to TVM's converter.
   not broadcast is an error naming the shapes (TVM's converter raised an IndexError).
 - Gather and the other ops that index: see `index_operands` (indices out of range are errors).
 - The sequence ops: see `sequences` (negative positions as ONNX counts them).
+- Einsum of one or two operands: transposes, sums and one matrix product (see `einsum`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import tvm
 from tvm import relax
 
 from byoc.errors import ModelLoadError
+from byoc.frontend.onnx.einsum import einsum
 from byoc.frontend.onnx.index_operands import INDEX_CONVERTERS
 from byoc.frontend.onnx.sequences import SEQUENCE_CONVERTERS
 from byoc.ir.types import constant_array, has_static_shape, is_tensor_constant, static_shape
@@ -514,6 +516,7 @@ def unsqueeze(bb, inputs, attrs, opset, tvm) -> relax.Expr | None:
 
 CONVERTERS: dict[str, Converter] = {
     "IsInf": is_inf,
+    "Einsum": einsum,
     "Mish": mish,
     "Resize": resize,
     "Softplus": softplus,
