@@ -178,6 +178,33 @@ def test_ops_tvm_cannot_convert_are_refused_by_node():
         byoc.from_torch(Running(), [np.zeros((2, 8))])  # not a tensor
 
 
+@needs_torch
+def test_a_float_tensors_arithmetic_with_an_int_is_promoted_as_torch_does():
+    """EdgeNeXt's `x // 2` on float positions: TVM's converters refused a float32 tensor with an
+    int32 constant."""
+    import torch
+
+    class Positions(torch.nn.Module):
+        def forward(self, x):
+            return torch.div(x, 2, rounding_mode="floor") + torch.remainder(x, 3) + x // 4 - 1 + torch.pow(x, 2)
+
+    x = torch.randn(2, 8) * 10
+    assert_fp32_close(byoc.build(byoc.from_torch(Positions(), [x])).run(x.numpy()), [Positions()(x).numpy()])
+
+
+@needs_torch
+def test_shapes_that_depend_on_the_data_point_to_the_onnx_path():
+    import torch
+
+    class TopPositive(torch.nn.Module):
+        def forward(self, x):
+            return torch.topk(x.flatten(), int((x > 0).sum())).values
+
+    with pytest.raises(ModelLoadError, match="GuardOnDataDependentSymNode.*its shapes depend on its data, which torch.export cannot "
+                                             "trace: export it with torch.onnx.export and import the file with byoc.from_onnx"):
+        byoc.from_torch(TopPositive(), [torch.randn(4, 4)])
+
+
 def test_without_torch_the_error_names_the_extra():
     code = ("import sys; sys.modules['torch'] = None\nimport byoc\n"
             "try:\n    byoc.from_torch(object(), [])\nexcept byoc.errors.ModelLoadError as error:\n    print(error)")

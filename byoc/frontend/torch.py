@@ -83,6 +83,23 @@ def _in_float32(module: Any, torch: Any) -> Any:
     return wrapper
 
 
+# Arithmetic whose Python int operand torch promotes to a float tensor's dtype (EdgeNeXt's
+# `x // 2` on float positions); TVM's converters make the int a tensor of its own dtype and refuse
+# the mix.
+_PROMOTING = frozenset({"add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow", "maximum",
+                        "minimum"})
+
+
+def _promote_int_scalars(node: Any, op: str) -> None:
+    """Make the Python int operands of a float result's arithmetic floats, as torch computes them."""
+    value = node.meta.get("val") if hasattr(node, "meta") else None
+    if op.split(".")[0] not in _PROMOTING or not getattr(getattr(value, "dtype", None), "is_floating_point", False):
+        return
+    if any(isinstance(arg, int) and not isinstance(arg, bool) for arg in node.args[:2]):
+        node.args = tuple(float(arg) if i < 2 and isinstance(arg, int) and not isinstance(arg, bool) else arg
+                          for i, arg in enumerate(node.args))
+
+
 def _importer():
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
@@ -97,6 +114,7 @@ def _importer():
         def _naming(self, op: str, convert):
             def converted(node, *args):
                 name = _qualified_name(node)
+                _promote_int_scalars(node, op)
                 try:
                     result = convert(node, *args)
                 except Exception as error:
@@ -132,6 +150,10 @@ def from_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any], c
         # A transformers model built with its default config returns its key/value cache,
         # which torch.export cannot flatten.
         hint = "; pass use_cache=False among the inputs" if "cache_utils" in str(error) else ""
+        if "DataDependent" in type(error).__name__ or "data-dependent" in str(error):
+            # A detector's box count, a k computed from the data: torch.export's limit, not the model's.
+            hint = ("; its shapes depend on its data, which torch.export cannot trace: export it with torch.onnx.export and "
+                    "import the file with byoc.from_onnx")
         raise ModelLoadError(f"torch.export could not export {label}: {one_line(error)}{hint}") from error
     _drop_constant_inputs(program, label, torch)
     renames, ranges = _dimensions(program, dynamic_shapes, label) if dynamic_shapes is not None else ({}, {})
