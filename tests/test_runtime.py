@@ -351,6 +351,11 @@ def test_embedded_engines_load_without_a_build(tmp_path):
     path = tmp_path / "mlp.byoc"
     compiled.export(path)
     assert compiled.inspect()["regions"][0]["embedded_engine"]["environment"] == tvm_engine.environment()
+    # The engine reads its constants from the artifact's: it does not store them again.
+    with zipfile.ZipFile(path) as archive:
+        engine = archive.read("engines/reference_0.engine")
+    largest = max((compiled.parts.store.get(name) for name in compiled.parts.artifacts[0].constants), key=lambda a: a.nbytes)
+    assert largest.nbytes > 4096 and largest.tobytes()[:4096] not in engine
     loaded = byoc.load(path, cache_dir=tmp_path / "empty-cache", engines="eager", strict_engines=True)
     assert loaded.regions["reference_0"].record.source == "embedded"
     assert not list((tmp_path / "empty-cache").rglob("*.engine"))  # nothing was built, so nothing cached

@@ -68,3 +68,20 @@ def graph_to_relax(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]
             result = builder.emit_output(outputs[0] if len(outputs) == 1 else relax.Tuple(outputs))
         builder.emit_func_output(result)
     return builder.get()["main"]
+
+
+def constants_as_inputs(graph: Mapping[str, Any]) -> dict[str, Any]:
+    """The graph with its constants read as extra inputs of the same types, after its own: code
+    made from it holds no weight (the ONNX hand-off's checks read types, not values; a TVM
+    engine takes the constants from byoc's store at run time)."""
+    position = {name: len(graph["inputs"]) + i for i, name in enumerate(graph["constants"])}
+
+    def ref(r: Mapping[str, Any]) -> Mapping[str, Any]:
+        if "const" in r:
+            return {"input": position[r["const"]]}
+        return {"tuple": [ref(item) for item in r["tuple"]]} if "tuple" in r else r
+
+    return {**graph, "constants": {},
+            "inputs": [*graph["inputs"], *({"name": name, **spec} for name, spec in graph["constants"].items())],
+            "nodes": [{**node, "args": [ref(arg) for arg in node["args"]]} for node in graph["nodes"]],
+            "outputs": [ref(output) for output in graph["outputs"]]}

@@ -21,30 +21,13 @@ from byoc.codegen_json.to_onnx.quantized_rewrites import (
 )
 from byoc.codegen_json.to_onnx.translations import EMITTERS, TRANSLATIONS, checks_at, supported
 from byoc.codegen_json.to_onnx.writer import OPSET, Writer
-from byoc.codegen_json.to_relax import graph_to_relax
+from byoc.codegen_json.to_relax import constants_as_inputs, graph_to_relax
 from byoc.errors import CodegenError
 
 
 # ---------------------------------------------------------------- the hand-off
 def _value_info(name: str, spec: Mapping[str, Any]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(spec["dtype"])), spec["shape"])
-
-
-def _constants_as_inputs(graph: Mapping[str, Any]) -> dict[str, Any]:
-    """The graph with its constants read as extra inputs of the same types. The checks read types,
-    not values, so no weight is copied into TVM (and relax.const would narrow an int64 or float64
-    array without a dtype to 32 bits)."""
-    position = {name: len(graph["inputs"]) + i for i, name in enumerate(graph["constants"])}
-
-    def ref(r: Mapping[str, Any]) -> Mapping[str, Any]:
-        if "const" in r:
-            return {"input": position[r["const"]]}
-        return {"tuple": [ref(item) for item in r["tuple"]]} if "tuple" in r else r
-
-    return {**graph, "constants": {},
-            "inputs": [*graph["inputs"], *({"name": name, **spec} for name, spec in graph["constants"].items())],
-            "nodes": [{**node, "args": [ref(arg) for arg in node["args"]]} for node in graph["nodes"]],
-            "outputs": [ref(output) for output in graph["outputs"]]}
 
 
 def _refuse_what_cannot_be_written(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray], opset: int) -> None:
@@ -61,7 +44,7 @@ def _refuse_what_cannot_be_written(graph: Mapping[str, Any], constants: Mapping[
     if missing:
         raise CodegenError(f"{where}: constants {missing} are not among the constants given")
     # The checks read Relax calls: the graph rebuilt, one binding per node, in order.
-    bindings = graph_to_relax(_constants_as_inputs(graph), {}).body.blocks[0].bindings
+    bindings = graph_to_relax(constants_as_inputs(graph), {}).body.blocks[0].bindings
     calls = [b.value for b in bindings if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)]
     checks = checks_at(opset)
     for node, call in zip(graph["nodes"], calls):
