@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
+from byoc.ir.tail import TAIL_ATTR, TAIL_INFO_ATTR
+
 DIMS_ATTR = "byoc.dims"
 # Where each dimension's range comes from, as the report says it ("given", "open", or the table
 # that bounds it).
@@ -102,16 +104,15 @@ def with_dims(mod: tvm.IRModule, dims: Mapping[str, DimRange]) -> tvm.IRModule:
 
 
 def copy_dims(source: tvm.IRModule, target: tvm.IRModule) -> tvm.IRModule:
-    """`target` with `source`'s dimension ranges and what is recorded with them (passes that
-    rebuild modules drop attributes)."""
+    """`target` with `source`'s dimension ranges and the model's other records (what the ops
+    need of the dimensions, the tail that runs after it): passes that rebuild modules drop
+    attributes."""
     dims = dims_of(source)
-    if not dims:
-        return target
-    if not dims_of(target):
+    if dims and not dims_of(target):
         target = with_dims(target, dims)
-    for attr in (DIMS_ORIGIN_ATTR, SHAPE_CHECKS_ATTR):
-        value = source.attrs.get(attr)
-        if value is not None and target.attrs.get(attr) is None:
+    for attr in (DIMS_ORIGIN_ATTR, SHAPE_CHECKS_ATTR, TAIL_ATTR, TAIL_INFO_ATTR):
+        value = source.attrs.get(attr) if source.attrs is not None else None
+        if value is not None and (target.attrs is None or target.attrs.get(attr) is None):
             target = target.with_attr(attr, value)
     return target
 

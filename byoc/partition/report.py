@@ -14,6 +14,7 @@ from tvm import relax
 from byoc.backend.registry import get_backend
 from byoc.errors import PartitionError, UnknownBackendError
 from byoc.ir.dims import DimRange, dims_of, dims_origin, function_dimensions
+from byoc.ir.tail import tail_of
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, HostOpRecord, PartitionRecord, RegionRecord
 
@@ -48,6 +49,9 @@ class PartitionReport:
     symbolic_shapes: list[str] = field(default_factory=list)
     # Ops of a float16 model computed in float32 (see byoc.frontend.float16).
     float16_in_float32: int = 0
+    # What runs in onnxruntime after the compiled model, where shapes depend on the data (see
+    # byoc.ir.tail); the counts above are then the compiled part's.
+    tail: str | None = None
 
     @classmethod
     def from_record(cls, record: PartitionRecord, estimates=None, build_fallbacks=None) -> PartitionReport:
@@ -105,6 +109,7 @@ class PartitionReport:
             "host_ops": [vars(h) for h in self.host_ops],
             "build_fallbacks": self.build_fallbacks,
             "float16_in_float32": self.float16_in_float32,
+            **({"tail": self.tail} if self.tail is not None else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -132,7 +137,9 @@ class PartitionReport:
         lines = [
             f"backends: {', '.join(self.backends)}",
             f"offload ratio: {self.offload_ratio_nodes:.1%} of {self.total_ops} ops, "
-            f"{self.offload_ratio_macs:.1%} of {self.total_macs:,} MACs, in {len(self.regions)} region(s)",
+            f"{self.offload_ratio_macs:.1%} of {self.total_macs:,} MACs, in {len(self.regions)} region(s)"
+            + (" of the compiled part" if self.tail is not None else ""),
+            *([f"after it: {self.tail}"] if self.tail is not None else []),
             *self._shape_lines(),
             *([f"float16 computed in float32 ({self.float16_in_float32} ops that no backend here runs in float16 or "
                "bfloat16, as onnxruntime's CPU provider computes them); the model's float16 and bfloat16 inputs and "
@@ -193,6 +200,8 @@ def report(mod: tvm.IRModule) -> PartitionReport:
     if raw is None:
         raise PartitionError("this module carries no partition record: partition it with byoc.partition_for first")
     result = PartitionReport.from_record(PartitionRecord.from_dict(json.loads(str(raw))))
+    tail = tail_of(mod)
+    result.tail = tail.describe() if tail is not None else None
     dims = dims_of(mod)
     if dims:
         specialised = {str(func.attrs[SYMBOL_ATTR]) if SYMBOL_ATTR in func.attrs else gvar.name_hint: str(func.attrs[CODEGEN_ATTR])

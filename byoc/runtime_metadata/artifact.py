@@ -35,11 +35,13 @@ from typing import Any
 
 import jsonschema
 import numpy as np
+import onnx
 import tvm
 
 from byoc.errors import ArtifactError, ByocError
 from byoc.ir.dims import DimRange
 from byoc.ir.shape_conditions import ShapeCheck, names_in
+from byoc.ir.tail import ModelTail
 from byoc.runtime_metadata.artifact_types import (
     DEFAULT_MAX_SHAPES,
     FORMATS,
@@ -58,6 +60,7 @@ FORMAT = "byoc.artifact"
 VERSION = 2
 MANIFEST = "manifest.json"
 HOST_LIBRARY = "host.so"
+TAIL_FILE = "tail.onnx"
 
 
 def _sha256(data: bytes) -> str:
@@ -116,6 +119,7 @@ def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
         "build_fallbacks": parts.build_fallbacks,
         **({"ignored_inputs": parts.ignored_inputs} if parts.ignored_inputs else {}),
         "direct_call": parts.direct_call.to_dict() if parts.direct_call is not None else None,
+        **({"tail": {"file": TAIL_FILE, **parts.tail.info()}} if parts.tail is not None else {}),
         **({"dims": {name: r.to_list() for name, r in parts.dims.items()},
             "shape_checks": [check.to_dict() for check in parts.shape_checks],
             "dims_origin": parts.dims_origin,
@@ -144,6 +148,8 @@ def write_artifact(parts: ModelParts, path: str | os.PathLike, sign_key: Private
     for region in parts.specialised:
         if region.template is not None:
             files[_template_file(region.symbol)] = region.template.encode()
+    if parts.tail is not None:
+        files[TAIL_FILE] = parts.tail.model
     for symbol, embedded in parts.engines.items():
         if symbol not in symbols:
             raise ArtifactError(f"an engine is embedded for region {symbol}, which the model does not have")
@@ -223,6 +229,18 @@ class _Reader:
         unlisted = sorted(set(self.archive.namelist()) - listed)
         if unlisted:
             raise ArtifactError(f"{self.label}: holds file(s) its manifest does not list: {unlisted}")
+
+    def tail(self) -> ModelTail | None:
+        """The nodes that run after the compiled model, their ONNX model parsed (see byoc.ir.tail)."""
+        entry = self.manifest.get("tail")
+        if entry is None:
+            return None
+        data = self.read(entry["file"], "the tail")
+        try:
+            onnx.ModelProto.FromString(data)
+        except Exception as error:  # a protobuf decode error
+            raise ArtifactError(f"{self.label}: the tail ({entry['file']}) is not an ONNX model ({error})") from None
+        return ModelTail.from_info(data, entry)
 
     def host_library(self) -> bytes:
         data = self.read(HOST_LIBRARY, "the host library")
@@ -367,6 +385,7 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         artifacts = reader.regions(store)
         specialised = reader.specialised(artifacts, store)
         engines = reader.engines()
+        tail = reader.tail()
     parts = ModelParts(
         host_library=host_library,
         artifacts=artifacts,
@@ -383,6 +402,7 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         dims={name: DimRange(*values) for name, values in manifest.get("dims", {}).items()},
         shape_checks=_shape_checks(manifest, label),
         dims_origin=dict(manifest.get("dims_origin", {})),
+        tail=tail,
         specialised=specialised,
         max_shapes=manifest.get("max_shapes", DEFAULT_MAX_SHAPES),
         ignored_inputs=list(manifest.get("ignored_inputs", [])),

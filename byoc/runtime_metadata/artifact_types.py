@@ -16,6 +16,7 @@ from byoc.custom_formats.format import CustomFormat
 from byoc.errors import ArtifactError
 from byoc.ir.dims import DimRange
 from byoc.ir.shape_conditions import ShapeCheck
+from byoc.ir.tail import ModelTail
 from byoc.runtime_metadata.constants import ConstantStore
 
 # Variants built on first use that a shape-specialised region keeps in memory, by default.
@@ -222,6 +223,9 @@ class ModelParts:
     # byoc.ir.shape_conditions).
     shape_checks: list[ShapeCheck] = field(default_factory=list)
     dims_origin: dict[str, str] = field(default_factory=dict)  # where each range comes from, as the report says it
+    # The nodes that run in onnxruntime after the compiled model, where shapes depend on the
+    # data (see byoc.ir.tail); `outputs` are then the compiled part's, the tail's the model's.
+    tail: ModelTail | None = None
     specialised: list[SpecialisedRegion] = field(default_factory=list)
     max_shapes: int = DEFAULT_MAX_SHAPES
     # Inputs the model declares and never reads: `run` takes them by name and ignores them

@@ -29,6 +29,7 @@ from byoc.ir.dims import DimRange, dims_of, dims_origin, function_dimensions, sy
 from byoc.ir.ignored_inputs import ignored_inputs
 from byoc.ir.outputs import input_name, output_names
 from byoc.ir.shape_checks import shape_checks_of
+from byoc.ir.tail import tail_of
 from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
@@ -498,6 +499,7 @@ class _Build:
             dims=self.dims,
             shape_checks=shape_checks_of(self.partitioned),
             dims_origin=dims_origin(self.partitioned),
+            tail=tail_of(self.partitioned),
             specialised=list(self.specialised.values()),
             max_shapes=self.max_shapes,
             ignored_inputs=ignored_inputs(mod),

@@ -1,5 +1,6 @@
 """What `byoc inspect` and `CompiledModel.inspect` print of a compiled model: its interface,
-constants, each region with its engine's state, its vendors and dynamic dimensions."""
+constants, each region with its engine's state, its vendors, the tail that runs after it and its
+dynamic dimensions."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def describe(model: CompiledModel) -> dict:
             for a in model.artifacts
         ],
         "vendors": parts.vendor_origins,
+        **({"tail": {**parts.tail.info(), "bytes": len(parts.tail.model)}} if parts.tail is not None else {}),
         **({"dims": {name: str(r) for name, r in parts.dims.items()},
             "shape_specialised": {symbol: runtime.describe() for symbol, runtime in model.specialised.items()}}
            if parts.dims else {}),

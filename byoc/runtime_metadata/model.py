@@ -31,11 +31,12 @@ from byoc.runtime_metadata.engines import EngineRecord, save_for_embedding
 from byoc.runtime_metadata.host_library import load_host_library
 from byoc.runtime_metadata.inputs import ModelInputs
 from byoc.runtime_metadata.inspection import describe
-from byoc.runtime_metadata.profile import ProfileReport, profile_model
+from byoc.runtime_metadata.profile import ProfileReport, ProfileRow, profile_model
 from byoc.runtime_metadata.runners import DirectRunner, DynamicRunner, StaticRunner, ThreadVMs
 from byoc.runtime_metadata.shape_values import SHAPE_VALUES, SHAPE_VALUES_FUNCTION, ShapeValues
 from byoc.runtime_metadata.shapes import SpecialisedRuntime
 from byoc.runtime_metadata.signing import PrivateKey, PublicKey
+from byoc.runtime_metadata.tail import TailRunner, time_tail
 
 
 class CompiledModel:
@@ -73,6 +74,7 @@ class CompiledModel:
         self._static = StaticRunner(self._vms, parts.inputs)
         self._dynamic = DynamicRunner(self._vms, parts.inputs)
         self._direct = DirectRunner(parts, self.regions, self.host, self.specialised, self._by_name)
+        self._tail = TailRunner(parts.tail, [s.name for s in parts.outputs], source) if parts.tail is not None else None
 
     def _specialised_runtime(self, region: SpecialisedRegion) -> SpecialisedRuntime:
         """The dispatcher of a shape-specialised region over its variants: those built ahead run
@@ -106,7 +108,8 @@ class CompiledModel:
 
     @property
     def outputs(self) -> list[TensorSpec]:
-        return self.parts.outputs
+        """The model's outputs (a model with a tail: the tail's, see byoc.ir.tail)."""
+        return self._tail.outputs() if self._tail is not None else self.parts.outputs
 
     @property
     def build_fallbacks(self) -> dict[str, str]:
@@ -140,7 +143,11 @@ class CompiledModel:
 
     def run(self, *inputs, **named_inputs) -> list[np.ndarray]:
         """Run the model; inputs by position or by name. Returns every output as numpy."""
-        arrays = self._inputs.arranged(inputs, named_inputs)
+        outputs = self._compiled_part(self._inputs.arranged(inputs, named_inputs))
+        return self._tail.run(outputs) if self._tail is not None else outputs
+
+    def _compiled_part(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """The outputs of the compiled model (of its head, for a model with a tail)."""
         try:
             if self.parts.direct_call is not None:  # its one region takes every shape
                 return self._direct.run(arrays, self._inputs.dims_of(arrays) if self.parts.dims else None)
@@ -157,6 +164,10 @@ class CompiledModel:
         self.create_engines()
         report = profile_model(self._vms.get(), self.parts.artifacts, self.regions, arrays, repeat, self.specialised)
         report.held = self.held()
+        if self._tail is not None:
+            tail_ms = time_tail(self._tail, self._compiled_part(arrays), repeat)
+            report.rows.append(ProfileRow("tail", "onnxruntime", 1, 0.0, 0.0, tail_ms, 0.0))
+            report.median_run_ms += tail_ms
         return report
 
     def held(self) -> dict[str, str]:
@@ -179,6 +190,8 @@ class CompiledModel:
             raise ByocError("this model was not partitioned by byoc.partition_for: it has no partition record")
         estimates = {a.symbol: a.info for a in self.artifacts if a.info}
         result = PartitionReport.from_record(PartitionRecord.from_dict(self.parts.partition), estimates, self.build_fallbacks)
+        if self.parts.tail is not None:
+            result.tail = self.parts.tail.describe()
         if self.parts.dims:
             result.note_dims(self.parts.dims, (region.symbol for region in self.parts.specialised if not region.symbolic),
                              (region.symbol for region in self.parts.specialised if region.symbolic), self.parts.dims_origin)

@@ -33,7 +33,9 @@ from byoc.compile_settings import Settings
 from byoc.errors import DynamicShapeError, ModelLoadError, one_line
 from byoc.flow import configure
 from byoc.frontend import from_onnx, unsupported_ops
+from byoc.frontend.onnx.data_dependent import cut_data_dependent
 from byoc.frontend.onnx.specialize import arrange, specialize
+from byoc.ir.tail import tail_of
 from byoc.onnx_backend import backend_for
 from byoc.partition import partition_graph, report
 from byoc.testing.onnx_expected import EXPECTED_FAILURES, VENDOR_EXPECTED_FAILURES
@@ -158,11 +160,28 @@ def select(pattern: str | None = None, ops: Sequence[str] | None = None, integer
 
 
 def not_handled_reason(case: TestCase) -> str | None:
-    """Why the frontend refuses the case's ops up front, or None when it handles them all."""
+    """Why the frontend refuses the case's ops up front, or leaves some of them to onnxruntime
+    (a tail whose shapes depend on the data: those ops are not byoc's), or None when it handles
+    them all."""
     refused = unsupported_ops(case.model)
-    if not refused:
+    if refused:
+        return "; ".join(dict.fromkeys(f"{op}: {reason}" for _, op, reason in refused))
+    return _tail_reason(case)
+
+
+def _tail_reason(case: TestCase) -> str | None:
+    try:
+        if cut_data_dependent(case.model) is None:  # no shape depends on the data: nothing is left to onnxruntime
+            return None
+    except ValueError:  # a type onnx cannot infer: the import says what it makes of the case
+        pass
+    try:
+        inputs = arrange(case.model, list(case.data_sets[0][0]))
+        spec = specialize(case.model, inputs, ())
+        tail = tail_of(from_onnx(case.model, shapes=spec.shapes, constants=spec.constants))
+    except Exception:  # the run reports what the import raises
         return None
-    return "; ".join(dict.fromkeys(f"{op}: {reason}" for _, op, reason in refused))
+    return None if tail is None else f"its tail runs in onnxruntime: {tail.describe()}"
 
 
 def expected_failure(case_name: str, vendor: str) -> str | None:

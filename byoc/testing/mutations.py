@@ -202,6 +202,12 @@ def mutants(files: ArtifactFiles, other_host_library: bytes | None = None) -> li
         found.append(Mutant("manifest: a malformed partition record", lambda f: f.manifest.update(partition={"regions": 5})))
     if other_host_library is not None:
         found.append(Mutant("host library: another model's", lambda f: f.files.update({"host.so": other_host_library})))
+    if "tail" in files.manifest:
+        found += [
+            Mutant("tail: reads a tensor the compiled part does not give", lambda f: f.manifest["tail"]["inputs"].append("elsewhere")),
+            Mutant("tail: not an ONNX model", lambda f: f.files.update({"tail.onnx": b"\x08\x07garbage"})),
+            Mutant("tail: missing", lambda f: f.files.pop("tail.onnx")),
+        ]
     largest = files.largest_constant()
     if largest is not None:
         _, key = largest

@@ -22,6 +22,7 @@ from byoc.frontend.naming import named_module
 from byoc.frontend.onnx.checker import check_model
 from byoc.frontend.onnx.contrib_ops import standard_form
 from byoc.frontend.onnx.converters import CONVERTERS
+from byoc.frontend.onnx.data_dependent import cut_data_dependent
 from byoc.frontend.onnx.evaluate_constants import fold_onnx_constants
 from byoc.frontend.onnx.fold_affine import fold_batch_norms
 from byoc.frontend.onnx.graph_inputs import bind_inputs
@@ -39,6 +40,7 @@ from byoc.ir.ignored_inputs import with_ignored_inputs
 from byoc.ir.outputs import with_input_names, with_output_names
 from byoc.ir.same_dims import unified_dims
 from byoc.ir.shape_checks import with_shape_checks
+from byoc.ir.tail import ModelTail, with_tail
 from byoc.ir.types import tensor_types
 
 
@@ -172,15 +174,45 @@ def from_onnx(
         raise ModelLoadError(f"model {model.graph.name!r} has ops the ONNX frontend cannot import: {listed}{more}")
     model = expand(model)
     model = mark_shape_only(fold_batch_norms(fold_onnx_constants(model, input_shapes)))
+    label = f"model {model.graph.name!r}"
+    try:
+        mod, tail = _converted(model, input_shapes, ranges, clean, label), None
+    except ModelLoadError as error:
+        mod, tail = _head_and_tail(model, input_shapes, ranges, clean, label, error)
+    mod = with_ignored_inputs(with_shape_checks(narrowed_to_table_bounds(unified_dims(mod, label), label)), ignored)
+    return with_tail(mod, tail) if tail is not None else mod
+
+
+def _converted(model: onnx.ModelProto, input_shapes: Mapping[str, list], ranges: Mapping, clean: bool, label: str) -> tvm.IRModule:
+    """`model` through TVM's importer with byoc's converters, its bindings named after the
+    model's nodes, its outputs and inputs after the model's."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     variables = {name: tvm.tirx.Var(name, "int64") for name in ranges}
     relax_shapes = {name: [variables[d] if isinstance(d, str) else d for d in dims] for name, dims in input_shapes.items()}
     importer = _NamingImporter(relax_shapes, "float32", keep_params_in_input=False, sanitize=True)
     _declare_input_dtypes(importer, model)
-    label = f"model {model.graph.name!r}"
     mod = named_module(lambda: with_dims(importer.from_onnx(model.graph, opset), ranges), importer.node_of_var, label, clean)
-    mod = with_input_names(with_output_names(with_dims(mod, ranges), [value.name for value in model.graph.output]), importer.original_names)
-    return with_ignored_inputs(with_shape_checks(narrowed_to_table_bounds(unified_dims(mod, label), label)), ignored)
+    return with_input_names(with_output_names(with_dims(mod, ranges), [value.name for value in model.graph.output]), importer.original_names)
+
+
+def _head_and_tail(model: onnx.ModelProto, input_shapes: Mapping[str, list], ranges: Mapping, clean: bool, label: str,
+                   error: ModelLoadError) -> tuple[tvm.IRModule, ModelTail]:
+    """A model TVM's importer refused whole, where its shapes come to depend on its data: its head
+    converted, and its tail to run in onnxruntime (see byoc.frontend.onnx.data_dependent). Where
+    no shape depends on the data, the importer's error stands."""
+    try:
+        cut = cut_data_dependent(model)
+    except ValueError:  # a tensor whose type onnx cannot infer: the importer's error says more
+        cut = None
+    if cut is None:
+        raise error
+    why = f"{cut.why}, and every shape after it depends on the data (TVM's importer refused the whole model: {error})"
+    tail = ModelTail(cut.tail.SerializeToString(), cut.first, why, cut.nodes, tuple(v.name for v in cut.tail.graph.input),
+                     tuple(v.name for v in cut.tail.graph.output))
+    try:
+        return _converted(cut.head, input_shapes, ranges, clean, label), tail
+    except ModelLoadError:
+        raise error from None  # the head fails too: the whole model's error names the first cause
 
 
 def _declare_input_dtypes(importer: ONNXGraphImporter, model: onnx.ModelProto) -> None:
