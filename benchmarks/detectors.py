@@ -13,6 +13,8 @@ process (blocks, medians and p90).
 
 Needs the torch extra and torchvision 0.28.0, the release paired with torch 2.13:
     pip install -e '.[torch]' && pip install --no-deps torchvision==0.28.0 pillow
+(and `pip uninstall torchvision pillow` after: `transformers` imports torchvision wherever it is
+installed, and fails on this one, so the exported suite's tests fail while it is there).
 
 The torchvision wheel on the package index is a CUDA build: its C++ ops (`torchvision::nms`,
 `roi_align` and their relatives) do not load against torch's CPU build, and `import torchvision`

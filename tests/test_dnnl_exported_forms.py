@@ -553,3 +553,16 @@ def test_an_images_per_channel_normalisation_runs_in_the_jit_kernel(tmp_path):
     executed = _primitives_run(model, tmp_path)
     assert [primitive for primitive, _ in executed if primitive == "binary"] == ["binary", "binary"], executed
     assert not [impl for _, impl in executed if impl.startswith("ref")], executed
+
+
+def test_a_bias_broadcast_over_a_middle_axis_of_five_runs_in_the_jit_kernel(tmp_path):
+    """torchvision's Swin v2 adds its attention mask over the windows' axis of five dimensions,
+    1x4x1x16x16 against 1x4x3x16x16: oneDNN broadcasts over such an axis only in its reference
+    code (95 ms of Swin v2 T's run). Seen as 4x3x256 against 4x1x256 it runs in the JIT kernel."""
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Add", ["s", "mask"], ["y"])]
+    inputs = {"q": RNG.standard_normal((1, 4, 3, 16, 8)).astype(np.float32), "k": RNG.standard_normal((1, 4, 3, 8, 16)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [1, 4, 3, 16, 16]), _weights(mask=(1, 4, 1, 16, 16)))
+    _one_region(model, inputs)
+    executed = _primitives_run(model, tmp_path)
+    assert "binary" in [primitive for primitive, _ in executed], executed
+    assert not [impl for _, impl in executed if impl.startswith("ref")], executed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from byoc.codegen_c.kernel_call import CBuffer, KernelCall, KernelCode
 from byoc.codegen_c.onednn.emitters.shared import GELU_FORMS
 from byoc.codegen_c.onednn.kernel import BINARY, Kernel, c_float, c_text, eltwise_args, quantizing, scalar_of
@@ -131,8 +133,9 @@ def binary(call: KernelCall) -> KernelCode:
         return eltwise(call)
     if a.shape != out.shape:  # only commutative ops get here this way round (see the predicate)
         a, b = b, a
-    if result_quantize(call) is None and _over_the_first_axis(a, b, out):
-        return _per_channel(call, a, b, out)
+    group = _broadcast_group(a, b, out) if result_quantize(call) is None else None
+    if group is not None:
+        return _grouped(call, a, b, out, group)
     kernel = Kernel(call)
     kernel.source("DNNL_ARG_SRC_0", a, "dnnl_query_src_md")
     if b.shape == a.shape:
@@ -164,28 +167,36 @@ def binary(call: KernelCall) -> KernelCode:
     return kernel.code(create, attrs=(attr,) if quantize is not None else (), retry=retry)
 
 
-def _over_the_first_axis(a: CBuffer, b: CBuffer, out: CBuffer) -> bool:
-    """Whether constant `b` varies along the first axis of `a` alone (an image's per-channel
-    mean, 3x1x1 against 3x320x320), at a rank oneDNN's JIT kernel takes one more axis at."""
+def _broadcast_group(a: CBuffer, b: CBuffer, out: CBuffer) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Where `b` repeats `a` along one run of axes and equals it on the others, at 3 or 5
+    dimensions (4 take their own path, per channel in NCHW or NHWC): the shapes to see `a` and
+    `b` as, so that oneDNN's JIT kernel broadcasts (per channel, or per image and position). As
+    they are, oneDNN 3.2 broadcasts over a leading axis (an image's per-channel mean, 3x1x1 against
+    3x320x320: 81 ms of SSDlite's 100) or a middle one of 5 (Swin's position bias, 1x16x1x64x64
+    against 1x16x6x64x64: 95 ms) only in its reference code. None otherwise."""
     full = (1,) * (len(out.shape) - len(b.shape)) + tuple(b.shape)
-    return (b.kind == "constant" and len(out.shape) <= 4 and a.shape == out.shape and full[0] == out.shape[0] > 1
-            and all(d == 1 for d in full[1:]))
+    if a.shape != out.shape or full == tuple(out.shape) or len(out.shape) not in (3, 5):
+        return None
+    differ = [i for i, (d, o) in enumerate(zip(full, out.shape)) if d != o]
+    first, last = differ[0], differ[-1]
+    if any(full[i] != 1 for i in differ) or differ != list(range(first, last + 1)):
+        return None
+    size = tuple(out.shape)
+    outer, middle, inner = math.prod(size[:first]), math.prod(size[first:last + 1]), math.prod(size[last + 1:])
+    if inner == 1:  # varies along the leading axes: per channel
+        return (1, outer, middle), (1, outer, 1)
+    return (outer, middle, inner), (outer, 1, inner)  # per image and position
 
 
-def _per_channel(call: KernelCall, a: CBuffer, b: CBuffer, out: CBuffer) -> KernelCode:
-    """A binary op whose second operand varies along the first axis alone, seen with one more
-    axis in front, so that it varies per channel: oneDNN 3.2 broadcasts over the leading axis only
-    in its reference code (torchvision's detectors normalise the 3x320x320 image so: 45 ms for
-    the division, of the 12 ms the rest of SSDlite's backbone takes), per channel in its JIT kernel."""
+def _grouped(call: KernelCall, a: CBuffer, b: CBuffer, out: CBuffer, shapes: tuple[tuple[int, ...], tuple[int, ...]]) -> KernelCode:
+    """A binary op over `a` and `b` seen in the shapes `_broadcast_group` chose (plain views)."""
     kernel = Kernel(call)
-    shape = (1, *out.shape)
-    operand = (1, out.shape[0]) + (1,) * (len(out.shape) - 1)
-    md = kernel.md(shape, "plain")
+    md, operand_md = kernel.md(shapes[0], "plain"), kernel.md(shapes[1], "plain")
     kernel.direct("DNNL_ARG_SRC_0", kernel.rows_view(a, md))
-    kernel.direct("DNNL_ARG_SRC_1", kernel.view(b, operand))
+    kernel.direct("DNNL_ARG_SRC_1", kernel.rows_view(b, operand_md))
     kernel.direct("DNNL_ARG_DST", kernel.result_view(out, md))
     algorithm = BINARY[call.nodes[0]["op"]]
-    return kernel.code(f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {md}, {kernel.md(operand, 'plain')}, {md}, NULL)")
+    return kernel.code(f"dnnl_binary_primitive_desc_create(&pd, byoc_engine, {algorithm}, {md}, {operand_md}, {md}, NULL)")
 
 
 def select(call: KernelCall) -> KernelCode:
