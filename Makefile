@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.byoc-installed
 
-.PHONY: demo test test-avx2 test-exported lint bench conformance matrix exported setup clean
+.PHONY: demo test test-avx2 test-exported lint bench conformance matrix exported vision setup clean
 
 setup: $(STAMP)
 
@@ -60,6 +60,16 @@ matrix: $(STAMP)
 exported: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[torch,bench]'
 	$(PY) -m benchmarks.exported --size both
+
+# torchvision's classification, segmentation and detection models through byoc against onnxruntime
+# (opt-in: exports and timings take a while). torchvision is installed without its dependencies
+# (its wheel is a CUDA build; see benchmarks/detectors.py) and removed after: transformers
+# imports it wherever it is installed, and fails on it.
+vision: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[torch]'
+	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0 pillow
+	$(PY) -m benchmarks.vision; status=$$?; $(PY) -m benchmarks.detectors || status=1; \
+		$(PY) -m pip uninstall --quiet -y torchvision pillow; exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
