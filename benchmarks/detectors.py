@@ -1,6 +1,7 @@
 """torchvision's detectors, whose shapes depend on the image, through byoc against onnxruntime.
 
-SSDlite320 MobileNetV3 and Faster R-CNN MobileNetV3 320 FPN, with random weights (nothing is
+SSDlite320 MobileNetV3, Faster R-CNN MobileNetV3 320 FPN and RetinaNet ResNet-50 FPN at 320,
+with random weights (nothing is
 downloaded) and a low score threshold (random weights reach no class at the default 0.05), are
 exported as users export them: `torch.onnx.export(..., dynamo=False, opset_version=17)` (the
 dynamo exporter and torch.export refuse them: the box count depends on the data). Each file is
@@ -119,6 +120,8 @@ def export(name: str, directory: str) -> tuple[str, np.ndarray]:
     torch.manual_seed(0)
     if name == "ssdlite320":
         model = detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None, score_thresh=0.001)
+    elif name == "retinanet_resnet50_fpn_320":
+        model = detection.retinanet_resnet50_fpn(weights=None, weights_backbone=None, score_thresh=0.001, min_size=320, max_size=320)
     else:
         model = detection.fasterrcnn_mobilenet_v3_large_320_fpn(weights=None, weights_backbone=None, box_score_thresh=0.001)
     image = torch.rand(1, 3, 320, 320, generator=torch.Generator().manual_seed(1))
@@ -164,13 +167,14 @@ def measure(name: str, directory: str, runs: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="ssdlite320,fasterrcnn_mobilenet_320,retinanet_resnet50_fpn_320")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     pin_threads(args.threads, "benchmarks.detectors", argv)
     print(f"{machine_description()}; {instruction_set()}\n")
     with tempfile.TemporaryDirectory() as directory:
-        for name in ("ssdlite320", "fasterrcnn_mobilenet_320"):
+        for name in args.models.split(","):
             print("\n".join(measure(name, directory, args.runs)) + "\n", flush=True)
 
 
