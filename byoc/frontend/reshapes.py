@@ -24,7 +24,7 @@ import tvm
 from tvm import relax
 
 from byoc.ir.rewrite import bound_value, rebuild_module
-from byoc.ir.types import constant_array, has_static_shape, is_tensor_constant, op_name, static_shape
+from byoc.ir.types import constant_array, has_static_shape, is_tensor_constant, op_name, shape_dims, static_shape
 
 _UNARY = frozenset({
     "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.relu", "relax.nn.silu", "relax.sigmoid", "relax.tanh", "relax.erf",
@@ -136,19 +136,13 @@ def fold_reshapes(mod: tvm.IRModule) -> tvm.IRModule:
     return _tidy(rebuild_module(mod, replace_binding=rewrite))
 
 
-def _shape_of(ty: relax.Type) -> list | None:
-    """A tensor type's dimensions (static or symbolic), or None where its shape is unknown."""
-    shape = getattr(ty, "shape", None)
-    return list(shape.values) if isinstance(shape, relax.ShapeExpr) else None
-
-
 def _unit(dim) -> bool:
     return isinstance(dim, tvm.ir.prim.expr.IntImm) and int(dim) == 1
 
 
 def _is_move(value: relax.Expr) -> bool:
-    return op_name(value) in ("relax.permute_dims", "relax.reshape") and _shape_of(value.ty) is not None \
-        and _shape_of(value.args[0].ty) is not None
+    return op_name(value) in ("relax.permute_dims", "relax.reshape") and shape_dims(value.ty) is not None \
+        and shape_dims(value.args[0].ty) is not None
 
 
 _Groups = list[tuple[int, ...]]  # per axis, the source's axes (of size other than 1) it holds, in order
@@ -164,7 +158,7 @@ def _moved(call: relax.Call, groups: _Groups, sizes: dict[int, object], analyzer
         return [groups[a] for a in order]
     atoms = [a for group in groups for a in group]
     result, taken = [], 0
-    for dim in _shape_of(call.ty):
+    for dim in shape_dims(call.ty):
         group: list[int] = []
         product = tvm.tirx.IntImm("int64", 1)
         while not (_unit(dim) and not group or group and analyzer.can_prove_equal(product, dim)):
@@ -182,7 +176,7 @@ def _as_one_move(links: list[relax.Call]) -> tuple[list | None, list[int]] | Non
     first (None: none; it only merges axes next to each other, or adds unit axes before them,
     a view) and the transpose after it. None where the chain is no transpose of its source's
     axes so merged (it splits one, or merges axes it first moved apart)."""
-    source = _shape_of(links[-1].args[0].ty)
+    source = shape_dims(links[-1].args[0].ty)
     sizes = {a: d for a, d in enumerate(source) if not _unit(d)}
     groups: _Groups | None = [(a,) if a in sizes else () for a in range(len(source))]
     analyzer = tvm.sym.Analyzer()
@@ -192,7 +186,7 @@ def _as_one_move(links: list[relax.Call]) -> tuple[list | None, list[int]] | Non
             return None
     if any(list(g) != list(range(g[0], g[0] + len(g))) for g in groups if g):
         return None
-    result = _shape_of(links[0].ty)
+    result = shape_dims(links[0].ty)
     units = [axis for axis, g in enumerate(groups) if not g]
     merged = sorted((axis for axis, g in enumerate(groups) if g), key=lambda axis: groups[axis][0])
     shape = [tvm.tirx.IntImm("int64", 1)] * len(units) + [result[axis] for axis in merged]

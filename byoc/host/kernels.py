@@ -16,7 +16,7 @@ from tvm.relax.block_builder import BlockBuilder
 from byoc.host.half import float_to_half, half_to_float
 from byoc.host.indices import check_indices
 from byoc.host.nms import all_class_nms_onnx
-from byoc.ir.types import constant_array, is_tensor_constant
+from byoc.ir.types import constant_array, is_tensor_constant, shape_dims
 
 Legalization = Callable[[BlockBuilder, relax.Call], relax.Expr]
 
@@ -75,11 +75,10 @@ def _broadcast_to(bb: BlockBuilder, call: relax.Call) -> relax.Expr:
     kernel assumes it equals the target's, and read past the input where it was 1 (a 2x1
     expanded to 2x7 gave one right column and six of whatever followed). What the two cannot be
     (other sizes) the run refuses before this (see byoc.ir.shape_checks)."""
-    data, shape = call.args[0], call.ty.shape
-    source = list(data.ty.shape.values) if isinstance(getattr(data.ty, "shape", None), relax.ShapeExpr) else None
-    if source is None or not isinstance(shape, relax.ShapeExpr):
+    data = call.args[0]
+    source, target = shape_dims(data.ty), shape_dims(call.ty)
+    if source is None or target is None:
         return _tvm_default("relax.broadcast_to")(bb, call)
-    target = list(shape.values)
     offset = len(target) - len(source)
     analyzer = tvm.sym.Analyzer()
     either = [i for i, dim in enumerate(source)

@@ -18,7 +18,7 @@ from tvm import relax
 
 from byoc.errors import DimensionBoundWarning, ModelLoadError
 from byoc.ir.dims import DIMS_ORIGIN_ATTR, DimRange, dims_of, dims_origin, with_dims
-from byoc.ir.types import op_name
+from byoc.ir.types import op_name, shape_dims
 
 _JOINING = frozenset(f"relax.{name}" for name in (
     "add", "subtract", "multiply", "divide", "floor_divide", "power", "maximum", "minimum", "mod", "floor_mod", "equal",
@@ -28,12 +28,7 @@ _JOINING = frozenset(f"relax.{name}" for name in (
 
 def _shapes(call: relax.Call) -> list[list]:
     operands = call.args[0].fields if op_name(call) == "relax.concat" and isinstance(call.args[0], relax.Tuple) else call.args
-    shapes = []
-    for operand in operands:
-        shape = getattr(operand.ty, "shape", None)
-        if isinstance(operand.ty, relax.TensorType) and isinstance(shape, relax.ShapeExpr):
-            shapes.append(list(shape.values))
-    return shapes
+    return [dims for operand in operands if isinstance(operand.ty, relax.TensorType) and (dims := shape_dims(operand.ty)) is not None]
 
 
 def _positions(call: relax.Call, shapes: list[list]) -> list[list]:
@@ -51,7 +46,7 @@ def _first_pair(func: relax.Function, names: set[str]) -> tuple[tvm.tirx.Var, tv
             call = binding.value
             if not (isinstance(call, relax.Call) and op_name(call) in _JOINING):
                 continue
-            if isinstance(getattr(binding.var.ty, "shape", None), relax.ShapeExpr):
+            if shape_dims(binding.var.ty) is not None:
                 continue
             shapes = _shapes(call)
             if not shapes:

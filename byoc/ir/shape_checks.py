@@ -19,7 +19,7 @@ from tvm import relax
 
 from byoc.ir.dims import SHAPE_CHECKS_ATTR, DimRange, dims_of, symbolic_vars
 from byoc.ir.shape_conditions import Expression, ShapeCheck
-from byoc.ir.types import op_name
+from byoc.ir.types import op_name, shape_dims
 
 PrimExpr = tvm.ir.prim.expr.Expr
 
@@ -34,11 +34,6 @@ _OP_NAMES = {"relax.broadcast_to": "Expand", "relax.matmul": "MatMul", "relax.re
 
 # One condition of one op: what it requires, the condition, and the sizes an error shows.
 _Found = tuple[str, PrimExpr, list[tuple[str, PrimExpr]]]
-
-
-def _shape(expr: relax.Expr) -> list[PrimExpr] | None:
-    shape = getattr(expr.ty, "shape", None)
-    return list(shape.values) if isinstance(shape, relax.ShapeExpr) else None
 
 
 def _int64(dim: PrimExpr) -> PrimExpr:
@@ -72,15 +67,15 @@ def _found(call: relax.Call, result: list | None) -> Iterator[_Found]:
     if result is None:
         return
     if name in _BROADCASTING:
-        operands = [(f"operand {i}", _shape(arg)) for i, arg in enumerate(call.args) if isinstance(arg.ty, relax.TensorType)]
+        operands = [(f"operand {i}", shape_dims(arg.ty)) for i, arg in enumerate(call.args) if isinstance(arg.ty, relax.TensorType)]
         if name == "relax.broadcast_to":
             operands = operands[:1]
         if all(shape is not None and len(shape) <= len(result) for _, shape in operands):
             yield from _broadcast(operands, result)
     elif name == "relax.matmul":
-        yield from _matmul(_shape(call.args[0]), _shape(call.args[1]), result)
+        yield from _matmul(shape_dims(call.args[0].ty), shape_dims(call.args[1].ty), result)
     elif name == "relax.reshape":
-        shape = _shape(call.args[0])
+        shape = shape_dims(call.args[0].ty)
         if shape is not None:
             yield ("the element count must not change", _equal(_product(shape), _product(result)),
                    [(f"the input's ({' * '.join(map(str, shape))})", _product(shape)),
@@ -105,7 +100,7 @@ def _concat(call: relax.Call, result: list) -> Iterator[_Found]:
     axis = int(call.attrs.axis) % len(result)
     fields = call.args[0].fields if isinstance(call.args[0], relax.Tuple) else []
     for position, field in enumerate(fields):
-        shape = _shape(field)
+        shape = shape_dims(field.ty)
         if shape is None or len(shape) != len(result):
             continue
         for index, (dim, out) in enumerate(zip(shape, result)):
@@ -115,7 +110,7 @@ def _concat(call: relax.Call, result: list) -> Iterator[_Found]:
 
 
 def _slice(call: relax.Call) -> Iterator[_Found]:
-    shape = _shape(call.args[0])
+    shape = shape_dims(call.args[0].ty)
     axes, begins, ends = call.args[1:4]
     if shape is None or not all(isinstance(t, relax.Tuple) for t in (axes, begins, ends)):
         return
@@ -148,7 +143,7 @@ def shape_checks(func: relax.Function, ranges: Mapping[str, DimRange]) -> list[S
             call = binding.value
             if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)):
                 continue
-            for requires, condition, shown in _found(call, _shape(binding.var)):
+            for requires, condition, shown in _found(call, shape_dims(binding.var.ty)):
                 if analyzer.can_prove(condition):
                     continue
                 encoded = encode(condition, set(known))

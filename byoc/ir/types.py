@@ -37,6 +37,12 @@ def static_dim(dim, what: str = "a dimension") -> int:
     return value
 
 
+def shape_dims(ty: relax.Type) -> list | None:
+    """A tensor type's dimensions (static or symbolic), or None where its shape is unknown."""
+    shape = getattr(ty, "shape", None)
+    return list(shape.values) if isinstance(shape, relax.ShapeExpr) else None
+
+
 def static_shape(ty: relax.Type, what: str = "tensor") -> tuple[int, ...]:
     """The static shape of a tensor type; a clear error where a dimension is symbolic."""
     shape = ty.shape

@@ -20,6 +20,8 @@ import math
 import tvm
 from tvm import relax
 
+from byoc.ir.types import shape_dims
+
 
 def _parse(equation: str, operands: int) -> tuple[list[str], str] | None:
     """The letters of each operand and of the result, or None for a form left to TVM."""
@@ -36,11 +38,6 @@ def _parse(equation: str, operands: int) -> tuple[list[str], str] | None:
     if len(set(result)) != len(result) or not set(result) <= set("".join(terms)):
         return None
     return terms, result
-
-
-def _sizes(expr: relax.Expr) -> list | None:
-    shape = getattr(expr.ty, "shape", None)
-    return list(shape.values) if isinstance(shape, relax.ShapeExpr) else None
 
 
 def _summed(expr: relax.Expr, term: str, keep: set[str]) -> tuple[relax.Expr, str]:
@@ -71,7 +68,7 @@ def _fold(sizes: list):
 def einsum(bb, inputs, attrs, opset, tvm_converter) -> relax.Expr | None:
     equation = attrs.get("equation", b"")
     parsed = _parse(equation.decode() if isinstance(equation, bytes) else str(equation), len(inputs))
-    shapes = [_sizes(x) for x in inputs]
+    shapes = [shape_dims(x.ty) for x in inputs]
     if parsed is None or len(inputs) not in (1, 2) or any(s is None for s in shapes):
         return None
     terms, result = parsed
