@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 from byoc.errors import DimensionBoundWarning
-from byoc.ir.dims import DIMS_ORIGIN_ATTR, DimRange, dims_of, with_dims
+from byoc.ir.dims import DIMS_ORIGIN_ATTR, DimRange, dims_of, dims_origin, with_dims
 from byoc.ir.types import static_shape
 
 # Ops an index passes through unchanged in value: the positions arange made are still the rows read.
@@ -111,8 +111,7 @@ def narrowed_to_table_bounds(mod: tvm.IRModule, where: str) -> tvm.IRModule:
     if not dims:
         return mod
     narrowed: dict[str, DimRange] = dict(dims)
-    recorded = json.loads(str(mod.attrs[DIMS_ORIGIN_ATTR])) if DIMS_ORIGIN_ATTR in mod.attrs else {}
-    origin = {name: recorded.get(name, "open" if r.open else "given") for name, r in dims.items()}
+    origin = dims_origin(mod)
     for name, (high, node, does) in table_bounds(mod["main"]).items():
         given = dims.get(name)
         if given is None or given.high <= high:

@@ -118,10 +118,11 @@ def copy_dims(source: tvm.IRModule, target: tvm.IRModule) -> tvm.IRModule:
 
 
 def dims_origin(mod: tvm.IRModule) -> dict[str, str]:
-    """Where each dimension's range comes from ("given" where nothing is recorded)."""
+    """Where each dimension's range comes from: as recorded, else "open" for an open range and
+    "given" for another."""
     text = mod.attrs.get(DIMS_ORIGIN_ATTR) if mod.attrs is not None else None
     recorded = json.loads(str(text)) if text is not None else {}
-    return {name: recorded.get(name, "given") for name in dims_of(mod)}
+    return {name: recorded.get(name, "open" if r.open else "given") for name, r in dims_of(mod).items()}
 
 
 _REPRESENTATIVE: contextvars.ContextVar[Mapping[str, int] | None] = contextvars.ContextVar("byoc_representative", default=None)

@@ -18,12 +18,10 @@ from tvm import relax
 
 from byoc.errors import DimensionBoundWarning, ModelLoadError
 from byoc.ir.dims import DIMS_ORIGIN_ATTR, DimRange, dims_of, dims_origin, with_dims
+from byoc.ir.shape_checks import BROADCASTING
 from byoc.ir.types import op_name, shape_dims
 
-_JOINING = frozenset(f"relax.{name}" for name in (
-    "add", "subtract", "multiply", "divide", "floor_divide", "power", "maximum", "minimum", "mod", "floor_mod", "equal",
-    "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "where", "concat"))
+_JOINING = BROADCASTING | {"relax.concat"}
 
 
 def _shapes(call: relax.Call) -> list[list]:
@@ -76,7 +74,7 @@ def unified_dims(mod: tvm.IRModule, where: str) -> tvm.IRModule:
             raise ModelLoadError(f"{where}: {node} needs dimensions {keep.name!r} ({a}) and {drop.name!r} ({b}) equal, and "
                                  "their ranges do not meet")
         dims[keep.name] = DimRange(merged.low, merged.high, min(merged.opt, merged.high))
-        origin[keep.name] = f"{origin.get(keep.name, 'given')}; also {drop.name!r}: {node} needs them equal"
+        origin[keep.name] = f"{origin[keep.name]}; also {drop.name!r}: {node} needs them equal"
         origin.pop(drop.name, None)
         warnings.warn(f"byoc: {where}: {node} broadcasts or joins dimensions {keep.name!r} and {drop.name!r}; they are compiled "
                       f"as one ({keep.name!r}, {dims[keep.name]}), so a call must give them the same size", DimensionBoundWarning,

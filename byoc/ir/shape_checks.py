@@ -23,10 +23,11 @@ from byoc.ir.types import op_name, shape_dims
 
 PrimExpr = tvm.ir.prim.expr.Expr
 
-_BROADCASTING = frozenset(f"relax.{name}" for name in (
+# The elementwise ops that broadcast their operands against each other.
+BROADCASTING = frozenset(f"relax.{name}" for name in (
     "add", "subtract", "multiply", "divide", "floor_divide", "power", "maximum", "minimum", "mod", "floor_mod", "equal",
     "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "where", "broadcast_to"))
+    "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "where"))
 # The op as a model names it, for the error; other ops keep their Relax name.
 _OP_NAMES = {"relax.broadcast_to": "Expand", "relax.matmul": "MatMul", "relax.reshape": "Reshape", "relax.concat": "Concat",
              "relax.strided_slice": "Slice", "relax.add": "Add", "relax.subtract": "Sub", "relax.multiply": "Mul",
@@ -66,7 +67,7 @@ def _found(call: relax.Call, result: list | None) -> Iterator[_Found]:
     name = op_name(call)
     if result is None:
         return
-    if name in _BROADCASTING:
+    if name in BROADCASTING or name == "relax.broadcast_to":
         operands = [(f"operand {i}", shape_dims(arg.ty)) for i, arg in enumerate(call.args) if isinstance(arg.ty, relax.TensorType)]
         if name == "relax.broadcast_to":
             operands = operands[:1]

@@ -120,7 +120,7 @@ class PartitionReport:
         """Record a model's dynamic dimensions and where each range comes from, its regions
         generated per shape and those generated once for every shape (symbolic shapes)."""
         origin = origin or {}
-        self.dims = {name: f"{r} (opt {r.opt}; {origin.get(name, 'given')})" for name, r in dims.items()}
+        self.dims = {name: f"{r} (opt {r.opt}; {origin.get(name, 'open' if r.open else 'given')})" for name, r in dims.items()}
         self.shape_specialised = sorted(shape_specialised)
         self.symbolic_shapes = sorted(symbolic)
 
