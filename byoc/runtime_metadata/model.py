@@ -109,7 +109,7 @@ class CompiledModel:
     @property
     def outputs(self) -> list[TensorSpec]:
         """The model's outputs (a model with a tail: the tail's, see byoc.ir.tail)."""
-        return self._tail.outputs() if self._tail is not None else self.parts.outputs
+        return self._tail.outputs if self._tail is not None else self.parts.outputs
 
     @property
     def build_fallbacks(self) -> dict[str, str]:

@@ -4,8 +4,8 @@ the compiled model's outputs: one session per model, made on first use, which th
 
 from __future__ import annotations
 
+import functools
 import threading
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,6 +14,7 @@ import onnx
 from byoc.errors import ArtifactError, EngineError, one_line
 from byoc.ir.tail import ModelTail
 from byoc.runtime_metadata.artifact_types import TensorSpec
+from byoc.timing import spread, time_runs
 
 
 class TailRunner:
@@ -28,8 +29,10 @@ class TailRunner:
         self._session = None
         self._lock = threading.Lock()
 
+    @functools.cached_property
     def outputs(self) -> list[TensorSpec]:
-        """The model's outputs: a size the data decides is -1, or the file's name for it."""
+        """The model's outputs: a size the data decides is -1, or the file's name for it (read
+        off the tail's ONNX model once)."""
         graph = onnx.ModelProto.FromString(self.tail.model).graph
         specs = []
         for value in graph.output:
@@ -59,10 +62,4 @@ class TailRunner:
 
 def time_tail(tail: TailRunner, head: Sequence[np.ndarray], repeat: int) -> float:
     """The tail's median time in ms over `repeat` runs on the head's outputs (after one run)."""
-    tail.run(head)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        tail.run(head)
-        times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
+    return spread(time_runs(lambda: tail.run(head), repeat)).median_ms

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from byoc.frontend.onnx.graph_inputs import subgraph_reads
+
 # Ops whose output shape depends on input values, whatever the shapes of their inputs.
 DATA_DEPENDENT_SOURCES = frozenset({"NonZero", "NonMaxSuppression", "Unique", "Compress", "Loop", "Scan"})
 # Ops whose output shape depends on one input's values (the index): data-dependent unless that
@@ -93,10 +95,7 @@ def cut_data_dependent(model: onnx.ModelProto) -> Cut | None:
 def _reads(node: onnx.NodeProto) -> Iterable[str]:
     """Every tensor `node` reads, those its subgraphs (If's branches) read from outside included."""
     yield from (i for i in node.input if i)
-    for attribute in node.attribute:
-        for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs):
-            for inner in graph.node:
-                yield from _reads(inner)
+    yield from subgraph_reads(node)
 
 
 def _ordered(names: set[str], nodes: list[onnx.NodeProto]) -> list[str]:
