@@ -19,7 +19,7 @@ installed, and fails on this one, so the exported suite's tests fail while it is
 
 The torchvision wheel on the package index is a CUDA build: its C++ ops (`torchvision::nms`,
 `roi_align` and their relatives) do not load against torch's CPU build, and `import torchvision`
-fails. `_torchvision()` declares those ops' schemas first (as torchvision's C++ declares them),
+fails. `torchvision_with_cpu_ops()` declares those ops' schemas first (as torchvision's C++ declares them),
 with CPU kernels in plain torch for the two the detectors run, nms and roi_align (torchvision's
 own Python roi_align), so that tracing records them and the ONNX exporter writes them as
 torchvision's own ONNX symbolics do.
@@ -95,7 +95,7 @@ def _has_ops() -> bool:
 
 
 @functools.cache
-def _torchvision():
+def torchvision_with_cpu_ops():
     import torch
 
     library = torch.library.Library("torchvision", "DEF")
@@ -116,7 +116,7 @@ def _torchvision():
 def export(name: str, directory: str) -> tuple[str, np.ndarray]:
     import torch
 
-    detection = _torchvision().models.detection
+    detection = torchvision_with_cpu_ops().models.detection
     torch.manual_seed(0)
     if name == "ssdlite320":
         model = detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None, score_thresh=0.001)

@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from benchmarks.detectors import _torchvision
+from benchmarks.detectors import torchvision_with_cpu_ops
 from byoc.timing import instruction_set, machine_description, pin_threads, spread, time_blocks
 
 MODELS = {
@@ -55,7 +55,7 @@ compiled.run(image)
 def export(name: str, directory: str) -> tuple[str, np.ndarray]:
     import torch
 
-    torchvision = _torchvision()
+    torchvision = torchvision_with_cpu_ops()
     kwargs, size = MODELS[name]
     torch.manual_seed(0)
     builder = getattr(torchvision.models.segmentation, name, None) or getattr(torchvision.models, name)
