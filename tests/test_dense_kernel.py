@@ -112,6 +112,32 @@ def test_openblas_threads_sleep_between_calls_unless_the_user_says(given, expect
     assert spin == expected and core != "not installed"
 
 
+
+_IDLE_AFTER_SGEMM = """
+import ctypes, os, time
+import numpy as np
+from byoc.codegen_c.onednn import openblas
+openblas.library_dirs()  # what a region's link flags ask first
+openblas.prepare(2)
+library = ctypes.CDLL(os.path.join(openblas.library_dir(), "libscipy_openblas.so"))
+n = 768
+a, b, c = (np.ones((n, n), np.float32) for _ in range(3))
+pointer = lambda x: x.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+library.scipy_cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1), pointer(a), n, pointer(b), n, ctypes.c_float(0), pointer(c), n)
+start = time.process_time()
+time.sleep(0.4)
+print(time.process_time() - start)
+"""
+
+
+def test_openblas_threads_sleep_after_a_call_whatever_loaded_the_library_first():
+    # A spinning OpenBLAS thread took a core from every oneDNN primitive run after it: each dnnl
+    # model built after the first in a process ran at half speed. Idle, the process uses no CPU.
+    env = {k: v for k, v in os.environ.items() if k != openblas.SPIN_ENV}
+    run = subprocess.run([sys.executable, "-c", _IDLE_AFTER_SGEMM], capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert float(run.stdout) < 0.02, f"{float(run.stdout):.3f} s of CPU while idle: OpenBLAS's threads spin"
+
 _LOAD_WITH_CHOICE = """
 import json, sys, numpy as np, byoc
 from byoc.codegen_c.onednn import product_choice

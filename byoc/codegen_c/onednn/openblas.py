@@ -11,9 +11,12 @@ OpenBLAS keeps a pool of threads of its own beside oneDNN's TBB workers. After a
 threads wait for the next one spinning, 2^28 cycles by default, and on 2 cores that spin takes a
 core from the oneDNN primitive that runs next: a BERT dense layer by oneDNN then one by OpenBLAS
 took 16.6 ms instead of 9.8. With `OPENBLAS_THREAD_TIMEOUT=4` (2^4 cycles, its least) they
-sleep at once, and the pair takes 9.9 ms. OpenBLAS reads it when it loads, so `prepare` sets it
-(unless the user did) and loads the library before any host library links it in; it also gives
-OpenBLAS the thread count oneDNN has.
+sleep at once, and the pair takes 9.9 ms. OpenBLAS reads it when it loads, and the package loads
+it as it is imported (to read its configuration), so it is set (unless the user did) before the
+one import here; `prepare` loads the library before any host library links it in, and gives
+OpenBLAS the thread count oneDNN has. (It was once set only in `prepare`, after the link flags
+of the first region had imported the package: every dnnl model built after the first in a process
+then ran its oneDNN work beside a spinning OpenBLAS thread, MaxViT at 134-189 ms instead of 83.)
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def version() -> str:
 @functools.cache
 def library_dir() -> str:
     """The directory of libscipy_openblas.so (the package's `get_lib_dir`)."""
+    os.environ.setdefault(SPIN_ENV, SPIN_LEAST)  # importing the package loads the library (above)
     import scipy_openblas32
 
     return str(Path(scipy_openblas32.get_lib_dir()).resolve())
@@ -65,7 +69,6 @@ def libraries() -> list[str]:
 
 @functools.cache
 def _loaded() -> ctypes.CDLL:
-    os.environ.setdefault(SPIN_ENV, SPIN_LEAST)  # read once, as the library loads
     return ctypes.CDLL(str(Path(library_dir()) / f"lib{LIBRARY}.so"))
 
 
