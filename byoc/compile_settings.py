@@ -23,7 +23,15 @@ PLACEMENTS = ("priority", "auto")
 PRECISIONS = ("fp32", "int8", "auto")
 ENGINES = ("lazy", "eager", "embed")
 # The fields `build` reads; `partition_for` reads the others.
-BUILD_FIELDS = ("target", "strict", "engines", "backend_options", "cache_dir", "shape_buckets", "max_shapes")
+BUILD_FIELDS = ("target", "strict", "engines", "backend_options", "cache_dir", "shape_buckets", "max_shapes", "shape_memory")
+
+
+def check_shape_memory(limit: object) -> None:
+    """A ByocError unless `limit` is None or a whole number of bytes, at least 1."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ByocError(f"shape_memory is the bytes a model keeps for the shapes it meets: a whole number of at least 1, "
+                        f"not {limit!r}")
+
 
 
 @dataclass(frozen=True)
@@ -66,9 +74,12 @@ class Settings:
     cache_dir: str | os.PathLike | None = None
     # A model with dynamic dimensions: the shapes regions are generated for ahead (a list of
     # {dimension: value}, or one {dimension: [values]} for every combination; by default each
-    # range's opt), and how many per region are kept in memory (by default, build's).
+    # range's opt), how many per region are kept in memory (by default, build's), and the bytes
+    # of everything kept per shape met, together (byoc.runtime_metadata.shape_memory; load may
+    # set it again where the model runs).
     shape_buckets: object = None
     max_shapes: int | None = None
+    shape_memory: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("cost", "vendor_options", "backend_options"):  # None given for "none"
@@ -94,6 +105,7 @@ class Settings:
             raise ByocError(f"engines must be 'lazy', 'eager' or 'embed', not {self.engines!r}")
         if self.max_shapes is not None and self.max_shapes < 1:
             raise ByocError(f"max_shapes must be at least 1, not {self.max_shapes}")
+        check_shape_memory(self.shape_memory)
 
     @classmethod
     def of(cls, settings: Settings | None, options: Mapping[str, Any], step: str = "partition_for") -> Settings:
@@ -124,4 +136,4 @@ class Settings:
         return list(self.calibration or [])[:self.num_calibration_samples]
 
 
-__all__ = ["BUILD_FIELDS", "ENGINES", "PLACEMENTS", "PRECISIONS", "Settings"]
+__all__ = ["BUILD_FIELDS", "ENGINES", "PLACEMENTS", "PRECISIONS", "Settings", "check_shape_memory"]

@@ -84,6 +84,8 @@ def test_errors_name_what_was_wrong(argv, message, capsys):
         (["run", "model.byoc", "--profile", "--repeat", "0"], "argument --repeat: must be at least 1, got 0"),
         (["compile", "mlp", "--vendor", "reference", "-o", "m.byoc", "--accuracy-samples", "-2"], "must be at least 0, got -2"),
         (["bench", "--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+        (["run", "model.byoc", "--shape-memory", "lots"], "argument --shape-memory: expected a size in bytes (e.g. 268435456, 256M, 1G)"),
+        (["compile", "mlp", "--vendor", "dnnl", "-o", "m.byoc", "--shape-memory", "0"], "must be at least 1 byte, got '0'"),
     ],
 )
 def test_counts_and_budgets_out_of_range_are_usage_errors(argv, message, capsys):

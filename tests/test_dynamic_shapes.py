@@ -24,6 +24,7 @@ import byoc
 from byoc.errors import ByocError, InputError, ModelLoadError
 from byoc.ir.dims import dims_of
 from byoc.models.bert import bert_encoder
+from byoc.runtime_metadata.shape_memory import ShapeMemory
 
 TOLERANCE = 1e-4
 DIMS = {"batch": (1, 8), "sequence": (1, 64)}
@@ -296,9 +297,13 @@ def test_cli_compiles_and_inspects_a_dynamic_file(model, tmp_path, capsys):
     onnx_file, artifact = tmp_path / "bert.onnx", tmp_path / "bert.byoc"
     onnx.save(model, onnx_file)
     assert main(["compile", str(onnx_file), "--vendor", "dnnl", "--dims", "batch=1:4", "sequence=1:32",
-                 "--shape-buckets", "batch=1,2", "sequence=8", "-o", str(artifact), "--accuracy-samples", "1"]) == 0
+                 "--shape-buckets", "batch=1,2", "sequence=8", "-o", str(artifact), "--accuracy-samples", "1",
+                 "--shape-memory", "64M"]) == 0
     out = capsys.readouterr().out
     assert "1 region(s) (1 with one build for every shape)" in out and "max abs error" in out
+    assert main(["run", str(artifact), "--profile", "--repeat", "1", "--shape-memory", "1.5G"]) == 0
+    assert "kept per shape: 0.0 MiB in 1 entry of at most 1536.0 MiB (shape_memory)" in capsys.readouterr().out
+    assert byoc.load(artifact).shape_memory.limit == 64 << 20
     assert main(["inspect", str(artifact)]) == 0
     out = capsys.readouterr().out
     assert "dimension sequence: 1 to 32" in out
@@ -354,6 +359,8 @@ def test_values_of_the_shape_alone_are_computed_once_per_shape(model, compiled, 
     assert held["host memory"].startswith("TVM's naive allocator")
     assert held["values of the shape alone"].startswith(f"{len(values._kept)} shape(s), ")
     assert "(at most 1024 within 16 MiB)" in held["values of the shape alone"]
+    assert held["kept per shape"].endswith("of at most 256.0 MiB (shape_memory); 0 dropped, least recently used first")
+    assert "dnnl_0 variants made at run time" not in held  # one C library for every shape
 
 
 def test_the_report_names_the_dimensions_and_the_regions_generated_per_shape(model, compiled):
@@ -592,9 +599,58 @@ def test_shape_values_are_kept_within_their_count_and_bytes(monkeypatch):
         ((_, view),) = values.kept((length,))
         np.testing.assert_array_equal(view, np.full((length,), length, np.float32))
     assert computed == [(n,) for n in range(1, 65)]
-    monkeypatch.setattr(shape_values, "KEPT_BYTES", 4 * 10)  # ten float32 values: shapes 4 and 6 fit, not 8 beside them
-    small = shape_values.ShapeValues(compute)
-    computed.clear()
-    for length in (4, 6, 4, 8, 4, 6):
-        assert int(small(tvm.runtime.ShapeTuple([length]))[0].shape[0]) == length
-    assert computed == [(4,), (6,), (8,), (4,), (6,)]
+    # ten float32 values, by their own bound or the model's: shapes 4 and 6 fit, not 8 beside them
+    for memory, kept_bytes in ((ShapeMemory(4 * 10), shape_values.KEPT_BYTES), (ShapeMemory(), 4 * 10)):
+        monkeypatch.setattr(shape_values, "KEPT_BYTES", kept_bytes)
+        small = shape_values.ShapeValues(compute, memory)
+        computed.clear()
+        for length in (4, 6, 4, 8, 4, 6):
+            assert int(small(tvm.runtime.ShapeTuple([length]))[0].shape[0]) == length
+        assert computed == [(4,), (6,), (8,), (4,), (6,)]
+        assert memory.held() == {"values of the shape alone": (2, 4 * 10)}
+
+
+def test_values_and_engine_variants_share_one_byte_limit(model, session):
+    """What a model keeps per shape met (its values of the shape alone, its regions' variants
+    run by engines) stays within shape_memory together, the least recently used of any kind
+    first out; a variant made again says so once; the profile shows what is held."""
+    from byoc.errors import ShapeVariantWarning
+
+    partitioned = byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "reference")
+    roomy = byoc.build(partitioned)
+    for length in (3, 4, 3):
+        roomy.run(input_ids=_tokens((1, length)))
+    assert roomy.inspect()["shape_specialised"]["reference_0"]["built_here"] == ["batch1_sequence4", "batch1_sequence3"]
+    held = roomy.shape_memory.held()
+    assert held["values of the shape alone"][0] == 2 and held["region reference_0 (reference)"][0] == 2
+    variant_bytes = held["region reference_0 (reference)"][1] // 2
+    report = roomy.profile(input_ids=_tokens((1, 3)), repeat=1)
+    assert "of at most 256.0 MiB (shape_memory)" in report.held["kept per shape"]
+    assert "MiB of constants" in report.held["reference_0 variants made at run time"]
+
+    # Room for one shape's variant and values, not for two shapes': the second drops the first's
+    tight = byoc.build(partitioned, shape_memory=variant_bytes * 3 // 2)
+    for length in (3, 4):
+        tight.run(input_ids=_tokens((1, length)))
+    assert {owner: count for owner, (count, _) in tight.shape_memory.held().items()} == {
+        "values of the shape alone": 1, "region reference_0 (reference)": 1}
+    assert tight.inspect()["shape_specialised"]["reference_0"]["built_here"] == ["batch1_sequence4"]
+    with pytest.warns(ShapeVariantWarning, match=r"region reference_0 \(reference\): its variant for batch1_sequence3 was made "
+                      r"before and dropped to keep the model within shape_memory=\d+ bytes"):
+        got = tight.run(input_ids=_tokens((1, 3)))[0]
+    np.testing.assert_allclose(got, session.run(None, {"input_ids": _tokens((1, 3))})[0], rtol=TOLERANCE, atol=TOLERANCE)
+    assert "4 dropped, least recently used first" in tight.shape_memory.summary()  # each shape dropped the other's two
+
+
+def test_shape_memory_is_set_at_build_and_again_at_load(model, tmp_path):
+    built = byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl"), shape_memory=5 << 20)
+    path = tmp_path / "model.byoc"
+    built.export(path)
+    assert byoc.load(path).shape_memory.limit == 5 << 20
+    assert byoc.load(path, shape_memory=1 << 30).shape_memory.limit == 1 << 30
+    for wrong in (0, -1, 2.5, True, "64MB"):
+        with pytest.raises(ByocError, match="shape_memory is the bytes a model keeps for the shapes it meets"):
+            byoc.load(path, shape_memory=wrong)
+    with pytest.raises(ByocError, match="shape_memory is the bytes"):
+        byoc.build(byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl"), shape_memory=0)
+    assert "oneDNN's cache" in built.held()["dnnl's onednn library"]

@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from byoc.accuracy import measure_accuracy
-from byoc.cli.arguments import at_least
+from byoc.cli.arguments import at_least, byte_size
 from byoc.cli.common import add_backend_options, add_model_argument, add_partition_options, backend_options, load_model, partition
 from byoc.cli.common import random_inputs as model_random_inputs
 from byoc.errors import InputError
@@ -34,6 +34,9 @@ def add_parser(commands) -> None:
     compile_parser.add_argument("--shape-buckets", nargs="+", default=None, metavar="NAME=V,V,...",
                                 help="with --dims: build the regions ahead for these values, every combination (e.g. "
                                      "batch=1,4,16 sequence=32,128); other shapes in range are built on first use")
+    compile_parser.add_argument("--shape-memory", type=byte_size, default=None, metavar="SIZE",
+                                help="bytes the model keeps for the shapes it meets, together (values of the shape alone, "
+                                     "variants made on first use; e.g. 512M; default 256M)")
     compile_parser.add_argument("--accuracy-samples", type=at_least(0), default=0, metavar="N",
                                 help="compare with onnxruntime on N seeded random inputs and print the error")
     add_backend_options(compile_parser)
@@ -46,6 +49,8 @@ def add_parser(commands) -> None:
     run_parser.add_argument("--output-dir", help="write each output as output<i>.npy here")
     run_parser.add_argument("--profile", action="store_true", help="print time per region and for the host")
     run_parser.add_argument("--repeat", type=at_least(1), default=10, help="runs to profile")
+    run_parser.add_argument("--shape-memory", type=byte_size, default=None, metavar="SIZE",
+                            help="replace the artifact's bound on what the model keeps for the shapes it meets (e.g. 1G)")
     run_parser.add_argument("--strict-engines", action="store_true",
                             help="fail, instead of rebuilding, when an embedded engine was built for another machine")
     add_backend_options(run_parser)
@@ -61,7 +66,8 @@ def run_compile(args: argparse.Namespace) -> int:
     model, mod, label = load_model(args.model, args.small, args.shapes, args.dims)
     partitioned = partition(args, mod, model)
     compiled = build(partitioned, strict=args.strict, engines="embed" if args.embed_engines else "lazy",
-                     backend_options=backend_options(args), shape_buckets=parse_buckets(args.shape_buckets))
+                     backend_options=backend_options(args), shape_buckets=parse_buckets(args.shape_buckets),
+                     shape_memory=args.shape_memory)
     compiled.export(args.output)
     result = report(partitioned)
     specialised = compiled.parts.specialised
@@ -115,7 +121,8 @@ def _inputs(specs, given: list[str], dims=None, ignored=()) -> dict[str, np.ndar
 
 
 def run_artifact(args: argparse.Namespace) -> int:
-    model = load(args.artifact, strict_engines=args.strict_engines, backend_options=backend_options(args))
+    model = load(args.artifact, strict_engines=args.strict_engines, backend_options=backend_options(args),
+                 shape_memory=args.shape_memory)
     inputs = _inputs(model.inputs, args.input, model.parts.dims, model.parts.ignored_inputs)
     outputs = model.run(**inputs)
     for index, (spec, value) in enumerate(zip(model.outputs, outputs)):

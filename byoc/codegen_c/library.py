@@ -51,6 +51,9 @@ class CLibrary(Codegen):
     # Called before a host library with regions of this library initialises them, at least once
     # per process (process-wide settings of the library: its thread limit).
     runtime_setup: Callable[[], None] | None = None
+    # What the library keeps for the shapes met, process-wide, as a profile says it (oneDNN's
+    # primitive cache), where it keeps anything.
+    held: Callable[[], str] | None = None
     # For regions with symbolic shapes (byoc.codegen_c.symbolic_shapes), C that makes every object the
     # library's creation functions make owned by `byoc_arena_now` (a `byoc_arena*`, NULL:
     # owned by nobody, kept for the process) and defines `void byoc_release(byoc_arena*)`, which

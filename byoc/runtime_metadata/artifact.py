@@ -44,6 +44,7 @@ from byoc.ir.shape_conditions import ShapeCheck, names_in
 from byoc.ir.tail import ModelTail
 from byoc.runtime_metadata.artifact_types import (
     DEFAULT_MAX_SHAPES,
+    DEFAULT_SHAPE_MEMORY,
     FORMATS,
     DirectCall,
     EmbeddedEngine,
@@ -125,7 +126,7 @@ def manifest_of(parts: ModelParts, files: dict[str, bytes]) -> dict:
             "dims_origin": parts.dims_origin,
             "specialised": [{**region.describe(), "template": _template_file(region.symbol) if region.template is not None else None}
                             for region in parts.specialised],
-            "max_shapes": parts.max_shapes} if parts.dims else {}),
+            "max_shapes": parts.max_shapes, "shape_memory": parts.shape_memory} if parts.dims else {}),
     }
 
 
@@ -405,6 +406,7 @@ def read_artifact(path: str | os.PathLike, trusted_keys: Iterable[PublicKey] | N
         tail=tail,
         specialised=specialised,
         max_shapes=manifest.get("max_shapes", DEFAULT_MAX_SHAPES),
+        shape_memory=manifest.get("shape_memory", DEFAULT_SHAPE_MEMORY),
         ignored_inputs=list(manifest.get("ignored_inputs", [])),
     )
     if parts.direct_call is not None:

@@ -18,6 +18,7 @@ from byoc.ir.dims import DimRange
 from byoc.ir.shape_conditions import ShapeCheck
 from byoc.ir.tail import ModelTail
 from byoc.runtime_metadata.constants import ConstantStore
+from byoc.runtime_metadata.shape_memory import DEFAULT_SHAPE_MEMORY
 
 # Variants built on first use that a shape-specialised region keeps in memory, by default.
 DEFAULT_MAX_SHAPES = 16
@@ -228,6 +229,7 @@ class ModelParts:
     tail: ModelTail | None = None
     specialised: list[SpecialisedRegion] = field(default_factory=list)
     max_shapes: int = DEFAULT_MAX_SHAPES
+    shape_memory: int = DEFAULT_SHAPE_MEMORY  # bytes (see byoc.runtime_metadata.shape_memory)
     # Inputs the model declares and never reads: `run` takes them by name and ignores them
     # (see byoc.ir.ignored_inputs).
     ignored_inputs: list[str] = field(default_factory=list)

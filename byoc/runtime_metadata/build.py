@@ -34,7 +34,7 @@ from byoc.ir.types import is_tensor_constant, static_shape, tensor_types
 from byoc.partition.inline import inline_regions
 from byoc.partition.outline import CODEGEN_ATTR, SYMBOL_ATTR
 from byoc.partition.record import PARTITION_ATTR, PartitionRecord, RegionRecord
-from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, SYMBOLIC, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
+from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, DEFAULT_SHAPE_MEMORY, SYMBOLIC, ModelParts, RegionArtifact, SpecialisedRegion, TensorSpec
 from byoc.runtime_metadata.compiler import export_shared
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.direct import find_direct_call
@@ -286,7 +286,7 @@ def build(mod: tvm.IRModule, settings: Settings | None = None, backends: Mapping
           **options: Any) -> CompiledModel:
     """Compile a partitioned module into a `CompiledModel`, with the build fields of `settings`
     (`byoc.Settings`) or the keyword `options` that make them: `target`, `strict`, `engines`,
-    `backend_options`, `cache_dir`, `shape_buckets`, `max_shapes`.
+    `backend_options`, `cache_dir`, `shape_buckets`, `max_shapes`, `shape_memory`.
 
     Each region goes through its backend's code generator, and each region that runs through
     an engine (JSON graphs, custom blobs) gets its engine now, checked by a trial run on the
@@ -305,7 +305,10 @@ def build(mod: tvm.IRModule, settings: Settings | None = None, backends: Mapping
     once for every shape in range and its regions generated per shape (see
     byoc.runtime_metadata.shapes): ahead for `shape_buckets` (a list of {dimension: value}, or
     one {dimension: [values]} for every combination; by default each range's `opt`), on first
-    use for any other shape, keeping at most `max_shapes` per region in memory.
+    use for any other shape, keeping at most `max_shapes` per region in memory. What it keeps
+    per shape met (the values of the shape alone, variants run by engines) stays within
+    `shape_memory` bytes together, least recently used first out (default 256 MiB; see
+    byoc.runtime_metadata.shape_memory).
     """
     settings = Settings.of(settings, options, "build")
     dims = dims_of(mod)
@@ -331,6 +334,7 @@ class _Build:
         self.partitioned, self.target, self.strict, self.overrides, self.dims = mod, settings.target, settings.strict, overrides, dims
         self.cache = EngineCache(settings.cache_dir if settings.cache_dir is not None else default_cache_dir())
         self.max_shapes = settings.max_shapes if settings.max_shapes is not None else DEFAULT_MAX_SHAPES
+        self.shape_memory = settings.shape_memory if settings.shape_memory is not None else DEFAULT_SHAPE_MEMORY
         self.buckets = check_buckets(settings.shape_buckets, dims) if dims else []
         self.store = ConstantStore()
         self.configured = _region_backends(mod, overrides)
@@ -502,6 +506,7 @@ class _Build:
             tail=tail_of(self.partitioned),
             specialised=list(self.specialised.values()),
             max_shapes=self.max_shapes,
+            shape_memory=self.shape_memory,
             ignored_inputs=ignored_inputs(mod),
         )
 

@@ -16,6 +16,7 @@ from tvm import relax
 from byoc.backend.registry import checked_backend_options, get_backend, list_backends
 from byoc.backend.spec import Backend
 from byoc.cache_dirs import default_cache_dir
+from byoc.compile_settings import check_shape_memory
 from byoc.errors import ArtifactError, ByocError, MissingVendorError, UnknownBackendError
 from byoc.host.index_ranges import engine_index_error, take_index_error
 from byoc.partition.reasons import SHAPE_ONLY
@@ -33,6 +34,7 @@ from byoc.runtime_metadata.inputs import ModelInputs
 from byoc.runtime_metadata.inspection import describe
 from byoc.runtime_metadata.profile import ProfileReport, ProfileRow, profile_model
 from byoc.runtime_metadata.runners import DirectRunner, DynamicRunner, StaticRunner, ThreadVMs
+from byoc.runtime_metadata.shape_memory import ShapeMemory
 from byoc.runtime_metadata.shape_values import SHAPE_VALUES, SHAPE_VALUES_FUNCTION, ShapeValues
 from byoc.runtime_metadata.shapes import SpecialisedRuntime
 from byoc.runtime_metadata.signing import PrivateKey, PublicKey
@@ -60,6 +62,7 @@ class CompiledModel:
         self.host = load_host_library(parts, f"{source}: the host library")
         self._backends = backends
         self._cache = cache
+        self.shape_memory = ShapeMemory(parts.shape_memory)  # what is kept per shape met, within one limit
         self.specialised = {region.symbol: self._specialised_runtime(region) for region in parts.specialised}
         # What the host calls by name: the shape-specialised regions (C for every shape in the
         # host library directly, see `host_function`), and the values that depend on the shape
@@ -67,7 +70,7 @@ class CompiledModel:
         self._by_name: dict[str, Callable] = {symbol: runtime.host_function() or runtime for symbol, runtime in self.specialised.items()}
         self._vms = ThreadVMs(self.host, self.regions, parts.artifacts, self._by_name, dynamic=bool(parts.dims))
         if parts.dims:
-            self._by_name[SHAPE_VALUES] = ShapeValues(lambda: self._vms.of_its_own()[SHAPE_VALUES_FUNCTION])
+            self._by_name[SHAPE_VALUES] = ShapeValues(lambda: self._vms.of_its_own()[SHAPE_VALUES_FUNCTION], self.shape_memory)
         self._inputs = ModelInputs(parts)
         # How a run goes, by what the model is (see byoc.runtime_metadata.runners); `run` picks
         # one by its parts at each call.
@@ -92,7 +95,7 @@ class CompiledModel:
             return RegionRuntime(artifact, backend, store, settings, self._cache, hardware_given=hardware_given)
 
         return SpecialisedRuntime(region, backend, self.parts.store, settings, self.parts.dims, ahead, make_runtime,
-                                  self.parts.max_shapes, artifacts)
+                                  self.parts.max_shapes, artifacts, self.shape_memory)
 
     @property
     def artifacts(self) -> list[RegionArtifact]:
@@ -175,12 +178,23 @@ class CompiledModel:
         with dynamic dimensions grows with the shapes it is called at, within these bounds."""
         if not self.parts.dims:
             return {}
-        held = {"host memory": f"TVM's {self._vms.memory} allocator (each buffer allocated when needed)"}
+        held = {"host memory": f"TVM's {self._vms.memory} allocator (each buffer allocated when needed)",
+                "kept per shape": self.shape_memory.summary()}
+        by_owner = self.shape_memory.held()
         values = self._by_name.get(SHAPE_VALUES)
         if isinstance(values, ShapeValues):
-            held["values of the shape alone"] = values.held()
+            held[ShapeValues.OWNER] = values.held()
         for symbol, runtime in self.specialised.items():
-            held[f"{symbol} variants made at run time"] = f"{len(runtime.made)} (at most {runtime.max_shapes})"
+            if runtime.region.symbolic and runtime.host_function() is not None:
+                continue  # one C library for every shape: nothing is made per shape
+            counted = by_owner.get(runtime.where)
+            weight = (f", {counted[1] / 2**20:.1f} MiB of constants" if counted else
+                      ", C libraries that stay loaded" if runtime.made else "")
+            held[f"{symbol} variants made at run time"] = f"{len(runtime.made)} (at most {runtime.max_shapes}){weight}"
+        for name in sorted({artifact.backend for artifact in self.parts.artifacts}):
+            library = self._backends[name].codegen
+            if getattr(library, "held", None) is not None:
+                held[f"{name}'s {library.name} library"] = library.held()
         return held
 
     def report(self) -> PartitionReport:
@@ -249,6 +263,7 @@ def load(
     backend_options: Mapping[str, dict] | None = None,
     trusted_keys: Iterable[PublicKey] | None = None,
     strict_engines: bool = False,
+    shape_memory: int | None = None,
 ) -> CompiledModel:
     """Load an artifact written by `CompiledModel.export`, in this or any other process, after
     checking it (see `byoc.runtime_metadata.artifact`). `backend_options` override the build's
@@ -256,10 +271,15 @@ def load(
     `trusted_keys` (Ed25519 public keys), only an artifact one of them signed is loaded.
     Engines embedded in the artifact (`build(..., engines="embed")`) are used where this machine
     is like the one that built them; elsewhere they are rebuilt with a warning, or, with
-    `strict_engines`, creating them raises an EngineError that says what differs."""
+    `strict_engines`, creating them raises an EngineError that says what differs.
+    `shape_memory` (bytes) replaces the build's bound on what the model keeps for the shapes it
+    meets (see byoc.runtime_metadata.shape_memory): the machine that serves knows its memory."""
     if engines not in ("lazy", "eager"):
         raise ByocError(f"engines must be 'lazy' or 'eager', not {engines!r}")
+    check_shape_memory(shape_memory)
     parts, manifest = read_artifact(path, trusted_keys)
+    if shape_memory is not None:
+        parts.shape_memory = shape_memory
     label = f"artifact {os.fspath(path)!r}"
     backends = {}
     for name in sorted({a.backend for a in parts.artifacts}):

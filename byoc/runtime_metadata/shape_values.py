@@ -9,8 +9,9 @@ them, and computing them on every run cost T5 2.3x at 1 x 512 tokens. So the hos
   dimensions into a function of its own (`byoc_shape_values_compute`, taking the dimensions as
   a shape), and `main` asks for them by a packed call (`byoc_shape_values`);
 - `ShapeValues` answers that call: it runs the function once per shape and keeps the results
-  (at most `KEPT_SHAPES` shapes and `KEPT_BYTES` of tensors, least recently used first out). The
-  results are tensors the VM only reads.
+  (at most `KEPT_SHAPES` shapes and `KEPT_BYTES` of tensors, and within the model's one limit of
+  what it keeps per shape, `byoc.runtime_metadata.shape_memory`; least recently used first out).
+  The results are tensors the VM only reads.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from byoc.ir.rewrite import VarSubstitution, rebuild_function
 from byoc.ir.shape_only import dimension_vars, shape_only_bindings
 from byoc.partition.dataflow import used_vars
 from byoc.runtime_metadata.numpy_views import numpy_view
+from byoc.runtime_metadata.shape_memory import ShapeMemory
 
 SHAPE_VALUES = "byoc_shape_values"  # the packed call `main` makes, answered by `ShapeValues`
 SHAPE_VALUES_FUNCTION = "byoc_shape_values_compute"  # the host's function that computes them
@@ -36,8 +38,9 @@ SHAPE_VALUES_FUNCTION = "byoc_shape_values_compute"  # the host's function that 
 # values again at every step of every request (23 us of a 150 us step). A decoding step's values
 # are small (its positions and mask over the cache), a long prompt's mask is not: both bounds hold.
 # An encoder's values are its masks, 1 MiB at batch 16 and 128 tokens: a tiny BERT called at
-# random shapes kept 70 MiB of them under a 64 MiB bound, and 16 MiB keeps its memory within
-# 1.2x onnxruntime's at the same speed (benchmarks/shape_memory.py).
+# random shapes kept 70 MiB of them under a 64 MiB bound, 32 MiB grew its memory to 1.6-1.7x
+# onnxruntime's, and 16 MiB keeps it within 1.2x, each at the same speed: past 16 MiB, keeping
+# them gains no time (benchmarks/shape_memory.py).
 KEPT_SHAPES = 1024
 KEPT_BYTES = 16 << 20
 
@@ -119,11 +122,14 @@ class ShapeValues:
     """Answers `main`'s call of `byoc_shape_values`: the values for these dimensions, computed
     once (by `compute`, the host's own function) and kept."""
 
-    def __init__(self, compute: Callable[[], Callable]) -> None:
+    OWNER = "values of the shape alone"  # as the profile names them
+
+    def __init__(self, compute: Callable[[], Callable], memory: ShapeMemory | None = None) -> None:
         self._compute = compute  # -> the host's byoc_shape_values, on a machine of its own
         self._function: Callable | None = None
         self._kept: collections.OrderedDict[tuple[int, ...], list] = collections.OrderedDict()  # [values, their bytes, (tensor, view) pairs or None]
         self._kept_bytes = 0
+        self._memory = memory if memory is not None else ShapeMemory()
         self._lock = threading.Lock()
 
     def __call__(self, dims: tvm.runtime.ShapeTuple):
@@ -132,8 +138,8 @@ class ShapeValues:
     def held(self) -> str:
         """What is kept, as a profile says it."""
         with self._lock:
-            return (f"{len(self._kept)} shape(s), {self._kept_bytes / 2**20:.1f} MiB (at most {KEPT_SHAPES} within "
-                    f"{KEPT_BYTES / 2**20:.0f} MiB)")
+            count, nbytes = len(self._kept), self._kept_bytes
+        return f"{count} shape(s), {nbytes / 2**20:.1f} MiB (at most {KEPT_SHAPES} within {KEPT_BYTES / 2**20:.0f} MiB)"
 
     def kept(self, dims: tuple[int, ...]) -> list[tuple[tvm.runtime.Tensor, np.ndarray]]:
         """The values for these dimensions, each a tensor and its numpy view, in the function's
@@ -150,6 +156,7 @@ class ShapeValues:
             kept = self._kept.get(key)
             if kept is not None:
                 self._kept.move_to_end(key)
+                self._memory.used(self.OWNER, key)
                 return kept
             if self._function is None:
                 self._function = self._compute()
@@ -157,8 +164,18 @@ class ShapeValues:
             kept = self._kept[key] = [values, _bytes(values), None]
             self._kept_bytes += kept[1]
             while len(self._kept) > 1 and (len(self._kept) > KEPT_SHAPES or self._kept_bytes > KEPT_BYTES):
-                self._kept_bytes -= self._kept.popitem(last=False)[1][1]
-            return kept
+                old, entry = self._kept.popitem(last=False)
+                self._kept_bytes -= entry[1]
+                self._memory.forget(self.OWNER, old)
+        # Counted outside this lock: what the limit drops may be this object's
+        self._memory.keep(self.OWNER, key, kept[1], lambda: self._drop(key))
+        return kept
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        with self._lock:
+            entry = self._kept.pop(key, None)
+            if entry is not None:
+                self._kept_bytes -= entry[1]
 
 
 def _bytes(values) -> int:

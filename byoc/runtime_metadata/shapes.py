@@ -50,6 +50,7 @@ from byoc.runtime_metadata.compiler import compiler, export_shared, link_flags
 from byoc.runtime_metadata.constants import ConstantStore
 from byoc.runtime_metadata.dispatch import FailureRecord
 from byoc.runtime_metadata.host_library import initialise, libraries_directory, load_library
+from byoc.runtime_metadata.shape_memory import ShapeMemory
 from byoc.runtime_metadata.shape_variants import generate_variant, load_template
 
 # The named dimensions of the model's current run, for a region whose tensors do not give all
@@ -108,7 +109,8 @@ class SpecialisedRuntime:
 
     def __init__(self, region: SpecialisedRegion, backend: Backend, store: ConstantStore, settings: VendorSettings,
                  ranges: Mapping[str, DimRange], ahead: Mapping[str, Callable], make_runtime: Callable[[RegionArtifact, ConstantStore], Callable],
-                 max_shapes: int = DEFAULT_MAX_SHAPES, ahead_artifacts: Mapping[str, RegionArtifact] | None = None) -> None:
+                 max_shapes: int = DEFAULT_MAX_SHAPES, ahead_artifacts: Mapping[str, RegionArtifact] | None = None,
+                 memory: ShapeMemory | None = None) -> None:
         self.region = region
         self.backend = backend  # made for `settings`, with which variants are generated
         self.store = store
@@ -119,6 +121,9 @@ class SpecialisedRuntime:
         self.made: collections.OrderedDict[str, Callable] = collections.OrderedDict()  # built here, most recent last
         self.make_runtime = make_runtime  # an engine-backed region's runtime for a variant artifact
         self.max_shapes = max_shapes
+        # Variants run by engines count against the model's shape_memory with the constants they
+        # were generated with, and go when it drops them (C variants stay loaded: see _make).
+        self.memory = memory if memory is not None else ShapeMemory()
         self.where = f"region {region.symbol} ({region.backend})"
         self._function: relax.Function | None = None
         self._aliases: dict[str, str] = {}
@@ -129,6 +134,8 @@ class SpecialisedRuntime:
         self._failure = FailureRecord()
         self._values_by_shapes: dict[tuple, dict[str, int]] = {}
         self._warned = False  # ShapeVariantWarning, once
+        self._warned_memory = False  # the same, for a variant shape_memory dropped
+        self._dropped: set[str] = set()  # keys of the variants shape_memory dropped
         self._stays_loaded: int | None = None  # bytes of constants per variant, once one is a C library (never unloaded)
 
     def values_of(self, args: Sequence) -> dict[str, int]:
@@ -182,6 +189,7 @@ class SpecialisedRuntime:
             runtime = self.made.get(key)
             if runtime is not None:
                 self.made.move_to_end(key)
+                self.memory.used(self.where, key)
                 return runtime
             if self._stays_loaded is not None and len(self.made) >= self.max_shapes:
                 raise EngineError(
@@ -190,8 +198,14 @@ class SpecialisedRuntime:
                     "each), so more would only grow memory. Declare the shapes in shape_buckets, raise max_shapes, or give the "
                     "region to a vendor that takes symbolic shapes (onnxruntime: one session for every shape; a decoder's cache "
                     "length is new at every step)")
+            if key in self._dropped and not self._warned_memory:
+                self._warned_memory = True
+                warnings.warn(f"{self.where}: its variant for {key} was made before and dropped to keep the model within "
+                              f"shape_memory={self.memory.limit} bytes; it is generated again. Raise shape_memory (build or "
+                              "load) to keep more, or declare the shapes in shape_buckets", ShapeVariantWarning, stacklevel=2)
             start = time.perf_counter()
-            runtime = self.made[key] = self._make(values)
+            runtime, nbytes = self._make(values)
+            self.made[key] = runtime
             if len(self.made) > self.max_shapes and not self._warned:
                 self._warned = True
                 varying = ", ".join(self.region.dims)
@@ -201,8 +215,15 @@ class SpecialisedRuntime:
                               "that takes symbolic shapes (onnxruntime: one session for every shape), or declare the shapes in "
                               "shape_buckets", ShapeVariantWarning, stacklevel=2)
             while len(self.made) > self.max_shapes:
-                self.made.popitem(last=False)
-            return runtime
+                self.memory.forget(self.where, self.made.popitem(last=False)[0])
+        if nbytes is not None:  # counted outside the lock: what the limit drops may be this region's
+            self.memory.keep(self.where, key, nbytes, lambda: self._drop(key))
+        return runtime
+
+    def _drop(self, key: str) -> None:
+        with self._lock:
+            if self.made.pop(key, None) is not None:
+                self._dropped.add(key)
 
     def variant_and_artifact(self, values: Mapping[str, int]) -> tuple[Callable, RegionArtifact]:
         """The variant for these dimensions (made here where none was built ahead) and the
@@ -213,7 +234,9 @@ class SpecialisedRuntime:
             raise EngineError(f"{self.where}: no artifact is known for the variant {self.region.key(values)}")
         return runtime, artifact
 
-    def _make(self, values: Mapping[str, int]) -> Callable:
+    def _make(self, values: Mapping[str, int]) -> tuple[Callable, int | None]:
+        """The variant for these dimensions, and the bytes of the constants it holds (None for
+        a C variant, which stays loaded)."""
         if self.region.template is None:
             raise EngineError(f"{self.where}: built for {sorted(self.ahead)} only (its code cannot be generated again from "
                               f"the artifact); {self.region.key(values)} needs a build with it in shape_buckets")
@@ -234,8 +257,8 @@ class SpecialisedRuntime:
             # A loaded library cannot be unloaded (its file-scope state points into its constants):
             # evicting the variant would free nothing, so such variants are bounded, not evicted.
             self._stays_loaded = store.nbytes
-            return _CVariant(artifact, self.backend, store, f"{self.where} at {self.region.key(values)}")
-        return self.make_runtime(artifact, store)
+            return _CVariant(artifact, self.backend, store, f"{self.where} at {self.region.key(values)}"), None
+        return self.make_runtime(artifact, store), store.nbytes
 
     def __call__(self, *args) -> None:
         try:

@@ -30,6 +30,7 @@ def onednn_library() -> CLibrary:
         bind_buffer=library.bind_buffer,
         views=VIEWS,
         runtime_setup=_runtime_setup,
+        held=threads.primitive_cache_held,
     )
 
 

@@ -70,6 +70,14 @@ def limit_primitive_cache() -> None:
         _cache_set = True
 
 
+def primitive_cache_held() -> str:
+    """oneDNN's primitive cache, as a profile says it: it counts primitives, not bytes."""
+    given = os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "").strip()
+    capacity = given if given else str(PRIMITIVE_CACHE_CAPACITY)
+    return (f"at most {capacity} primitives with their JIT code, process-wide (oneDNN's cache; "
+            f"{'ONEDNN_PRIMITIVE_CACHE_CAPACITY' if given else 'byoc sets it unless ONEDNN_PRIMITIVE_CACHE_CAPACITY does'})")
+
+
 def limit_threads() -> None:
     """Apply the requested thread limit, once per process (a no-op without one)."""
     global _applied
