@@ -417,6 +417,24 @@ __attribute__((unused, optimize("O3", "fast-math"))) static void byoc_range(cons
   *hi = greatest;
 }
 
+/* A strided window of a tensor copied densely: each element of `shape` in order, read at element
+   `strides` from `from` (the innermost axis as one run where its stride is 1). For views oneDNN
+   refuses as overlapping themselves (see byoc.codegen_c.onednn.emitters.movement). */
+__attribute__((unused, optimize("O3"))) static void byoc_strided_copy(char* to, const char* from, int rank, const dnnl_dims_t shape,
+                                                                     const dnnl_dims_t strides, long size) {
+  long count = 1, inner = shape[rank - 1];
+  for (int a = 0; a < rank - 1; ++a) count *= shape[a];
+  for (long i = 0; i < count; ++i) {
+    long rest = i, at = 0;
+    for (int a = rank - 2; a >= 0; --a) { at += (rest % shape[a]) * strides[a]; rest /= shape[a]; }
+    if (strides[rank - 1] == 1) {
+      __builtin_memcpy(to + i * inner * size, from + at * size, inner * size);
+    } else {
+      for (long j = 0; j < inner; ++j) __builtin_memcpy(to + (i * inner + j) * size, from + (at + j * strides[rank - 1]) * size, size);
+    }
+  }
+}
+
 /* The border of a padded result (the generated C is compiled without optimisation). */
 __attribute__((unused, optimize("O3"))) static void byoc_fill(float* data, long n, float value) {
   for (long i = 0; i < n; ++i) data[i] = value;

@@ -38,6 +38,9 @@ def _strided_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tup
     kernel.state = []  # no primitive of its own: one reorder per part
     source = kernel.plain_source(x)
     for index, (part, shape, strides, offset) in enumerate(parts):
+        if _overlapping_for_onednn(shape, strides):
+            _loop_copy(kernel, source, part, shape, strides, offset * np.dtype(x.dtype).itemsize)
+            continue
         name = f"{kernel.k}_part{index}"
         kernel.state += [f"static dnnl_memory_t {name}_view = NULL;", f"static dnnl_primitive_t {name}_copy = NULL;"]
         view_md, part_md = kernel.strided_md(shape, strides, x.dtype), kernel.md(shape, "plain", part.dtype)
@@ -53,6 +56,32 @@ def _strided_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tup
         kernel.point(f"{name}_view", source, offset * np.dtype(x.dtype).itemsize)
         kernel.before.append(kernel.check(f"byoc_reorder({name}_copy, {name}_view, {result})", f"copy {index}"))
     return kernel.code_without_primitive()
+
+
+def _overlapping_for_onednn(shape: tuple, strides: list) -> bool:
+    """Whether oneDNN refuses a view of `shape` at `strides` as overlapping itself: it takes an
+    axis to span its size times its stride, so every second column of 7 (4 of them, stride 2)
+    spans 8 and passes the next row's start, though its last element is the row's 7th. LeViT
+    subsamples so; its whole region fell back to the host."""
+    if not all(isinstance(v, int) for v in (*shape, *strides)):
+        return False  # symbolic: oneDNN's reorder, as before
+    axes = sorted((s, d) for d, s in zip(shape, strides) if d != 1 and s != 0)
+    return any(outer < inner * size for (inner, size), (outer, _) in zip(axes, axes[1:]))
+
+
+def _loop_copy(kernel: Kernel, source: str, part: CBuffer, shape: tuple[int, ...], strides: list[int], offset: int) -> None:
+    """A part copied by byoc_strided_copy (see library.PROLOGUE) where oneDNN refuses its view."""
+    result = kernel.result_view(part, kernel.md(shape, "plain", part.dtype))
+    kernel.before += [
+        "{",
+        "  char* from = NULL; char* to = NULL;",
+        "  " + kernel.check(f"dnnl_memory_get_data_handle({source}, (void**)&from)", "strided window"),
+        "  " + kernel.check(f"dnnl_memory_get_data_handle({result}, (void**)&to)", "strided window"),
+        "  " + dims_decl("shape", shape),
+        "  " + dims_decl("strides", tuple(strides)),
+        f"  byoc_strided_copy(to, from + {offset}, {len(shape)}, shape, strides, {np.dtype(part.dtype).itemsize});",
+        "}",
+    ]
 
 
 def _window(shape: tuple[int, ...], offsets: tuple[int, ...]) -> tuple[list[int], int]:
