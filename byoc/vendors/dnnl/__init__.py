@@ -55,8 +55,8 @@ from byoc.vendors.dnnl.predicates import (
     pool_nchw,
     power_scalar,
     scalar_selection,
+    sum_axes,
     take_constant_index,
-    trailing_reduction,
     window_slice,
 )
 
@@ -133,7 +133,7 @@ dnnl.supports("relax.matmul", check=matmul_shapes, emit=_dense)
 dnnl.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=pool_nchw, emit=emitters.pooling)
 dnnl.supports("relax.image.resize2d", check=onednn_resampling, emit=emitters.resize)
 dnnl.supports("relax.mean", emit=emitters.reduction)
-dnnl.supports("relax.sum", check=trailing_reduction, emit=emitters.reduction)
+dnnl.supports("relax.sum", check=sum_axes, emit=emitters.reduction)
 dnnl.supports("relax.add", "relax.subtract", "relax.multiply", "relax.divide", check=binary_broadcast, emit=emitters.binary)
 dnnl.supports("relax.power", check=power_scalar, emit=emitters.eltwise)
 dnnl.supports(*ELTWISE_OPS, emit=emitters.eltwise)
