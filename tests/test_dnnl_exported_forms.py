@@ -531,14 +531,16 @@ def test_sums_over_the_innermost_axes_run_on_onednn(tmp_path):
     assert [p for p, _ in primitives].count("reduction") == 1 and not any(i.startswith("ref") for _, i in primitives), primitives
 
 
-@pytest.mark.parametrize("shape, axes, kept", [
-    ((2, 2, 8, 5, 5), [1], 0),  # ResNeSt's sum over its radix splits
-    ((2, 5, 5, 8), [1, 2], 1),  # ConvNeXt V2's global response norm, channels last
+@pytest.mark.parametrize("op, shape, axes, kept", [
+    ("ReduceSum", (2, 2, 8, 5, 5), [1], 0),  # ResNeSt's sum over its radix splits
+    ("ReduceSum", (2, 5, 5, 8), [1, 2], 1),  # ConvNeXt V2's global response norm, channels last
+    ("ReduceMean", (2, 8, 5, 5), [1], 1),  # the same, channels first: the mean over channels
 ])
-def test_sums_over_a_block_of_middle_axes_are_products_by_ones(shape, axes, kept, tmp_path):
+def test_sums_over_a_block_of_middle_axes_are_products_by_ones(op, shape, axes, kept, tmp_path):
     """oneDNN 3.2 reduces over other than the innermost axes in reference code only: such a sum
-    is a product by a row of ones in the region, a JIT matmul, within fp32 tolerance."""
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("ReduceSum", ["m", "axes"], ["s"], keepdims=kept),
+    (or mean) is a product by a row of ones (of 1 / n) in the region, a JIT matmul, within fp32
+    tolerance."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node(op, ["m", "axes"], ["s"], keepdims=kept),
              helper.make_node("Relu", ["s"], ["y"])]
     inputs = {"x": RNG.standard_normal(shape).astype(np.float32)}
     out = [1 if a in axes and kept else d for a, d in enumerate(shape) if kept or a not in axes]
@@ -546,6 +548,20 @@ def test_sums_over_a_block_of_middle_axes_are_products_by_ones(shape, axes, kept
     _one_region(model, inputs)
     primitives = _primitives_run(model, tmp_path)
     assert "matmul" in [p for p, _ in primitives] and not any(i.startswith("ref") for _, i in primitives), primitives
+
+
+def test_a_sum_over_height_and_width_of_a_channels_last_result_runs_in_the_jit_kernel(tmp_path):
+    """A convolution's result in oneDNN's channels-last layout (acdb) has height and width in
+    the middle: reduced as they lie, oneDNN 3.2 took its reference code (ConvNeXt V2's global
+    response norm, 1.5 ms each); the reduction reads them in plain layout."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("ReduceSum", ["c", "hw"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["y"])]
+    inputs = {"x": RNG.standard_normal((1, 64, 14, 14)).astype(np.float32)}
+    model = _model(nodes, inputs, ("y", [1, 64, 14, 14]), _weights(w=(64, 64, 3, 3)) + [
+        numpy_helper.from_array(np.array([2, 3], np.int64), "hw")])
+    _one_region(model, inputs)
+    primitives = _primitives_run(model, tmp_path)
+    assert "reduction" in [p for p, _ in primitives] and not any(i.startswith("ref") for _, i in primitives), primitives
 
 
 def test_a_sum_over_axes_apart_stays_on_the_host_with_its_reason():
