@@ -67,9 +67,9 @@ exported: $(STAMP)
 # imports it wherever it is installed, and fails on it.
 vision: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[torch]'
-	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0 pillow
+	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0 pillow timm==1.0.31
 	$(PY) -m benchmarks.vision; status=$$?; $(PY) -m benchmarks.detectors || status=1; \
-		$(PY) -m pip uninstall --quiet -y torchvision pillow; exit $$status
+		$(PY) -m pip uninstall --quiet -y torchvision pillow timm; exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
