@@ -19,7 +19,9 @@ def softmax(call: KernelCall) -> KernelCode:
     oneDNN computes -inf - -inf) then becomes 0, as torch's exported attention asks. A quantize
     after it (zero point 0: see byoc.annotate.qdq) is the primitive's result scale and an int8 result."""
     kernel = Kernel(call)
-    node = call.nodes[0]
+    # The softmax itself: a composite's first node may be another (torch.export's guard of rows
+    # masked whole compares the scores with -inf first; CoAtNet's region failed on it)
+    node = call.node("relax.nn.softmax")
     x, out = call.arg(node, 0), call.outputs[0]
     axis = node["attrs"]["axis"] % len(x.shape)
     quantize = result_quantize(call)
