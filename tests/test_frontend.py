@@ -256,6 +256,42 @@ def test_per_channel_affine_ops_fold_into_the_conv_before_them():
     assert_fp32_close(compiled.run(**inputs), onnxruntime_outputs(model, inputs))
 
 
+def _linear_norm(channels_last: int) -> onnx.ModelProto:
+    """LeViT's LinearNorm as torch.onnx writes it: MatMul, a Reshape to (rows, channels_last),
+    BatchNormalization, a Reshape back, then a reader."""
+    rng = np.random.default_rng(0)
+    arrays = {"w": rng.standard_normal((8, 16)), "gamma": rng.uniform(0.5, 1.5, channels_last),
+              "beta": rng.standard_normal(channels_last), "mean": rng.standard_normal(channels_last),
+              "var": rng.uniform(0.5, 1.5, channels_last)}
+    initializers = [onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()] + [
+        onnx.numpy_helper.from_array(np.array([-1, channels_last], np.int64), "rows"),
+        onnx.numpy_helper.from_array(np.array([2, 6, 16], np.int64), "back")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Reshape", ["m", "rows"], ["flat"]),
+             helper.make_node("BatchNormalization", ["flat", "gamma", "beta", "mean", "var"], ["n"]),
+             helper.make_node("Reshape", ["n", "back"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "linear_norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 16])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_batch_norm_after_a_dense_layer_folds_into_its_weights_and_a_bias():
+    """LeViT's 295 binary primitives on dnnl: each norm after a dense layer is now the layer's
+    scale and bias, and the dense layer with its bias is one dnnl kernel."""
+    from byoc.frontend.onnx.fold_dense_norm import fold_batch_norms_after_dense
+
+    model = _linear_norm(16)
+    folded = fold_batch_norms_after_dense(model)
+    assert [n.op_type for n in folded.graph.node] == ["MatMul", "Add", "Reshape", "Reshape", "Relu"]
+    inputs = {"x": np.random.default_rng(1).standard_normal((2, 6, 8)).astype(np.float32)}
+    assert_fp32_close(onnxruntime_outputs(folded, inputs), onnxruntime_outputs(model, inputs))
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    assert len(byoc.report(partitioned).regions) == 1 and "multiply" not in partitioned.script()
+    assert_fp32_close(byoc.build(partitioned, strict=True).run(**inputs), onnxruntime_outputs(model, inputs))
+    # A norm over other channels than the product's columns does not fold
+    other = _linear_norm(32)
+    assert fold_batch_norms_after_dense(other) is other
+
+
 def _fake_quantized(scale: float) -> onnx.ModelProto:
     nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"], name="scores_QuantizeLinear"),
              helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"], name="scores_DequantizeLinear")]

@@ -78,7 +78,7 @@ def _absorb(conv: _Conv, node: onnx.NodeProto, constants: Mapping[str, np.ndarra
     return True
 
 
-class _Initializers(Mapping):
+class Initializers(Mapping):
     """The initializers by name, each read into numpy when first asked for: the fold reads those
     of convolutions and what follows them, not a transformer's embeddings."""
 
@@ -114,7 +114,7 @@ def fold_batch_norms(model: onnx.ModelProto) -> onnx.ModelProto:
     # Nodes by position: protobuf hands out a new wrapper object for a message whose last wrapper
     # was collected, so id() of a node is not a stable key.
     nodes = list(graph.node)
-    constants = _Initializers(graph)
+    constants = Initializers(graph)
     producers = {out: index for index, node in enumerate(nodes) for out in node.output}
     consumers = Counter(name for node in nodes for name in node.input)
     graph_outputs = {out.name for out in graph.output}

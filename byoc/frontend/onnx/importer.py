@@ -25,6 +25,7 @@ from byoc.frontend.onnx.converters import CONVERTERS
 from byoc.frontend.onnx.data_dependent import cut_data_dependent
 from byoc.frontend.onnx.evaluate_constants import fold_onnx_constants
 from byoc.frontend.onnx.fold_affine import fold_batch_norms
+from byoc.frontend.onnx.fold_dense_norm import fold_batch_norms_after_dense
 from byoc.frontend.onnx.graph_inputs import bind_inputs
 from byoc.frontend.onnx.index_operands import mark_shape_only
 from byoc.frontend.onnx.input_shapes import static_input_shapes
@@ -173,7 +174,7 @@ def from_onnx(
         more = f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
         raise ModelLoadError(f"model {model.graph.name!r} has ops the ONNX frontend cannot import: {listed}{more}")
     model = expand(model)
-    model = mark_shape_only(fold_batch_norms(fold_onnx_constants(model, input_shapes)))
+    model = mark_shape_only(fold_batch_norms_after_dense(fold_batch_norms(fold_onnx_constants(model, input_shapes))))
     label = f"model {model.graph.name!r}"
     try:
         mod, tail = _converted(model, input_shapes, ranges, clean, label), None
