@@ -292,6 +292,36 @@ def test_a_batch_norm_after_a_dense_layer_folds_into_its_weights_and_a_bias():
     assert fold_batch_norms_after_dense(other) is other
 
 
+def _gather_by(indices: np.ndarray) -> onnx.ModelProto:
+    """A product, a Gather along its columns by constant `indices`, another product: as the dynamo
+    exporter writes torch's `as_strided` (ConvNeXt V2's head) where the indices count up by one."""
+    rng = np.random.default_rng(0)
+    initializers = [onnx.numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "w"),
+                    onnx.numpy_helper.from_array(indices.astype(np.int64), "indices"),
+                    onnx.numpy_helper.from_array(rng.standard_normal((indices.size, 4)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Gather", ["m", "indices"], ["g"], axis=1),
+             helper.make_node("Reshape", ["g", "rows"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    initializers.append(onnx.numpy_helper.from_array(np.array([2, indices.size], np.int64), "rows"))
+    graph = helper.make_graph(nodes, "gather", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("indices, taken", [
+    (np.arange(8).reshape(1, 8, 1, 1), False),  # every column, in order: a reshape
+    (np.arange(2, 5).reshape(3, 1), False),  # a range of them: a slice and a reshape
+    (np.array([3, 1, 2]), True),  # any other order stays a gather
+])
+def test_a_gather_of_counted_up_indices_is_a_slice(indices, taken):
+    model = _gather_by(indices)
+    partitioned = byoc.partition_for(byoc.from_onnx(model), "dnnl")
+    assert ("R.take(" in partitioned.script()) == taken
+    inputs = {"x": np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)}
+    if not taken:
+        assert len(byoc.report(partitioned).regions) == 1 and not byoc.report(partitioned).host_ops
+    assert_fp32_close(byoc.build(partitioned).run(**inputs), onnxruntime_outputs(model, inputs))
+
+
 def _fake_quantized(scale: float) -> onnx.ModelProto:
     nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"], name="scores_QuantizeLinear"),
              helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"], name="scores_DequantizeLinear")]

@@ -18,6 +18,9 @@ cut regions. ONNX exports of the same model have neither. So:
   int32: no vendor computes int8 that is not quantized data;
 - a convolution of zero padding (TensorFlow's "SAME" padding exported as Pad, then Conv) pads
   its own input: one op instead of a copy of the whole feature map.
+- a gather by constant indices that count up by one (`take(x, [[0], [1], ..., [n - 1]])`: torch's
+  `as_strided` as the dynamo exporter writes it, ConvNeXt V2's head) is a slice of that range
+  and a reshape, which every backend takes; a gather stayed on the host between two regions.
 
 All are exact.
 """
@@ -29,7 +32,7 @@ import tvm
 from tvm import relax
 
 from byoc.ir.rewrite import bound_value, rebuild_module
-from byoc.ir.types import constant_array, dtype_name, is_tensor_constant, op_name, same_shape
+from byoc.ir.types import constant_array, dtype_name, has_static_shape, is_tensor_constant, op_name, same_shape, static_shape
 
 
 def _shared_weight(call: relax.Call, builder: relax.BlockBuilder) -> relax.Expr | None:
@@ -88,8 +91,27 @@ def _padding_into_conv(call: relax.Call, builder: relax.BlockBuilder) -> relax.E
                 a.out_layout, a.out_dtype or None)
 
 
+def _take_of_a_range(call: relax.Call) -> relax.Expr | None:
+    data, indices = call.args
+    if not is_tensor_constant(indices) or not has_static_shape(data.ty) or not has_static_shape(call.ty):
+        return None
+    index = constant_array(indices)
+    shape = static_shape(data.ty)
+    axis = int(call.attrs.axis) % len(shape) if call.attrs.axis is not None else None
+    if axis is None or index.dtype.kind not in "iu" or index.size == 0:
+        return None
+    flat = index.ravel().astype(np.int64)
+    start = int(flat[0]) % shape[axis] if -shape[axis] <= flat[0] < shape[axis] else None
+    if start is None or not np.array_equal(flat % shape[axis], np.arange(start, start + flat.size)) or start + flat.size > shape[axis]:
+        return None
+    window = data if flat.size == shape[axis] else relax.op.strided_slice(data, [axis], [start], [start + flat.size])
+    return relax.op.reshape(window, static_shape(call.ty))
+
+
 def _simplify(value: relax.Expr, builder: relax.BlockBuilder) -> relax.Expr | None:
     name = op_name(value)
+    if name == "relax.take":
+        return _take_of_a_range(value)
     if name in _CONVOLUTIONS:
         return _padding_into_conv(value, builder)
     if name in _LOGICAL and all(dtype_name(arg.ty) == "bool" for arg in value.args):
