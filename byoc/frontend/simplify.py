@@ -93,18 +93,20 @@ def _padding_into_conv(call: relax.Call, builder: relax.BlockBuilder) -> relax.E
 
 def _take_of_a_range(call: relax.Call) -> relax.Expr | None:
     data, indices = call.args
-    if not is_tensor_constant(indices) or not has_static_shape(data.ty) or not has_static_shape(call.ty):
+    if (not is_tensor_constant(indices) or call.attrs.axis is None or not has_static_shape(data.ty)
+            or not has_static_shape(call.ty)):
         return None
-    index = constant_array(indices)
+    index = constant_array(indices).ravel()
     shape = static_shape(data.ty)
-    axis = int(call.attrs.axis) % len(shape) if call.attrs.axis is not None else None
-    if axis is None or index.dtype.kind not in "iu" or index.size == 0:
+    axis = int(call.attrs.axis) % len(shape)
+    length = shape[axis]
+    if index.dtype.kind not in "iu" or index.size == 0 or index.min() < -length or index.max() >= length:
+        return None  # an index out of range stays the gather that refuses it
+    counted = np.where(index < 0, index + length, index)  # indices from the end, as ONNX allows
+    start = int(counted[0])
+    if not np.array_equal(counted, np.arange(start, start + index.size)):
         return None
-    flat = index.ravel().astype(np.int64)
-    start = int(flat[0]) % shape[axis] if -shape[axis] <= flat[0] < shape[axis] else None
-    if start is None or not np.array_equal(flat % shape[axis], np.arange(start, start + flat.size)) or start + flat.size > shape[axis]:
-        return None
-    window = data if flat.size == shape[axis] else relax.op.strided_slice(data, [axis], [start], [start + flat.size])
+    window = data if index.size == length else relax.op.strided_slice(data, [axis], [start], [start + index.size])
     return relax.op.reshape(window, static_shape(call.ty))
 
 

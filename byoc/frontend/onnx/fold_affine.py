@@ -51,6 +51,14 @@ class _Conv:
         self.changed = True
 
 
+def batch_norm_affine(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A BatchNormalization of constant statistics as (mean, factor, beta): it computes
+    (x - mean) * factor + beta."""
+    epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+    gamma, beta, mean, var = (constants[name] for name in node.input[1:])
+    return mean, gamma / np.sqrt(var + epsilon), beta
+
+
 def _absorb(conv: _Conv, node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> bool:
     """Fold `node`, which reads `conv`'s result, into the Conv; False when it does not fold."""
     result, channels, rank = conv.node.output[0], conv.weight.shape[0], conv.weight.ndim
@@ -59,9 +67,7 @@ def _absorb(conv: _Conv, node: onnx.NodeProto, constants: Mapping[str, np.ndarra
             return False
         if not all(name in constants for name in node.input[1:]):
             return False
-        epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
-        gamma, beta, mean, var = (constants[name] for name in node.input[1:])
-        factor = gamma / np.sqrt(var + epsilon)
+        mean, factor, beta = batch_norm_affine(node, constants)
         conv.shift(-mean)
         conv.scale(factor)
         conv.shift(beta)
@@ -152,13 +158,27 @@ def fold_batch_norms(model: onnx.ModelProto) -> onnx.ModelProto:
         del conv.node.input[1:]
         conv.node.input.extend([weight_name, bias_name])
 
-    kept = [onnx.NodeProto() for index in range(len(nodes)) if index not in removed]
-    for copy, node in zip(kept, (n for i, n in enumerate(nodes) if i not in removed)):
+    replace_nodes(graph, nodes, removed)
+    return folded
+
+
+def replace_nodes(graph: onnx.GraphProto, nodes: list[onnx.NodeProto], removed: set[int],
+                  after: Mapping[int, onnx.NodeProto] | None = None) -> None:
+    """`graph`'s nodes made `nodes` (copies: they may be the graph's own) but those at the
+    positions `removed`, each of `after` right after the node at its position, and the
+    initializers no node or output reads dropped."""
+    after = after or {}
+    kept = []
+    for index, node in enumerate(nodes):
+        if index in removed:
+            continue
+        copy = onnx.NodeProto()
         copy.CopyFrom(node)
+        kept.append(copy)
+        if index in after:
+            kept.append(after[index])
     del graph.node[:]
     graph.node.extend(kept)
-    used = {name for node in graph.node for name in node.input} | graph_outputs
-    unused = [init for init in graph.initializer if init.name not in used]
-    for init in unused:
+    used = {name for node in graph.node for name in node.input} | {out.name for out in graph.output}
+    for init in [init for init in graph.initializer if init.name not in used]:
         graph.initializer.remove(init)
-    return folded

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from byoc.frontend.onnx.fold_affine import Initializers
+from byoc.frontend.onnx.fold_affine import Initializers, batch_norm_affine, replace_nodes
 
 
 def _foldable(bn: onnx.NodeProto, nodes: list[onnx.NodeProto], producers: dict[str, int], consumers: Counter,
@@ -68,9 +67,7 @@ def fold_batch_norms_after_dense(model: onnx.ModelProto) -> onnx.ModelProto:
     for bn_at, (matmul_at, reshape_at) in folds.items():
         bn, matmul, reshape = nodes[bn_at], nodes[matmul_at], nodes[reshape_at]
         weight = constants[matmul.input[1]]
-        gamma, beta, mean, var = (constants[name].astype(np.float64) for name in bn.input[1:])
-        epsilon = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
-        factor = gamma / np.sqrt(var + epsilon)
+        mean, factor, beta = batch_norm_affine(bn, constants)
         stem = matmul.name or matmul.output[0]
         weight_name, bias_name, product = f"{stem}/folded_weight", f"{stem}/folded_bias", f"{stem}/unshifted"
         folded.graph.initializer.extend([
@@ -81,18 +78,5 @@ def fold_batch_norms_after_dense(model: onnx.ModelProto) -> onnx.ModelProto:
         matmul.output[0] = product
         biases[matmul_at] = onnx.helper.make_node("Add", [product, bias_name], [result], name=f"{stem}/folded_norm")
         reshape.output[0] = bn.output[0]  # the norm's readers read the reshaped, shifted product
-    kept = []
-    for index, node in enumerate(nodes):
-        if index in folds:
-            continue
-        copy = onnx.NodeProto()
-        copy.CopyFrom(node)
-        kept.append(copy)
-        if index in biases:
-            kept.append(biases[index])
-    del folded.graph.node[:]
-    folded.graph.node.extend(kept)
-    used = {name for node in folded.graph.node for name in node.input} | outputs
-    for init in [init for init in folded.graph.initializer if init.name not in used]:
-        folded.graph.initializer.remove(init)
+    replace_nodes(folded.graph, nodes, set(folds), biases)
     return folded
