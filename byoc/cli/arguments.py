@@ -39,7 +39,7 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 def byte_size(text: str) -> int:
     """A number of bytes, at least 1: plain, or with K, M or G (powers of 1024; "256M", "1.5G")."""
     cleaned = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = cleaned[-1:] if cleaned[-1:] in _UNITS and cleaned[-1:] else ""
+    unit = cleaned[-1:] if cleaned[-1:] in ("K", "M", "G") else ""
     try:
         value = float(cleaned[:len(cleaned) - len(unit)]) * _UNITS[unit]
     except ValueError:
