@@ -143,7 +143,8 @@ def reference_kernels(path: str, image_path: str) -> str:
     return f"{len(found)} ({total:.1f} ms: {'; '.join(kinds)})"
 
 
-def measure(name: str, directory: str, runs: int) -> str:
+def measure(name: str, directory: str, runs: int) -> tuple[str, dict[str, float]]:
+    """The model's row of the table, and each byoc system's median over onnxruntime's."""
     import onnxruntime as ort
 
     import byoc
@@ -167,10 +168,11 @@ def measure(name: str, directory: str, runs: int) -> str:
         runners[f"byoc + {vendor}"] = lambda compiled=compiled: compiled.run(image)
     samples = time_blocks(runners, runs)
     base = spread(samples["onnxruntime"]).median_ms
-    cells = [f"{spread(samples[k]).median_ms / base:.2f}x (p90 {spread(samples[k]).p90_ms / base:.2f}x)"
-             for k in ("byoc + dnnl", "byoc + onnxruntime")]
+    systems = ("byoc + dnnl", "byoc + onnxruntime")
+    ratios = {k: spread(samples[k]).median_ms / base for k in systems}
+    cells = [f"{ratios[k]:.2f}x (p90 {spread(samples[k]).p90_ms / base:.2f}x)" for k in systems]
     reference = reference_kernels(path, os.path.join(directory, f"{name}.npy"))
-    return f"| {name} | {base:.1f} | {cells[0]} | {cells[1]} | {'; '.join(notes)} | {reference} |"
+    return f"| {name} | {base:.1f} | {cells[0]} | {cells[1]} | {'; '.join(notes)} | {reference} |", ratios
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -183,19 +185,20 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{machine_description()}; {instruction_set()}\n")
     print("| model | onnxruntime ms | byoc + dnnl | byoc + onnxruntime | partition | dnnl kernels in reference code |")
     print("| --- | ---: | ---: | ---: | --- | --- |")
-    names = args.models.split(",") if args.models else [*MODELS, *(TIMM_MODELS if timm_installed() else ())]
+    with_timm = timm_installed()
+    names = args.models.split(",") if args.models else [*MODELS, *(TIMM_MODELS if with_timm else ())]
     ratios: dict[str, list[float]] = {"byoc + dnnl": [], "byoc + onnxruntime": []}
     with tempfile.TemporaryDirectory() as directory:
         for name in names:
             try:
-                row = measure(name, directory, args.runs)
+                row, measured = measure(name, directory, args.runs)
             except Exception as error:  # one model's failure is a row of the table
                 row = f"| {name} | failed: {type(error).__name__}: {str(error).splitlines()[0][:200]} | | | | |"
             else:
-                for system, cell in zip(ratios, row.split(" | ")[2:4]):
-                    ratios[system].append(float(cell.split("x")[0]))
+                for system, ratio in measured.items():
+                    ratios[system].append(ratio)
             print(row, flush=True)
-    if not args.models and not timm_installed():
+    if not args.models and not with_timm:
         print("\ntimm is not installed: its models are left out (pip install --no-deps timm)")
     print()
     for system, values in ratios.items():
