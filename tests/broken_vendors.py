@@ -5,6 +5,7 @@ check and fails the kit's, with the reason.
   node case (the host would pass them for it);
 - `stale`: its engine never writes its outputs;
 - `narrow`: claims int64 arithmetic and computes it on values cut to int32;
+- `naive`: computes tanh as (e^2x - 1) / (e^2x + 1), right on ordinary values and NaN past x = 44;
 - `solo`: its engine refuses a call while another runs (the docs say engines take concurrent calls);
 - `racy`: its engine computes into one scratch buffer for every call, so concurrent calls mix.
 """
@@ -45,6 +46,18 @@ class _Narrow:
     def run(self, inputs, outputs):
         cut = [aligned(a.astype(np.int32).astype(a.dtype)) if a.dtype == np.int64 else a for a in inputs]
         self.inner.run(cut, outputs)
+
+
+class _Naive:
+    """tanh by its textbook formula, which overflows to inf / inf."""
+
+    def __init__(self, graph, constants, options):
+        assert [node["op"] for node in graph["nodes"]] == ["relax.tanh"], graph["nodes"]
+
+    def run(self, inputs, outputs):
+        with np.errstate(over="ignore", invalid="ignore"):
+            grown = np.exp(2 * inputs[0])
+            outputs[0][...] = (grown - 1) / (grown + 1)
 
 
 class _Solo:
@@ -89,6 +102,12 @@ def narrow() -> byoc.Backend:
     return _json_vendor("narrow", _Narrow)
 
 
+def naive() -> byoc.Backend:
+    backend = byoc.Backend(name="naive", codegen=JsonRuntime(build_engine=_Naive, version="broken"), limits=byoc.Limits(dtypes=("float32",)))
+    backend.supports("relax.tanh")
+    return backend
+
+
 def solo() -> byoc.Backend:
     return _json_vendor("solo", _Solo)
 
@@ -98,4 +117,4 @@ def racy() -> byoc.Backend:
 
 
 def all_broken() -> list[byoc.Backend]:
-    return [hostly(), stale(), narrow(), solo(), racy()]
+    return [hostly(), stale(), narrow(), naive(), solo(), racy()]

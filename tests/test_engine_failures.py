@@ -9,7 +9,10 @@ import warnings
 
 import numpy as np
 import pytest
+import tvm
 from broken_vendors import Stale
+from tvm import relax
+from tvm.script import relax as R
 
 import byoc
 from byoc.codegen_json import JsonRuntime, tvm_engine
@@ -151,3 +154,63 @@ def test_a_region_that_divides_by_an_input_passes_the_trial():
 
     result = conformance.check_case(conformance.node_case("test_div_int32_trunc"), "onnxruntime")
     assert result.status == conformance.PASS, result
+
+
+def _edge_module(op: str, dtype: str) -> tvm.IRModule:
+    x = relax.Var("x", relax.TensorType((4, 6), dtype))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            value = builder.emit(R.add(x, x) if op == "add" else R.tanh(x))
+            out = builder.emit_output(R.multiply(value, value))  # a host op after the region
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+@pytest.mark.parametrize("vendor, op, dtype, x, finding", [
+    ("narrow", "add", "int64", np.full((4, 6), 2**40 + 7, "int64"), r"past the int32 range\), the engine's output 0 \(4, 6\) "
+                                                                     r"differs from TVM's code for the region: \d+ of 24 values differ"),
+    ("naive", "tanh", "float32", np.full((4, 6), 50.0, "float32"), r"large and small floats and NaN\), the engine's output 0 \(4, 6\) "
+                                                                   r"differs from TVM's code for the region: \d+ of 24 values are infinite or NaN"),
+])
+def test_an_engine_wrong_on_edge_values_falls_back_at_build(vendor, op, dtype, x, finding):
+    """Right on zeros and ones, wrong on the values the trial adds (int64 past the int32 range,
+    large floats): the region falls back, and the model gives the host's right result."""
+    from broken_vendors import naive, narrow
+
+    mod = _edge_module(op, dtype)
+    with registered(narrow(), naive()):
+        partitioned = byoc.partition_for(mod, vendor)
+        assert [r.symbol for r in byoc.report(partitioned).regions] == [f"{vendor}_0"]
+        with pytest.warns(UserWarning, match=f"region {vendor}_0 \\({vendor}\\): on edge values \\((?s:.*){finding}"):
+            compiled = byoc.build(partitioned)
+        assert compiled.artifacts == [] and list(compiled.build_fallbacks) == [f"{vendor}_0"]
+        np.testing.assert_array_equal(compiled.run(x)[0], byoc.build(mod).run(x)[0])
+        with pytest.raises(EngineError, match=finding):
+            byoc.build(partitioned, strict=True)
+
+
+def test_onnxruntime_agrees_with_tvm_on_edge_values():
+    """The trial does not fault a right engine: onnxruntime's on integer and float arithmetic."""
+    from byoc.testing import conformance
+
+    for case in ("test_max_int64", "test_mod_mixed_sign_int64", "test_div_int32_trunc", "test_tanh", "test_exp", "test_where_long_example"):
+        result = conformance.check_case(conformance.node_case(case), "onnxruntime")
+        assert result.status == conformance.PASS, result
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_integer_sums_and_products_stay_in_range_on_edge_values(dtype):
+    """ONNX leaves integer overflow undefined (onnxruntime sums int64 through doubles, and gave
+    INT64_MIN where TVM wrapped): a region that adds or multiplies integers gets values whose sums
+    and products fit, so onnxruntime's right engine is taken, strictly."""
+    x = relax.Var("x", relax.TensorType((4, 6), dtype))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            out = builder.emit_output(R.sum(R.multiply(x, x), axis=[1]))
+        builder.emit_func_output(out)
+    every_region = dataclasses.replace(byoc.get_backend("onnxruntime"), name="ort_every_region", cost=byoc.CostRules())
+    with registered(every_region):
+        compiled = byoc.build(byoc.partition_for(builder.get(), "ort_every_region"), strict=True)
+    assert [a.symbol for a in compiled.artifacts] == ["ort_every_region_0"]

@@ -25,8 +25,11 @@ def broken():
     # Forced offload: a vendor that would leave MAC-less regions to the host takes the case.
     ("hostly", "test_relu", conformance.PASS, ""),
     ("stale", "test_relu", conformance.FAIL, "left 60 of 60 elements of output 0 (3, 4, 5) unwritten"),
-    # onnx's own data for Max is small; values past the int32 range expose the cut.
-    ("narrow", "test_max_int64", conformance.FAIL, "Not equal to tolerance"),
+    # onnx's own data for Max is small; the build's trial on values past the int32 range exposes the cut.
+    ("narrow", "test_max_int64", conformance.FAIL, "on edge values (integer limits and values past the int32 range)"),
+    ("narrow", "test_max_int32", conformance.PASS, ""),
+    # onnx's data for Tanh is ordinary; the trial's large floats make the textbook formula NaN.
+    ("naive", "test_tanh", conformance.FAIL, "values are infinite or NaN where TVM's are not"),
     ("narrow", "test_relu", conformance.PASS, ""),
     # A case made of ops the vendor does not claim is counted as not taken, never as a pass.
     ("stale", "test_softmax_axis_0", conformance.NOT_TAKEN, "stale claims no op of this case"),

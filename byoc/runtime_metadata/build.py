@@ -458,7 +458,8 @@ class _Build:
             try:
                 self.records[symbol] = create_engine(artifact, backend, self.store, self._settings(backend), self.cache,
                                                      EngineContext(symbol, sole_work))
-                check_engine(self.records[symbol].engine, artifact, f"region {symbol} ({region.backend})", opt)
+                check_engine(self.records[symbol].engine, artifact, f"region {symbol} ({region.backend})", opt,
+                             self.store.subset(artifact.constants), backend.tolerance)
             except Exception as error:
                 self.records.pop(symbol, None)
                 self._per_shape_instead(region, f"{type(error).__name__}: {error}")
@@ -475,7 +476,7 @@ class _Build:
                 backend = self.configured[artifact.backend]
                 record = create_engine(artifact, backend, self.store, self._settings(backend), self.cache,
                                        EngineContext(artifact.symbol, sole_work))
-                check_engine(record.engine, artifact, where)
+                check_engine(record.engine, artifact, where, None, self.store.subset(artifact.constants), backend.tolerance)
             except EngineError as error:  # the vendor's failure; an OptionError is the user's, and raised
                 if self.strict:
                     raise

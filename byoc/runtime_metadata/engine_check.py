@@ -15,9 +15,12 @@ import numpy as np
 
 from byoc.backend.arrays import aligned
 from byoc.backend.engine import Engine
+from byoc.backend.tolerance import Tolerance
+from byoc.codegen_json import JsonRuntime
 from byoc.codegen_json.symbolic_dims import shape_at
 from byoc.errors import EngineError
 from byoc.runtime_metadata.artifact_types import RegionArtifact, TensorSpec
+from byoc.runtime_metadata.edge_trial import check_edge_values
 
 
 def _mark(spec: TensorSpec, second: bool) -> np.generic:
@@ -59,10 +62,13 @@ def _trial(engine: object, artifact: RegionArtifact, inputs: list[np.ndarray], s
     return runs
 
 
-def check_engine(engine: object, artifact: RegionArtifact, where: str, values: Mapping[str, int] | None = None) -> None:
+def check_engine(engine: object, artifact: RegionArtifact, where: str, values: Mapping[str, int] | None = None,
+                 constants: Mapping[str, np.ndarray] | None = None, tolerance: Tolerance | None = None) -> None:
     """Raise an EngineError naming `where` when `engine` is no Engine, fails to run on the
-    region's shapes (a region with symbolic shapes: at the named dimensions' `values`), or
-    leaves part of an output unwritten.
+    region's shapes (a region with symbolic shapes: at the named dimensions' `values`), leaves
+    part of an output unwritten, or (a JSON graph of element-wise ops, given its `constants` and
+    the vendor's `tolerance`) differs from TVM's code for the region on edge values
+    (`byoc.runtime_metadata.edge_trial`).
 
     The inputs are zeros, or ones where zeros fail: zeros are valid indices along any axis,
     ones valid divisors, and a region is very rarely both an index and a divisor of its
@@ -93,6 +99,8 @@ def check_engine(engine: object, artifact: RegionArtifact, where: str, values: M
             raise EngineError(f"{where}: the engine left {int(unwritten.sum())} of {unwritten.size} elements of output {index} "
                               f"{tuple(first.shape)} unwritten in a trial run: an engine writes every output in place")
     _check_run_new(engine, inputs, runs[1], where)
+    if constants is not None and tolerance is not None and artifact.codegen == JsonRuntime.kind:
+        check_edge_values(engine, artifact.payload, constants, [tuple(x.shape) for x in inputs], outputs, tolerance, where)
 
 
 def _check_run_new(engine: object, inputs: list[np.ndarray], want: list[np.ndarray], where: str) -> None:
