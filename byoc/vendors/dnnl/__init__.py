@@ -38,6 +38,7 @@ from byoc.codegen_c.onednn.settings import OnednnSettings
 from byoc.flow import partition_for
 from byoc.processing import Int8InFloat32Pass, UnsignedActivationsPass
 from byoc.vendors.dnnl import int8
+from byoc.vendors.dnnl.channel_multiplier import ChannelMultiplierPass
 from byoc.vendors.dnnl.predicates import (
     activation_product,
     binary_broadcast,
@@ -54,6 +55,7 @@ from byoc.vendors.dnnl.predicates import (
     onednn_resampling,
     pool_nchw,
     power_scalar,
+    repeat_along_an_axis,
     scalar_selection,
     sum_axes,
     take_constant_index,
@@ -79,9 +81,10 @@ dnnl = Backend(
     limits=Limits(dtypes=("float32",), max_rank=6, quantized=("int8", "uint8"), run_time_conditions=True, cast_dtypes=("float16",)),
     symbolic_shapes=True,  # one library for every shape: primitives made again when the dimensions they read change
     cost=CostRules(fallback_without_macs=True),
-    # int8 activations computed as uint8, exactly (byoc.processing.unsigned); then, on a CPU without
+    # convolutions with a channel multiplier made depthwise (channel_multiplier); int8 activations
+    # computed as uint8, exactly (byoc.processing.unsigned); then, on a CPU without
     # VNNI, the int8 kernels that would saturate computed in float32 (byoc.processing.saturation)
-    processing=[UnsignedActivationsPass(), Int8InFloat32Pass(int8.saturates, _float_composite,
+    processing=[ChannelMultiplierPass(), UnsignedActivationsPass(), Int8InFloat32Pass(int8.saturates, _float_composite,
                                                        lambda settings: settings.int8_without_vnni == "int8", "VNNI for oneDNN",
                                                        "int8_without_vnni")],
     settings=OnednnSettings(),
@@ -146,6 +149,7 @@ dnnl.supports("relax.nn.group_norm", check=group_norm_channels_first, emit=emitt
 dnnl.supports(*RESHAPES, emit=emitters.reshape)
 dnnl.supports("relax.strided_slice", check=window_slice, emit=emitters.strided_slice)
 dnnl.supports("relax.broadcast_to", emit=emitters.broadcast_to)
+dnnl.supports("relax.repeat", check=repeat_along_an_axis, emit=emitters.repeat)
 dnnl.supports("relax.nn.pad", check=constant_pad, emit=emitters.pad)
 dnnl.supports("relax.where", check=scalar_selection, emit=emitters.select)
 dnnl.supports("relax.permute_dims", emit=emitters.permute_dims)

@@ -260,3 +260,7 @@ def float_cast(call: relax.Call) -> str | None:
     if {dtype_name(call.args[0].ty), dtype_name(call.ty)} != {"float32", "float16"}:
         return "casts between float32 and float16 only"
     return None if onednn_has_avx512_core() else "float16 casts need AVX-512 (oneDNN 3.2's other reorders of float16 are slow)"
+
+
+def repeat_along_an_axis(call: relax.Call) -> str | None:
+    return None if call.attrs.axis is not None else "a repeat over the flattened tensor"

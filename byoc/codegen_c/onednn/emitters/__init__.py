@@ -9,7 +9,18 @@ reorders); `shared` holds what they share (fused post-ops, the layout policy, ke
 they are made)."""
 
 from byoc.codegen_c.onednn.emitters.elementwise import REDUCTIONS, binary, eltwise, pooling, reduction, resize, select
-from byoc.codegen_c.onednn.emitters.movement import broadcast_to, concat, pad, permute_dims, reorder, reshape, split, strided_slice, take
+from byoc.codegen_c.onednn.emitters.movement import (
+    broadcast_to,
+    concat,
+    pad,
+    permute_dims,
+    reorder,
+    repeat,
+    reshape,
+    split,
+    strided_slice,
+    take,
+)
 from byoc.codegen_c.onednn.emitters.normalization import group_norm, layer_norm, rms_norm, rotary, softmax
 from byoc.codegen_c.onednn.emitters.products import SIZED_PRODUCT_MACS, convolution, dynamic_convolution, dynamic_dense, matmul
 from byoc.codegen_c.onednn.emitters.shared import GELU_FORMS, LOOP_BINARY, RESHAPES, SMALL_ROWS, VIEWS
@@ -18,6 +29,6 @@ from byoc.codegen_c.onednn.settings import LAYOUT_POLICIES
 __all__ = [
     "GELU_FORMS", "LAYOUT_POLICIES", "LOOP_BINARY", "REDUCTIONS", "RESHAPES", "SIZED_PRODUCT_MACS", "SMALL_ROWS", "VIEWS", "binary",
     "broadcast_to", "concat", "convolution", "dynamic_convolution", "dynamic_dense", "eltwise", "group_norm", "layer_norm", "matmul", "pad",
-    "permute_dims", "pooling", "reduction", "reorder", "reshape", "resize", "rms_norm", "rotary", "select", "softmax", "split", "strided_slice",
+    "permute_dims", "pooling", "reduction", "reorder", "repeat", "reshape", "resize", "rms_norm", "rotary", "select", "softmax", "split", "strided_slice",
     "take",
 ]

@@ -130,6 +130,18 @@ def broadcast_to(call: KernelCall) -> KernelCode:
     return _strided_copies(call, x, [(out, out.shape, [0 if d != o else s for d, o, s in zip(shape, out.shape, dense_strides(shape))], 0)])
 
 
+def repeat(call: KernelCall) -> KernelCode:
+    """Each element repeated along an axis (the input channels of a convolution with a channel
+    multiplier, see byoc.vendors.dnnl.channel_multiplier): the input read with stride 0 along a
+    new axis after it."""
+    node = call.nodes[0]
+    x, out = call.arg(node, 0), call.outputs[0]
+    axis = node["attrs"]["axis"] % len(x.shape)
+    dense = dense_strides(x.shape)
+    view = (*x.shape[: axis + 1], node["attrs"]["repeats"], *x.shape[axis + 1 :])
+    return _strided_copies(call, x, [(out, view, [*dense[: axis + 1], 0, *dense[axis + 1 :]], 0)])
+
+
 def pad(call: KernelCall) -> KernelCode:
     """Constant padding (Swin's windows): the result filled with the value, then the input
     copied into its window by a reorder into a sub-memory of the result."""
