@@ -61,14 +61,17 @@ exported: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[torch,bench]'
 	$(PY) -m benchmarks.exported --size both
 
-# torchvision's classification, segmentation and detection models through byoc against onnxruntime
-# (opt-in: exports and timings take a while). torchvision is installed without its dependencies
-# (its wheel is a CUDA build; see benchmarks/detectors.py) and removed after: transformers
-# imports it wherever it is installed, and fails on it.
+# torchvision's and timm's classification, segmentation and detection models through byoc against
+# onnxruntime, timed, and the vendor matrix on them (opt-in: exports and timings take a while).
+# torchvision is installed without its dependencies (its wheel is a CUDA build; see
+# byoc/models/vision.py) and removed after: transformers imports it wherever it is installed, and
+# fails on it.
 vision: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[torch]'
 	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0 pillow timm==1.0.31
 	$(PY) -m benchmarks.vision; status=$$?; $(PY) -m benchmarks.detectors || status=1; \
+		$(VENV)/bin/byoc matrix --models vision --vendors dnnl onnxruntime --no-timing --markdown docs/vision-matrix.md \
+			> /dev/null || status=1; \
 		$(PY) -m pip uninstall --quiet -y torchvision pillow timm; exit $$status
 
 clean:

@@ -1,9 +1,8 @@
 """Vision models of torchvision and timm through byoc against onnxruntime, as a user brings them.
 
 Each model is built from its family's config with seeded random weights (nothing is downloaded),
-exported with `torch.onnx.export(..., dynamo=True)` at batch 1 and cached by content (the
-exported suite's cache: the model, its family's and torch's versions), imported with
-`byoc.from_onnx`, partitioned for
+exported with `torch.onnx.export(..., dynamo=True)` at batch 1 and cached by content
+(`byoc.models.vision`), imported with `byoc.from_onnx`, partitioned for
 dnnl and for onnxruntime, checked against onnxruntime on the same file (within 1e-3 of the
 output's range), then timed against it in one process (medians and p90). Each row says how many
 regions the model became and what share of its MACs they hold, and which oneDNN primitives ran in
@@ -11,56 +10,25 @@ oneDNN's reference code (ONEDNN_VERBOSE in a child process): those are the slow 
 
     python -m benchmarks.vision [--models resnet50,lraspp_mobilenet_v3_large,...] [--runs 20] [--threads 2]
 
-Needs the torch extra and torchvision (see benchmarks/detectors.py for why it is installed
-without its dependencies, and how its C++ ops are declared); timm's models need timm (installed
-without its dependencies too: they are torch's, torchvision and the transformers extra's), and
-are left out of the table, with a line that says so, where it is not installed.
+Needs the torch extra and torchvision (see byoc/models/vision.py for why it is installed without
+its dependencies, and how its C++ ops are declared); timm's models need timm (installed without
+its dependencies too: they are torch's, torchvision and the transformers extra's), and are left
+out of the table, with a line that says so, where it is not installed. `make vision` installs
+them.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
-import pathlib
 import subprocess
 import sys
 import tempfile
-import warnings
 
 import numpy as np
 
-from benchmarks.detectors import torchvision_with_cpu_ops
-from byoc.models import exported
+from byoc.models import vision
 from byoc.timing import instruction_set, machine_description, pin_threads, spread, time_blocks
-
-MODELS = {
-    # name: (builder keyword arguments, input size)
-    "resnet50": ({}, 224),
-    "mobilenet_v3_large": ({}, 224),
-    "efficientnet_b0": ({}, 224),
-    "regnet_y_400mf": ({}, 224),
-    "convnext_tiny": ({}, 224),
-    "swin_v2_t": ({}, 256),
-    "vit_b_16": ({}, 224),
-    "maxvit_t": ({}, 224),
-    "deeplabv3_mobilenet_v3_large": ({"weights_backbone": None, "aux_loss": False}, 256),
-    "lraspp_mobilenet_v3_large": ({"weights_backbone": None}, 256),
-}
-# timm's families the issue of models users bring was measured on (timm.create_model, no weights)
-TIMM_MODELS = {
-    "levit_128s": 224,
-    "resnest14d": 224,
-    "convnextv2_atto": 224,
-    "fastvit_t8": 256,
-    "efficientformerv2_s0": 224,
-    "edgenext_xx_small": 256,
-    "repvit_m1": 224,
-    "mobilevitv2_050": 256,
-    "ghostnet_100": 224,
-    "coatnet_nano_rw_224": 224,
-}
 
 _REFERENCE_KERNELS = """
 import sys, warnings, numpy as np, byoc
@@ -71,63 +39,6 @@ compiled.run(image); compiled.run(image)
 print("MARK", flush=True)
 compiled.run(image)
 """
-
-
-def export(name: str, directory: str | None = None) -> tuple[str, np.ndarray]:
-    """The model's ONNX file (cached by content; `directory` overrides the cache) and its image."""
-    import torch
-
-    size = TIMM_MODELS[name] if name in TIMM_MODELS else MODELS[name][1]
-    image = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(1))
-    family, version = _family(name)
-    key = hashlib.sha256(json.dumps([name, MODELS.get(name, ({}, size))[0], size, family, version, torch.__version__,
-                                     "dynamo"], sort_keys=True, default=str).encode()).hexdigest()[:20]
-    target = pathlib.Path(directory) if directory is not None else exported.cache_directory()
-    path = exported.cached(target / f"vision-{name}-{key}.onnx", lambda: _exported(_build(name), image))
-    return str(path), image.numpy()
-
-
-def _family(name: str) -> tuple[str, str]:
-    torchvision = torchvision_with_cpu_ops()  # before timm, which imports it
-    if name in TIMM_MODELS:
-        import timm
-
-        return "timm", timm.__version__
-    return "torchvision", torchvision.__version__
-
-
-def _build(name: str):
-    import torch
-
-    torch.manual_seed(0)
-    torchvision = torchvision_with_cpu_ops()  # before timm, which imports it
-    if name in TIMM_MODELS:
-        import timm
-
-        return timm.create_model(name, pretrained=False).eval()
-    builder = getattr(torchvision.models.segmentation, name, None) or getattr(torchvision.models, name)
-    return builder(weights=None, **MODELS[name][0]).eval()
-
-
-def _exported(model, image):
-    """The model exported, read back whole (the exporter may write its weights beside the file)."""
-    import onnx
-    import torch
-
-    with tempfile.TemporaryDirectory() as directory, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        path = os.path.join(directory, "model.onnx")
-        torch.onnx.export(model, (image,), path, dynamo=True, input_names=["image"], verbose=False)
-        return onnx.load(path)
-
-
-def timm_installed() -> bool:
-    try:
-        torchvision_with_cpu_ops()
-        import timm  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def reference_kernels(path: str, image_path: str) -> str:
@@ -149,7 +60,8 @@ def measure(name: str, directory: str, runs: int) -> tuple[str, dict[str, float]
 
     import byoc
 
-    path, image = export(name)
+    path, image = vision.export(name)
+    path = str(path)
     np.save(os.path.join(directory, f"{name}.npy"), image)
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -185,8 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{machine_description()}; {instruction_set()}\n")
     print("| model | onnxruntime ms | byoc + dnnl | byoc + onnxruntime | partition | dnnl kernels in reference code |")
     print("| --- | ---: | ---: | ---: | --- | --- |")
-    with_timm = timm_installed()
-    names = args.models.split(",") if args.models else [*MODELS, *(TIMM_MODELS if with_timm else ())]
+    with_timm = vision.available("levit_128s") is None
+    names = args.models.split(",") if args.models else [*vision.TORCHVISION, *(vision.TIMM if with_timm else ())]
     ratios: dict[str, list[float]] = {"byoc + dnnl": [], "byoc + onnxruntime": []}
     with tempfile.TemporaryDirectory() as directory:
         for name in names:

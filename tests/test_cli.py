@@ -141,10 +141,22 @@ def test_bench_refuses_an_unknown_model():
 
 
 @pytest.mark.parametrize("command, name, suggestion", [(["byoc.testing.matrix"], "mobilenetv2", "mobilenet_v2"),
+                                                        (["byoc.testing.matrix"], "vision:ssdlite32", "ssdlite320"),
                                                         (["byoc", "bench"], "hf:bertt", "bert")])
 def test_a_misspelt_model_gets_the_closest_name_and_no_traceback(command, name, suggestion):
     result = subprocess.run([sys.executable, "-m", *command, "--models", name, "--threads", "1"], capture_output=True, text=True)
     assert result.returncode == 2 and f"(did you mean '{suggestion}'?)" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_vision_suite_says_what_it_needs_where_it_is_not_installed():
+    from byoc.models import vision
+
+    if vision.available() is None:
+        pytest.skip("torchvision is installed here")
+    result = subprocess.run([sys.executable, "-m", "byoc.testing.matrix", "--models", "vision", "--threads", "1"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "the vision suite:" in result.stderr and "torchvision==0.28.0" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -30,7 +30,7 @@ from byoc.backend.registry import backend_origin, get_backend
 from byoc.backend.tolerance import Tolerance
 from byoc.flow import partition_for
 from byoc.frontend import from_onnx
-from byoc.models import exported
+from byoc.models import exported, vision
 from byoc.partition import PartitionReport
 from byoc.processing.passes import needs_calibration
 from byoc.runtime_metadata import CompiledModel, build
@@ -53,7 +53,10 @@ class ModelCase:
 def model_case(name: str, small: bool = True) -> ModelCase:
     """A zoo model by name ("resnet18"), a light graph as "light_<name>", or an exported
     transformers architecture as "hf:<name>[:<size>]" (`byoc.models.exported`; tiny unless a
-    size is named)."""
+    size is named), or a vision model as "vision:<name>" (`byoc.models.vision`)."""
+    if name.startswith(vision.PREFIX):
+        model = vision.parse_spec(name)
+        return ModelCase(name, lambda: onnx.load(vision.export(model)[0]), vision.task(model))
     if name.startswith(exported.SPEC_PREFIX):
         architecture, size = exported.parse_spec(name)
         return ModelCase(name, lambda: exported.export(architecture, size), "encoder")

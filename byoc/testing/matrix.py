@@ -25,7 +25,7 @@ import onnxruntime as ort
 
 from byoc.backend.registry import get_backend, list_backends
 from byoc.cli.arguments import at_least
-from byoc.models import exported
+from byoc.models import exported, vision
 from byoc.progress import Progress
 from byoc.testing import conformance
 from byoc.testing.kit import Evaluation, all_model_names, evaluate, exported_model_names, model_case, onnxruntime_session
@@ -176,8 +176,9 @@ def to_markdown(rows: Sequence[MatrixRow], rates: Sequence[conformance.PassRate]
              f"{meta['machine']}; byoc {meta['byoc']}, onnxruntime {meta['onnxruntime']}, {meta['threads']} thread(s). "
              "Zoo models are the reduced variants (`byoc.models.get(name, small=True)`); `light_*` are onnx's "
              "real-network graphs at their published size with seeded weights (`byoc.testing.light_model`); `hf:*` "
-             "are transformers architectures exported by torch.onnx at their tiny size (`byoc.models.exported`). "
-             "Error: for fp32 vendors the largest absolute error over the output's range; for int8 vendors the "
+             "are transformers architectures exported by torch.onnx at their tiny size (`byoc.models.exported`); "
+             "`vision:*` are torchvision's and timm's models and torchvision's detectors, exported as their users export "
+             "them (`byoc.models.vision`, `--models vision`). Error: for fp32 vendors the largest absolute error over the output's range; for int8 vendors the "
              "relative L2 error, SQNR and top-1 agreement against float32 onnxruntime over "
              f"{meta['int8_samples']} seeded inputs (calibrated on {meta['calibration_samples']} others), and for "
              "detectors the share of NonMaxSuppression selections both runs make (compared as sets, reported, "
@@ -249,12 +250,23 @@ def _default_models() -> list[str]:
     return [*all_model_names(), *exported_model_names()]
 
 
+def _expanded(name: str) -> list[str]:
+    """`vision` as every model of the vision suite the installed families allow (byoc.models.vision)."""
+    if name != vision.SUITE_NAME:
+        return [name]
+    reason = vision.available()
+    if reason is not None:
+        raise exported.MissingExtraError(f"the vision suite: {reason}")
+    return [vision.PREFIX + model for model in vision.names()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="byoc matrix", description="the vendor x model table")
     parser.add_argument("--vendors", nargs="+", default=None, help="default: every registered vendor")
     parser.add_argument("--models", nargs="+", default=None,
-                        help="zoo names, light_<name> graphs and hf:NAME[:SIZE] exported architectures (default: all; the "
-                             "exported suite where the torch extra is installed)")
+                        help="zoo names, light_<name> graphs, hf:NAME[:SIZE] exported architectures, and vision:NAME models "
+                             "or `vision` for their whole suite (default: all but the vision suite; the exported suite where the "
+                             "torch extra is installed)")
     parser.add_argument("--samples", type=at_least(1), default=2, help="evaluation inputs for fp32 vendors")
     parser.add_argument("--int8-samples", type=at_least(1), default=10, help="evaluation inputs for int8 and fp16 vendors")
     parser.add_argument("--calibration", type=at_least(1), default=8, metavar="N", help="calibration inputs for int8 vendors")
@@ -277,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             missing[vendor] = reason
             print(f"byoc matrix: {vendor} does not build on this machine, left out: {reason}", file=sys.stderr)
     vendors = [v for v in vendors if v not in missing]
-    models = args.models or _default_models()
+    models = [m for name in (args.models or _default_models()) for m in _expanded(name)]
     for name in models:
         model_case(name)
     rows = run_matrix(vendors, models, args.samples, args.int8_samples, args.calibration, args.rounds, args.threads, not args.no_timing)

@@ -1,13 +1,14 @@
 """The `dnnl` backend: Intel oneDNN (v3) on the CPU, through C code generation.
 
 Data sheet: float32, NCHW activations and OIHW weights. Convolutions (grouped and depthwise
-included) with bias, residual add and ReLU/clip fused as post-ops; matrix products (constant or
+included; one with a channel multiplier as a depthwise one over its input repeated, see
+`channel_multiplier.py`) with bias, residual add and ReLU/clip fused as post-ops; matrix products (constant or
 activation weights, batched) with bias and ReLU, GELU or a residual add fused, or with constant
 scales and added masks (attention scores); max and average pooling; mean reductions over any axes,
 all by default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
 layer normalisation (and instance normalisation as TVM decomposes it, and RMSNorm, and group
 normalisation over the axes after the channels), rotary embeddings, GELU (erf form),
-concatenation, strided slices, broadcasts, constant padding, selections by a constant mask,
+concatenation, strided slices, broadcasts, repeats, constant padding, selections by a constant mask,
 reshape and transpose (views where their readers allow). Regions without MACs stay on the host: a
 reorder-only region costs more than it saves.
 
