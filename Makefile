@@ -68,11 +68,12 @@ exported: $(STAMP)
 # fails on it.
 vision: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[torch]'
-	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0 pillow timm==1.0.31
+	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0 pillow timm==1.0.31 ultralytics==8.4.190 ultralytics-thop \
+		opencv-python-headless psutil
 	$(PY) -m benchmarks.vision; status=$$?; $(PY) -m benchmarks.detectors || status=1; \
 		$(VENV)/bin/byoc matrix --models vision --vendors dnnl onnxruntime --no-timing --markdown docs/vision-matrix.md \
 			> /dev/null || status=1; \
-		$(PY) -m pip uninstall --quiet -y torchvision pillow timm; exit $$status
+		$(PY) -m pip uninstall --quiet -y torchvision pillow timm ultralytics ultralytics-thop opencv-python-headless; exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,8 +1,8 @@
-"""Vision models of torchvision and timm through byoc against onnxruntime, as a user brings them.
+"""Vision models of torchvision, timm and Ultralytics through byoc against onnxruntime, as a user brings them.
 
 Each model is built from its family's config with seeded random weights (nothing is downloaded),
-exported with `torch.onnx.export(..., dynamo=True)` at batch 1 and cached by content
-(`byoc.models.vision`), imported with `byoc.from_onnx`, partitioned for
+exported with `torch.onnx.export(..., dynamo=True)` at batch 1 (Ultralytics' by its own exporter)
+and cached by content (`byoc.models.vision`), imported with `byoc.from_onnx`, partitioned for
 dnnl and for onnxruntime, checked against onnxruntime on the same file (within 1e-3 of the
 output's range), then timed against it in one process (medians and p90). Each row says how many
 regions the model became and what share of its MACs they hold, and which oneDNN primitives ran in
@@ -13,8 +13,8 @@ oneDNN's reference code (ONEDNN_VERBOSE in a child process): those are the slow 
 Needs the torch extra and torchvision (see byoc/models/vision.py for why it is installed without
 its dependencies, and how its C++ ops are declared); timm's models need timm (installed without
 its dependencies too: they are torch's, torchvision and the transformers extra's), and are left
-out of the table, with a line that says so, where it is not installed. `make vision` installs
-them.
+out of the table, with a line that says so, where it is not installed; so are Ultralytics' models
+where it is not. `make vision` installs them.
 """
 
 from __future__ import annotations
@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{machine_description()}; {instruction_set()}\n")
     print("| model | onnxruntime ms | byoc + dnnl | byoc + onnxruntime | partition | dnnl kernels in reference code |")
     print("| --- | ---: | ---: | ---: | --- | --- |")
-    with_timm = vision.available("levit_128s") is None
-    names = args.models.split(",") if args.models else [*vision.TORCHVISION, *(vision.TIMM if with_timm else ())]
+    names = args.models.split(",") if args.models else [name for name in vision.names() if name not in vision.DETECTORS]
     ratios: dict[str, list[float]] = {"byoc + dnnl": [], "byoc + onnxruntime": []}
     with tempfile.TemporaryDirectory() as directory:
         for name in names:
@@ -110,8 +109,10 @@ def main(argv: list[str] | None = None) -> None:
                 for system, ratio in measured.items():
                     ratios[system].append(ratio)
             print(row, flush=True)
-    if not args.models and not with_timm:
-        print("\ntimm is not installed: its models are left out (pip install --no-deps timm)")
+    for family in ("levit_128s", "yolov8n"):  # timm's, Ultralytics'
+        reason = vision.available(family)
+        if not args.models and reason is not None:
+            print(f"\nleft out: {reason}")
     print()
     for system, values in ratios.items():
         if values:

@@ -3,6 +3,8 @@ families, built from their configs with seeded random weights (nothing is downlo
 as their users export them and cached by content (the exported suite's cache directory).
 
 - Classifiers and segmenters: `torch.onnx.export(..., dynamo=True)` at batch 1.
+- Ultralytics' YOLOv8n, YOLO11n and YOLOv8n-seg: its own exporter (`YOLO(config).export(format=
+  "onnx")`), offline, from the configs the package ships.
 - Detectors, whose box count depends on the image: `torch.onnx.export(..., dynamo=False,
   opset_version=17)` (the dynamo exporter and torch.export refuse them), with a low score
   threshold (random weights reach no class at the default 0.05).
@@ -12,8 +14,10 @@ as their users export them and cached by content (the exported suite's cache dir
 `benchmarks/detectors.py` time them.
 
 Needs the torch extra and torchvision 0.28.0, the release paired with torch 2.13, installed
-without its dependencies (`make vision` does both), and timm for timm's families:
+without its dependencies (`make vision` does both), timm for timm's families and Ultralytics for
+its models:
     pip install -e '.[torch]' && pip install --no-deps torchvision==0.28.0 pillow timm==1.0.31
+    pip install --no-deps ultralytics==8.4.190 ultralytics-thop opencv-python-headless psutil
 (`transformers` imports torchvision wherever it is installed and fails on this one, so the
 exported transformers suite fails while it is there: `make vision` uninstalls it after).
 
@@ -27,9 +31,11 @@ them as torchvision's own ONNX symbolics do.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import pathlib
@@ -85,10 +91,19 @@ DETECTORS = {
                                                               "min_size": 320, "max_size": 320}),
 }
 DETECTOR_SIZE = 320
+# Ultralytics' models from the configs the package ships, exported by its own exporter
+# (`YOLO(config).export(format="onnx")`, its defaults but the opset and no onnxslim, which it
+# would install): name: (config, input size)
+ULTRALYTICS = {
+    "yolov8n": ("yolov8n.yaml", 640),
+    "yolo11n": ("yolo11n.yaml", 640),
+    "yolov8n_seg": ("yolov8n-seg.yaml", 640),
+}
+ULTRALYTICS_INSTALL = "pip install --no-deps ultralytics==8.4.190 ultralytics-thop opencv-python-headless psutil"
 
 
 def task(name: str) -> str:
-    if name in DETECTORS:
+    if name in DETECTORS or name in ULTRALYTICS:
         return "detector"
     return "segmenter" if "deeplab" in name or "lraspp" in name else "classifier"
 
@@ -101,18 +116,28 @@ def available(name: str | None = None) -> str | None:
         reason = "torchvision is not installed"
     if reason is None and name in TIMM and importlib.util.find_spec("timm") is None:
         reason = "timm is not installed"
+    if reason is None and name in ULTRALYTICS and importlib.util.find_spec("ultralytics") is None:
+        return f"ultralytics is not installed; {ULTRALYTICS_INSTALL} (`make vision` installs it)"
     return None if reason is None else f"{reason}; {HINT}"
 
 
 def names() -> list[str]:
-    """Every model of the suite the installed families allow (timm's where timm is installed)."""
-    return [*TORCHVISION, *(TIMM if available("levit_128s") is None else ()), *DETECTORS]
+    """Every model of the suite the installed families allow (timm's where timm is installed,
+    Ultralytics' where it is)."""
+    return [*TORCHVISION, *(TIMM if available("levit_128s") is None else ()), *DETECTORS,
+            *(ULTRALYTICS if available("yolov8n") is None else ())]
+
+
+def _size(name: str) -> int:
+    if name in DETECTORS:
+        return DETECTOR_SIZE
+    return TIMM[name] if name in TIMM else ULTRALYTICS[name][1] if name in ULTRALYTICS else TORCHVISION[name][1]
 
 
 def parse_spec(spec: str) -> str:
     """The model a `vision:NAME` spec names; an unknown name, or a missing family, is an error."""
     name = spec[len(PREFIX):]
-    known = [*TORCHVISION, *TIMM, *DETECTORS]
+    known = [*TORCHVISION, *TIMM, *DETECTORS, *ULTRALYTICS]
     if name not in known:
         raise UnknownModelError(f"unknown vision model {name!r}{did_you_mean(name, known)}; known: {', '.join(known)}")
     reason = available(name)
@@ -126,21 +151,26 @@ def export(name: str, cache_dir: str | os.PathLike | None = None) -> tuple[pathl
     import torch
 
     parse_spec(PREFIX + name)
-    size = DETECTOR_SIZE if name in DETECTORS else TIMM[name] if name in TIMM else TORCHVISION[name][1]
+    size = _size(name)
     image = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(1))
     family, version, arguments = _family(name)
-    fields = [name, arguments, size, family, version, torch.__version__, "legacy" if name in DETECTORS else "dynamo"]
+    exporter = "legacy" if name in DETECTORS else "ultralytics" if name in ULTRALYTICS else "dynamo"
+    fields = [name, arguments, size, family, version, torch.__version__, exporter]
     key = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:20]
     target = exported.cache_directory(cache_dir) / f"vision-{name}-{key}.onnx"
     return exported.cached(target, lambda: _exported(name, image)), image.numpy()
 
 
 def _family(name: str) -> tuple[str, str, Any]:
-    torchvision = torchvision_with_cpu_ops()  # before timm, which imports it
+    torchvision = torchvision_with_cpu_ops()  # before timm and ultralytics, which import it
     if name in TIMM:
         import timm
 
         return "timm", timm.__version__, {}
+    if name in ULTRALYTICS:
+        import ultralytics
+
+        return "ultralytics", ultralytics.__version__, ULTRALYTICS[name][0]
     return "torchvision", torchvision.__version__, DETECTORS[name] if name in DETECTORS else TORCHVISION[name][0]
 
 
@@ -165,6 +195,8 @@ def _exported(name: str, image: Any) -> onnx.ModelProto:
     weights beside the file)."""
     import torch
 
+    if name in ULTRALYTICS:
+        return _ultralytics_exported(name)
     model = _build(name)
     options = {"dynamo": False, "opset_version": 17} if name in DETECTORS else {"dynamo": True, "verbose": False}
     with tempfile.TemporaryDirectory() as directory, warnings.catch_warnings():
@@ -172,6 +204,24 @@ def _exported(name: str, image: Any) -> onnx.ModelProto:
         path = os.path.join(directory, "model.onnx")
         torch.onnx.export(model, (image,), path, input_names=["image"], **options)
         return onnx.load(path)
+
+
+def _ultralytics_exported(name: str) -> onnx.ModelProto:
+    """The model exported by Ultralytics' own exporter, offline, in a directory of its own (it
+    writes beside its config: here, the working directory)."""
+    import torch
+
+    os.environ.setdefault("YOLO_OFFLINE", "1")  # no update checks, no downloads
+    from ultralytics import YOLO
+
+    config, size = ULTRALYTICS[name]
+    torch.manual_seed(0)
+    model = YOLO(config)
+    with tempfile.TemporaryDirectory() as directory, contextlib.chdir(directory), warnings.catch_warnings(), \
+            contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        path = model.export(format="onnx", imgsz=size, simplify=False, opset=17, device="cpu", verbose=False)
+        return onnx.load(os.path.join(directory, path))
 
 
 _SCHEMAS = [

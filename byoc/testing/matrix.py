@@ -177,7 +177,7 @@ def to_markdown(rows: Sequence[MatrixRow], rates: Sequence[conformance.PassRate]
              "Zoo models are the reduced variants (`byoc.models.get(name, small=True)`); `light_*` are onnx's "
              "real-network graphs at their published size with seeded weights (`byoc.testing.light_model`); `hf:*` "
              "are transformers architectures exported by torch.onnx at their tiny size (`byoc.models.exported`); "
-             "`vision:*` are torchvision's and timm's models and torchvision's detectors, exported as their users export "
+             "`vision:*` are torchvision's, timm's and Ultralytics' models and torchvision's detectors, exported as their users export "
              "them (`byoc.models.vision`, `--models vision`). Error: for fp32 vendors the largest absolute error over the output's range; for int8 vendors the "
              "relative L2 error, SQNR and top-1 agreement against float32 onnxruntime over "
              f"{meta['int8_samples']} seeded inputs (calibrated on {meta['calibration_samples']} others), and for "
