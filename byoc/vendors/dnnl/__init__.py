@@ -2,7 +2,8 @@
 
 Data sheet: float32, NCHW activations and OIHW weights. Convolutions (grouped and depthwise
 included; one with a channel multiplier as a depthwise one over its input repeated, see
-`channel_multiplier.py`) with bias, residual add and ReLU/clip fused as post-ops; matrix products (constant or
+`channel_multiplier.py`) with bias, residual add and ReLU/clip fused as post-ops; transposed
+convolutions (deconvolutions) with bias and ReLU/clip; matrix products (constant or
 activation weights, batched) with bias and ReLU, GELU or a residual add fused, or with constant
 scales and added masks (attention scores); max and average pooling; mean reductions over any axes,
 all by default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
@@ -46,10 +47,12 @@ from byoc.vendors.dnnl.predicates import (
     concat_same_rank,
     constant_pad,
     conv_channels_first,
+    deconvolution_nchw,
     dense_constant_weight,
     dense_residual,
     float_cast,
     fused_conv,
+    fused_deconvolution,
     group_norm_channels_first,
     layer_norm_last_axis,
     matmul_shapes,
@@ -106,6 +109,11 @@ for _name, _op in _CONVOLUTIONS.items():
                  emit=_conv)
     dnnl.pattern(f"{_name}_bias", *fused_pattern(_op, bias=True, constant_weight=True), check=fused_conv, emit=_conv)
     dnnl.pattern(f"{_name}_act", *fused_pattern(_op, activation=_ACTIVATIONS, constant_weight=True), check=fused_conv, emit=_conv)
+_deconv = emitters.deconvolution
+dnnl.pattern("conv2d_transpose_bias_act", *fused_pattern("relax.nn.conv2d_transpose", bias=True, activation=_ACTIVATIONS, constant_weight=True),
+             check=fused_deconvolution, emit=_deconv)
+dnnl.pattern("conv2d_transpose_bias", *fused_pattern("relax.nn.conv2d_transpose", bias=True, constant_weight=True),
+             check=fused_deconvolution, emit=_deconv)
 _dense = emitters.matmul
 for _form in idioms.GELU_FORMS:
     dnnl.pattern(f"dense_bias_{_form}", *idioms.dense_bias_then(_form), check=all_of(dense_constant_weight, idioms.is_gelu(_form)),
@@ -133,6 +141,7 @@ int8.declare_results(dnnl)
 
 # ------------------------------------------------------------------ single ops
 dnnl.supports(*_CONVOLUTIONS.values(), check=conv_channels_first, emit=_conv)
+dnnl.supports("relax.nn.conv2d_transpose", check=deconvolution_nchw, emit=_deconv)
 dnnl.supports("relax.matmul", check=matmul_shapes, emit=_dense)
 dnnl.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=pool_nchw, emit=emitters.pooling)
 dnnl.supports("relax.image.resize2d", check=onednn_resampling, emit=emitters.resize)

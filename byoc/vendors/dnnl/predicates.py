@@ -264,3 +264,18 @@ def float_cast(call: relax.Call) -> str | None:
 
 def repeat_along_an_axis(call: relax.Call) -> str | None:
     return None if call.attrs.axis is not None else "a repeat over the flattened tensor"
+
+
+def deconvolution_nchw(call: relax.Call) -> str | None:
+    attrs = call.attrs
+    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "IOHW", "NCHW"):
+        return f"layouts {attrs.data_layout}/{attrs.kernel_layout}; oneDNN's deconvolution here takes NCHW/IOHW"
+    if not is_tensor_constant(call.args[1]):
+        return "deconvolution weights must be constants (reordered once at load)"
+    if any(int(p) < int(o) for p, o in zip(list(attrs.padding)[2:], attrs.output_padding)):
+        return "an output padding larger than the end padding (oneDNN takes it off the end padding)"
+    return None
+
+
+def fused_deconvolution(match) -> str | None:
+    return deconvolution_nchw(match["root"])

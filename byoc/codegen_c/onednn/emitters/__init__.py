@@ -22,13 +22,13 @@ from byoc.codegen_c.onednn.emitters.movement import (
     take,
 )
 from byoc.codegen_c.onednn.emitters.normalization import group_norm, layer_norm, rms_norm, rotary, softmax
-from byoc.codegen_c.onednn.emitters.products import SIZED_PRODUCT_MACS, convolution, dynamic_convolution, dynamic_dense, matmul
+from byoc.codegen_c.onednn.emitters.products import SIZED_PRODUCT_MACS, convolution, deconvolution, dynamic_convolution, dynamic_dense, matmul
 from byoc.codegen_c.onednn.emitters.shared import GELU_FORMS, LOOP_BINARY, RESHAPES, SMALL_ROWS, VIEWS
 from byoc.codegen_c.onednn.settings import LAYOUT_POLICIES
 
 __all__ = [
     "GELU_FORMS", "LAYOUT_POLICIES", "LOOP_BINARY", "REDUCTIONS", "RESHAPES", "SIZED_PRODUCT_MACS", "SMALL_ROWS", "VIEWS", "binary",
-    "broadcast_to", "concat", "convolution", "dynamic_convolution", "dynamic_dense", "eltwise", "group_norm", "layer_norm", "matmul", "pad",
+    "broadcast_to", "concat", "convolution", "deconvolution", "dynamic_convolution", "dynamic_dense", "eltwise", "group_norm", "layer_norm", "matmul", "pad",
     "permute_dims", "pooling", "reduction", "reorder", "repeat", "reshape", "resize", "rms_norm", "rotary", "select", "softmax", "split", "strided_slice",
     "take",
 ]

@@ -91,6 +91,43 @@ def _conv_geometry(kernel: Kernel, attrs: dict, spatial: int) -> str:
     return ", ".join(names)
 
 
+def deconvolution(call: KernelCall) -> KernelCode:
+    """conv2d_transpose (YOLOv8-seg's mask upsampling, U-Nets' decoders) with optional bias and
+    activation, as oneDNN's deconvolution primitive with post-ops. Its weights are stored IOHW
+    (ONNX ConvTranspose's: input channels first), and read as the OIHW oneDNN takes through a
+    descriptor with those strides, reordered once at initialisation like any weights."""
+    kernel = Kernel(call)
+    deconv = next(n for n in call.nodes if n["op"] == "relax.nn.conv2d_transpose")
+    attrs = deconv["attrs"]
+    x, w, out = call.arg(deconv, 0), call.arg(deconv, 1), call.outputs[0]
+    groups = attrs["groups"]
+    ic, per_group, *window = w.shape
+    area, icg = math.prod(window), ic // groups
+    # element (g, o, i, h, w) of oneDNN's (groups, oc / groups, ic / groups, kh, kw) is IOHW's ((g * icg + i) * per_group + o, ...)
+    shape, strides = (per_group, ic, *window), [area, per_group * area, window[1], 1]
+    if groups > 1:
+        shape, strides = (groups, per_group, icg, *window), [icg * per_group * area, *strides]
+    weights = kernel.name_of("weights_view")
+    kernel.state.append(f"static dnnl_memory_t {weights} = NULL;")
+    kernel.setup.append(kernel.check(f"dnnl_memory_create(&{weights}, {kernel.strided_md(shape, strides, w.dtype)}, byoc_engine, "
+                                     f"{w.name})", f"view of {w.name}"))
+    bias, post, residuals = fused_tail(call, deconv)
+    oc = per_group * groups
+    attr = kernel.post_ops(post, residuals, len(out.shape), "acdb")
+    # oneDNN reads the output padding from the result's size: it is taken off the end padding
+    geometry = _conv_geometry(kernel, {**attrs, "padding": [*attrs["padding"][:2], *(p - o for p, o in zip(attrs["padding"][2:],
+                                                                                                          attrs["output_padding"]))]}, 2)
+    create = (f"dnnl_deconvolution_forward_primitive_desc_create(&pd, byoc_engine, dnnl_forward_inference, dnnl_deconvolution_direct, "
+              f"{kernel.md(x.shape, dtype=x.dtype)}, {kernel.md(shape, dtype=w.dtype)}, "
+              f"{kernel.md((oc,), 'plain') if bias is not None else 'NULL'}, {kernel.md(out.shape, dtype=out.dtype)}, {geometry}, {attr})")
+    kernel.source("DNNL_ARG_SRC", x, "dnnl_query_src_md")
+    kernel.weights("DNNL_ARG_WEIGHTS", weights, "dnnl_query_weights_md")
+    if bias is not None:
+        kernel.direct("DNNL_ARG_BIAS", kernel.view(bias, (oc,)))
+    kernel.result(out)
+    return kernel.code(create, (attr,))
+
+
 def dynamic_convolution(call: KernelCall) -> KernelCode:
     """A convolution whose float input is quantized at run time (ONNX ConvInteger on
     DynamicQuantizeLinear's result, as `quantize_dynamic` writes it; see byoc.annotate.qdq): per
