@@ -307,3 +307,14 @@ def test_padding_is_written_in_each_mode(mode, numpy_mode):
     got = aligned(np.zeros(want.shape, np.float32))
     SessionEngine(model.SerializeToString()).run([aligned(x)], [got])
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", ["test_resize_upsample_scales_nearest", "test_resize_downsample_sizes_linear_pytorch_half_pixel",
+                                  "test_resize_upsample_sizes_cubic", "test_resize_upsample_sizes_nearest_floor_align_corners"])
+def test_a_resize_is_written_as_onnx_resize_and_runs_on_onnxruntime(case):
+    """Resize (YOLO's and MobileViT's upsampling) is handed off, where it stayed on the host between
+    regions: onnx's own cases, taken by onnxruntime strictly and equal to its reference outputs."""
+    from byoc.testing import conformance
+
+    result = conformance.check_case(conformance.node_case(case), "onnxruntime")
+    assert result.status == conformance.PASS, result

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import tvm
 from tvm import relax
 
-from byoc.codegen_json.to_onnx.writer import PAD_MODES, REDUCTIONS, Check, onnx_window
-from byoc.ir.types import dtype_name, static_shape, tensor_types
+from byoc.codegen_json.to_onnx.writer import NEAREST_MODES, PAD_MODES, REDUCTIONS, RESIZE_MODES, Check, onnx_window
+from byoc.ir.types import dtype_name, shape_dims, static_shape, tensor_types
 
 
 # ---------------------------------------------------------------- checks: what ONNX cannot express
@@ -100,6 +101,23 @@ def inference_batch_norm(call) -> str | None:
 def known_pad_mode(call) -> str | None:
     mode = call.attrs.pad_mode
     return None if mode in PAD_MODES else f"pad mode {mode!r}; written are {', '.join(PAD_MODES)}"
+
+
+@_limit(f"NCHW, sizes known at build; nearest rounding {', '.join(NEAREST_MODES)}; no crop (tf_crop_and_resize)")
+def resize_limit(call) -> str | None:
+    a = call.attrs
+    if a.layout != "NCHW":
+        return f"layout {a.layout}; ONNX Resize here takes NCHW"
+    dims = shape_dims(call.ty)
+    if dims is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+        return "output sizes computed at run time"
+    if a.method not in RESIZE_MODES:
+        return f"method {a.method!r}; written are {', '.join(RESIZE_MODES)}"
+    if a.method == "nearest_neighbor" and a.rounding_method not in NEAREST_MODES:
+        return f"rounding {a.rounding_method!r}; ONNX's nearest modes are {', '.join(NEAREST_MODES)}"
+    if a.coordinate_transformation_mode == "tf_crop_and_resize":
+        return "crop and resize (a region of interest)"
+    return same_dtype(call)
 
 
 @_limit("int64 indices")

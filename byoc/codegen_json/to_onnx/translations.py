@@ -25,6 +25,7 @@ from byoc.codegen_json.to_onnx.limits import (
     known_pad_mode,
     known_reduction,
     pool_limit,
+    resize_limit,
     same_dtype,
     some_axes,
     trailing_axes,
@@ -46,6 +47,7 @@ from byoc.codegen_json.to_onnx.writer import (
     emit_pad,
     emit_reduce,
     emit_reshape,
+    emit_resize,
     emit_split,
     emit_take,
     emit_variance,
@@ -155,6 +157,7 @@ TRANSLATIONS: dict[str, Translation] = {
     "relax.scatter_nd": Translation("ScatterND", scatter("ScatterND"), known_reduction),
     "relax.flip": Translation("Slice", flip),
     "relax.nn.pad": Translation("Pad", emit_pad, known_pad_mode),
+    "relax.image.resize2d": Translation("Resize", emit_resize, resize_limit),
     # Position ids (arange of the sequence length): constants in a static model, a Range over
     # the region's own dimension in a symbolic one.
     "relax.arange": Translation("Range", emit_arange),

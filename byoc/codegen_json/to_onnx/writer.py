@@ -326,6 +326,18 @@ def expand(w: Writer, node, args, outs):
 
 
 PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}  # Relax -> ONNX
+RESIZE_MODES = {"nearest_neighbor": "nearest", "linear": "linear", "cubic": "cubic"}  # Relax -> ONNX
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")  # TVM's importer keeps ONNX's names
+
+
+def emit_resize(w: Writer, node, args, outs):
+    # The output's sizes, given: no scale is computed again from them at run time.
+    a = node["attrs"]
+    extra: dict[str, Any] = {"nearest_mode": a["rounding_method"]} if a["method"] == "nearest_neighbor" else {}
+    if a["method"] == "cubic":
+        extra.update(cubic_coeff_a=float(a["cubic_alpha"]), exclude_outside=int(a["cubic_exclude"]))
+    w.add("Resize", [args[0], "", "", w.ints(node["outputs"][0]["shape"], "sizes")], outs, node["name"], mode=RESIZE_MODES[a["method"]],
+          coordinate_transformation_mode=a["coordinate_transformation_mode"], **extra)
 
 
 def emit_pad(w: Writer, node, args, outs):
