@@ -28,7 +28,7 @@ test: $(STAMP)
 AVX2_TESTS := tests/test_int8_saturation.py tests/test_quantized_models.py tests/test_float16.py tests/test_vendors_int8.py \
 	tests/test_quantized_int8_vendors.py tests/test_weight_only_quantized.py tests/test_vendors_cpu.py tests/test_dnnl_any_size.py \
 	tests/test_dnnl_exported_forms.py tests/test_dnnl_node_fixes.py tests/test_dnnl_weights_kept.py tests/test_symbolic_c.py \
-	tests/test_dense_kernel.py tests/test_dnnl_group_norm.py tests/test_dnnl_resize.py tests/test_dnnl_channel_multiplier.py tests/test_dnnl_deconvolution.py
+	tests/test_dense_kernel.py tests/test_dnnl_group_norm.py tests/test_dnnl_resize.py tests/test_dnnl_channel_multiplier.py tests/test_dnnl_deconvolution.py tests/test_dnnl_detector_forms.py
 test-avx2: $(STAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell $(PY) -m pytest -q -n 2 $(AVX2_TESTS)
 

@@ -168,13 +168,13 @@ class Kernel:
             self.after.append(self.check(f"byoc_reorder({name}.reorder, {name}.memory, {buffer.name}_mem)", f"reorder into {buffer.name}"))
         self.exec_args.append(("DNNL_ARG_DST", f"{name}.memory"))
 
-    def plain_source(self, buffer: CBuffer) -> str:
-        """An input in plain layout: its own memory where its producer chose plain, else a copy
-        reordered per call. Returns the memory."""
+    def plain_source(self, buffer: CBuffer, md: str | None = None) -> str:
+        """An input in plain layout (or the layout of descriptor `md`): its own memory where its
+        producer chose that layout, else a copy reordered per call. Returns the memory."""
         name = self.name_of("plain")
         self.state.append(f"static byoc_conversion {name};")
-        self.setup.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {self.md(buffer.shape, 'plain', buffer.dtype)})",
-                                     f"plain layout of {buffer.name}"))
+        layout = md or self.md(buffer.shape, "plain", buffer.dtype)
+        self.setup.append(self.check(f"byoc_conversion_init(&{name}, {buffer.name}_mem, {layout})", f"plain layout of {buffer.name}"))
         self.before.append(self.check(f"byoc_reorder({name}.reorder, {buffer.name}_mem, {name}.memory)", f"reorder of {buffer.name}"))
         return f"{name}.memory"
 

@@ -16,18 +16,27 @@ from byoc.codegen_c.onednn.library import dims_decl
 
 
 def concat(call: KernelCall) -> KernelCode:
+    """A concatenation of its inputs in the layouts their producers left them in; where those
+    differ (YOLO's: two plain, one channels-last) and oneDNN has only reference code for them,
+    of its inputs in plain layout instead, reordered per call where they are not."""
     kernel = Kernel(call)
     node = call.nodes[0]
     sources = call.arg_buffers[0][0]
     out = call.outputs[0]
     axis = node["attrs"]["axis"] % len(out.shape)
     k = kernel.k
-    kernel.setup.append(f"const_dnnl_memory_desc_t {k}_srcs[{len(sources)}] = {{{', '.join(kernel.md_of(s) for s in sources)}}};")
+    plain = [kernel.md(s.shape, "plain", s.dtype) for s in sources]
+    kernel.setup += [f"const_dnnl_memory_desc_t {k}_srcs[{len(sources)}] = {{{', '.join(kernel.md_of(s) for s in sources)}}};",
+                     f"const_dnnl_memory_desc_t {k}_plain[{len(sources)}] = {{{', '.join(plain)}}};"]
     dst_md = kernel.md(out.shape)
     for index, source in enumerate(sources):
-        kernel.direct(f"DNNL_ARG_MULTIPLE_SRC + {index}", f"{source.name}_mem")
+        kernel.source(f"DNNL_ARG_MULTIPLE_SRC + {index}", source, "dnnl_query_src_md", index)
     kernel.result(out)
-    return kernel.code(f"dnnl_concat_primitive_desc_create(&pd, byoc_engine, {dst_md}, {len(sources)}, {axis}, {k}_srcs, NULL)")
+
+    def create(pd: str, srcs: str) -> str:
+        return f"dnnl_concat_primitive_desc_create(&{pd}, byoc_engine, {dst_md}, {len(sources)}, {axis}, {srcs}, NULL)"
+
+    return kernel.code(create("pd", f"{k}_srcs"), retry=(create("retry_pd", f"{k}_plain"),))
 
 
 def _strided_copies(call: KernelCall, x: CBuffer, parts: list[tuple[CBuffer, tuple[int, ...], list[int], int]]) -> KernelCode:
