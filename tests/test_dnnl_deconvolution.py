@@ -55,3 +55,15 @@ def test_an_output_padding_past_the_end_padding_stays_on_the_host_with_the_reaso
     report = byoc.report(byoc.partition_for(byoc.from_onnx(model), "dnnl", **FORCED_OFFLOAD))
     reasons = [reason for op in report.host_ops if any("conv2d_transpose" in name for name in op.ops) for reason in op.reasons]
     assert any("output padding larger than the end padding" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("case", ["test_convtranspose", "test_convtranspose_dilations", "test_convtranspose_group_2_image_3",
+                                  "test_convtranspose_autopad_same", "test_convtranspose_pads"])
+def test_onnx_convtranspose_cases_pass_on_dnnl(case):
+    """onnx's own ConvTranspose cases, their weights made constants as a model's are."""
+    from byoc.testing import conformance
+
+    if get_backend("dnnl").missing_part():
+        pytest.skip("dnnl cannot build here")
+    result = conformance.check_case(conformance.node_case(case), "dnnl", as_weights=True)
+    assert result.status == conformance.PASS, result
