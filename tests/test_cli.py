@@ -270,3 +270,31 @@ def test_an_exported_architecture_with_dims_is_exported_with_dynamic_axes(tmp_pa
     np.save(ids, np.ones((2, 9), np.int64))
     assert main(["run", artifact, "--input", f"input_ids={ids}", "--input", f"attention_mask={ids}"]) == 0
     assert "shape (2, 9, 128)" in capsys.readouterr().out
+
+
+def _dense_with_dynamic_axes() -> onnx.ModelProto:
+    """A dense layer and ReLU over [batch, sequence, 16], as exporters write dynamic axes."""
+    rng = np.random.default_rng(0)
+    weight = onnx.numpy_helper.from_array(rng.standard_normal((16, 24)).astype("float32") * 0.3, "w")
+    bias = onnx.numpy_helper.from_array(rng.standard_normal((24,)).astype("float32"), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["z"]),
+             helper.make_node("Relu", ["z"], ["y"])]
+    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", 24])], [weight, bias])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "onnxruntime"])
+def test_a_dynamic_export_compiles_with_no_shape_option_and_runs_three_shapes(vendor, tmp_path):
+    """`byoc compile model.onnx -o m.byoc` on a file with dynamic axes, as it is: no --dims, no
+    --shapes; the artifact runs shapes it was never told of, right against onnxruntime."""
+    import onnxruntime as ort
+
+    model = _dense_with_dynamic_axes()
+    onnx.save(model, tmp_path / "model.onnx")
+    assert main(["compile", str(tmp_path / "model.onnx"), "--vendor", vendor, "-o", str(tmp_path / "m.byoc")]) == 0
+    compiled = byoc.load(tmp_path / "m.byoc")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch, sequence in ((1, 1), (2, 7), (5, 33)):
+        x = np.random.default_rng(batch).standard_normal((batch, sequence, 16)).astype("float32")
+        np.testing.assert_allclose(compiled.run(x)[0], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
