@@ -318,3 +318,30 @@ def test_a_resize_is_written_as_onnx_resize_and_runs_on_onnxruntime(case):
 
     result = conformance.check_case(conformance.node_case(case), "onnxruntime")
     assert result.status == conformance.PASS, result
+
+
+def test_hard_activations_are_handed_off_as_the_ops_the_model_had():
+    """TVM's importer writes HardSwish as x * Clip(x + 3, 0, 6) / 6 and HardSigmoid as
+    Clip(x * alpha + beta, 0, 1); written back as HardSwish and HardSigmoid, onnxruntime fuses
+    them into the convolutions before them (MobileNetV3 ran its 29 of them as 4 ops each)."""
+    import json
+
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    weights = [onnx.numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype("float32") * 0.3, name) for name in ("w1", "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("HardSwish", ["c1"], ["a"]),
+             helper.make_node("Conv", ["a", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSigmoid", ["c2"], ["s"], alpha=0.2, beta=0.4), helper.make_node("Mul", ["s", "a"], ["y"])]
+    graph = helper.make_graph(nodes, "hard", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = byoc.build(byoc.partition_for(byoc.from_onnx(model), "onnxruntime"), strict=True)
+    artifact, = compiled.artifacts
+    written = graph_to_onnx(json.loads(artifact.payload), compiled.store.subset(artifact.constants))
+    ops = [node.op_type for node in written.graph.node]
+    assert ops.count("HardSwish") == 1 and ops.count("HardSigmoid") == 1 and "Clip" not in ops, ops
+    hard_sigmoid = next(node for node in written.graph.node if node.op_type == "HardSigmoid")
+    assert {a.name: round(a.f, 6) for a in hard_sigmoid.attribute} == {"alpha": 0.2, "beta": 0.4}
+    x = {"x": rng.standard_normal((1, 8, 6, 6)).astype("float32") * 3}
+    assert_fp32_close(compiled.run(x), onnxruntime_outputs(model, x))

@@ -17,6 +17,7 @@ from byoc.codegen_json.to_onnx.quantized_rewrites import (
     bias_into_conv,
     dequantized_matmul_as_gemm,
     dynamic_quantization_as_the_model_had_it,
+    hard_activations,
     layout_between_quantize_and_dequantize,
 )
 from byoc.codegen_json.to_onnx.translations import EMITTERS, TRANSLATIONS, checks_at, supported
@@ -84,6 +85,7 @@ def graph_to_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray],
     convolutions = {f"n{node['id']}_0": node["outputs"][0]["shape"][1] for node in graph["nodes"] if node["op"].startswith("relax.nn.conv")}
     graph_outputs = {writer.tensor(ref) for ref in graph["outputs"]}
     bias_into_conv(writer, constants, graph_outputs, convolutions)
+    hard_activations(writer, constants, graph_outputs)
     matrices = {f"n{node['id']}_0" for node in graph["nodes"]
                 if node["op"] == "relax.matmul" and len(value_spec(graph, node["args"][0])["shape"]) == 2}
     dynamic_quantization_as_the_model_had_it(writer, constants, graph_outputs)
