@@ -71,6 +71,42 @@ GELU_FORMS = {
 }
 
 
+# HardSwish and HardSigmoid as TVM's ONNX importer writes them (MobileNetV3, GhostNet, LR-ASPP):
+# x * clip(x + 3, 0, 6) / 6, and clip(x * alpha + beta, 0, 1).
+def hard_swish(x):
+    c = _constants("three", "six")
+    clipped = is_op("relax.clip")(is_op("relax.add")(x, c["three"]), wildcard(), wildcard())
+    return is_op("relax.multiply")(x, is_op("relax.divide")(clipped, c["six"])), {"clip": clipped, **c}
+
+
+def hard_sigmoid(x):
+    c = _constants("alpha", "beta")
+    clipped = is_op("relax.clip")(is_op("relax.add")(is_op("relax.multiply")(x, c["alpha"]), c["beta"]), wildcard(), wildcard())
+    return clipped, {"clip": clipped, **c}
+
+
+def _clipped_to(low: float, high: float, form: str):
+    """The check that a match's clip bounds are `low` and `high`, and its constants scalars."""
+
+    def check(match) -> str | None:
+        values = [arg.value for arg in match["clip"].args[1:]]  # PrimValues: an immediate, or a number
+        bounds = [float(getattr(v, "value", v)) for v in values]
+        if bounds != [low, high]:
+            return f"clip bounds {bounds}, not the {low:g} and {high:g} of {form}"
+        constants = [(name, match.get(name)) for name in ("three", "six", "alpha", "beta")]
+        return next((f"{name} is not one number" for name, value in constants
+                     if value is not None and constant_array(value).size != 1), None)
+
+    return check
+
+
+HARD_FORMS = {
+    "hard_swish": (hard_swish, lambda match: _clipped_to(0.0, 6.0, "HardSwish")(match)
+                   or expected_constants({"three": 3.0, "six": 6.0}, "HardSwish")(match)),
+    "hard_sigmoid": (hard_sigmoid, _clipped_to(0.0, 1.0, "HardSigmoid")),
+}
+
+
 def is_gelu(form: str):
     """The check that a match of GELU's `form` (a key of `GELU_FORMS`) holds its constants."""
     return expected_constants(GELU_FORMS[form][1], f"the {form} form of GELU")

@@ -8,7 +8,8 @@ activation weights, batched) with bias and ReLU, GELU or a residual add fused, o
 scales and added masks (attention scores); max and average pooling; mean reductions over any axes,
 all by default (global pooling among them); element-wise ops and broadcasting binary ops; softmax,
 layer normalisation (and instance normalisation as TVM decomposes it, and RMSNorm, and group
-normalisation over the axes after the channels), rotary embeddings, GELU (erf form),
+normalisation over the axes after the channels), rotary embeddings, GELU (erf form), HardSwish
+and HardSigmoid (as TVM's importer writes them, one primitive each),
 concatenation, strided slices, broadcasts, repeats, constant padding, selections by a constant mask,
 reshape and transpose (views where their readers allow). Regions without MACs stay on the host: a
 reorder-only region costs more than it saves.
@@ -131,6 +132,8 @@ dnnl.pattern("dense_bias_act", *fused_pattern("relax.matmul", bias=True, activat
 dnnl.pattern("dense_bias", *fused_pattern("relax.matmul", bias=True, constant_weight=True), check=dense_constant_weight, emit=_dense)
 for _form, (_build, _) in idioms.GELU_FORMS.items():
     dnnl.pattern(_form, *_build(wildcard()), check=idioms.is_gelu(_form), emit=emitters.eltwise)
+for _form, (_build, _check) in idioms.HARD_FORMS.items():
+    dnnl.pattern(_form, *_build(wildcard()), check=_check, emit=emitters.eltwise)
 dnnl.pattern("normalized", *idioms.instance_normalized(), check=idioms.is_instance_normalized, emit=emitters.layer_norm)
 dnnl.pattern("rms_norm", *idioms.rms_norm(weighted=True), check=idioms.is_rms_norm, emit=emitters.rms_norm)
 dnnl.pattern("rms_normalized", *idioms.rms_norm(weighted=False), check=idioms.is_rms_norm, emit=emitters.rms_norm)

@@ -142,12 +142,20 @@ def _global_average_pool(kernel: Kernel, x: CBuffer, out: CBuffer) -> KernelCode
 
 
 def eltwise(call: KernelCall) -> KernelCode:
-    """One element-wise op, or a GELU composite as one op."""
+    """One element-wise op, or a GELU, HardSwish or HardSigmoid composite as one op."""
     kernel = Kernel(call)
     node = call.nodes[0]
     x = next(b for b in call.arg_buffers[0] if b is not None and b.kind != "constant")
     out = call.outputs[0]
-    algorithm, alpha, beta = (GELU_FORMS[call.pattern], "0.f", "0.f") if call.pattern in GELU_FORMS else eltwise_args(call, node)
+    if call.pattern in GELU_FORMS:
+        algorithm, alpha, beta = GELU_FORMS[call.pattern], "0.f", "0.f"
+    elif call.pattern == "hard_swish":  # x * max(0, min(1, x / 6 + 1 / 2))
+        algorithm, alpha, beta = "dnnl_eltwise_hardswish", c_float(1.0 / 6.0), c_float(0.5)
+    elif call.pattern == "hard_sigmoid":  # max(0, min(1, alpha * x + beta))
+        alpha, beta = (c_float(_constant_operand(call, call.node(op))) for op in ("relax.multiply", "relax.add"))
+        algorithm = "dnnl_eltwise_hardsigmoid"
+    else:
+        algorithm, alpha, beta = eltwise_args(call, node)
     kernel.direct("DNNL_ARG_SRC", f"{x.name}_mem")
     kernel.result(out)
     create = (
@@ -155,6 +163,12 @@ def eltwise(call: KernelCall) -> KernelCode:
         f"{kernel.md_of(x)}, {kernel.md_of(x)}, {alpha}, {beta}, NULL)"
     )
     return kernel.code(create)
+
+
+def _constant_operand(call: KernelCall, node: dict) -> float:
+    """The value of a binary node's scalar constant operand, on either side (patterns match
+    commutative ops both ways round)."""
+    return scalar_of(call, node, next(i for i, arg in enumerate(node["args"]) if "const" in arg))
 
 
 def binary(call: KernelCall) -> KernelCode:
