@@ -106,3 +106,24 @@ def test_the_kit_run_on_broken_plugins_reports_every_fault(tmp_path):
            "1 case(s) with no op it claims" in summary, summary
     assert "narrow: 1 of 2 float32 and integer node cases it takes pass (50.0%); 0 expected failure(s), 1 other failure(s)" in summary
     assert "PytestRemovedIn10Warning" not in out + result.stderr
+
+
+def test_detections_with_near_tied_scores_are_compared_in_either_order_and_a_wrong_box_still_fails():
+    """RetinaNet on dnnl gave two detections scored 0.7116419 and 0.71164095 in the other order
+    than onnxruntime: the same detections, right either way. A box that is not there fails."""
+    import numpy as np
+
+    from byoc.backend.tolerance import FP32
+    from byoc.testing.kit import Evaluation, _detections_in_order, tolerance_violation
+
+    boxes = np.array([[0, 0, 10, 10], [5, 5, 50, 50], [1, 2, 3, 4]], "float32")
+    scores, labels = np.array([0.9, 0.7116419, 0.71164095], "float32"), np.array([1, 70, 7])
+    want = [boxes, scores, labels]
+    swapped = [a[[0, 2, 1]] for a in want]
+    assert tolerance_violation(FP32, Evaluation("v", "m", FP32, outputs=[swapped], reference=[want])) is not None
+    reordered = _detections_in_order(swapped, want)
+    assert tolerance_violation(FP32, Evaluation("v", "m", FP32, outputs=[reordered], reference=[want])) is None
+    wrong = [boxes.copy(), scores, labels]
+    wrong[0][1] = [5, 5, 60, 50]
+    reordered = _detections_in_order(wrong, want)
+    assert "output 0" in tolerance_violation(FP32, Evaluation("v", "m", FP32, outputs=[reordered], reference=[want]))

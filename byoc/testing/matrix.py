@@ -172,7 +172,7 @@ def _latency(row: MatrixRow) -> str:
 
 def to_markdown(rows: Sequence[MatrixRow], rates: Sequence[conformance.PassRate], results: Sequence[conformance.CaseResult],
                 meta: dict) -> str:
-    lines = ["# Vendor matrix", "", "Written by `make matrix` (`byoc matrix`); do not edit by hand.", "",
+    lines = ["# Vendor matrix", "", "Written by `byoc matrix` (`make matrix`; the vision suite's by `make vision`); do not edit by hand.", "",
              f"{meta['machine']}; byoc {meta['byoc']}, onnxruntime {meta['onnxruntime']}, {meta['threads']} thread(s). "
              "Zoo models are the reduced variants (`byoc.models.get(name, small=True)`); `light_*` are onnx's "
              "real-network graphs at their published size with seeded weights (`byoc.testing.light_model`); `hf:*` "
