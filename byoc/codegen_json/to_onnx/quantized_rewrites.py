@@ -53,14 +53,11 @@ def bias_into_conv(writer: Writer, constants: Mapping[str, np.ndarray], outputs:
     writer.nodes[:] = [node for node in writer.nodes if id(node) not in dropped]
 
 
-def _scalar(writer: Writer, constants: Mapping[str, np.ndarray], name: str) -> float | None:
-    """The value of a one-element constant tensor, or None."""
-    if name in constants:
-        value = np.asarray(constants[name])
-    else:
-        found = next((i for i in writer.initializers if i.name == name), None)
-        value = numpy_helper.to_array(found) if found is not None else None
-    return float(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+def _scalars(writer: Writer, constants: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """The value of each one-element constant tensor (the region's and those written), by name."""
+    arrays = [*((name, np.asarray(value)) for name, value in constants.items()),
+              *((i.name, numpy_helper.to_array(i)) for i in writer.initializers)]
+    return {name: float(value.reshape(-1)[0]) for name, value in arrays if value.size == 1}
 
 
 def hard_activations(writer: Writer, constants: Mapping[str, np.ndarray], outputs: set[str]) -> None:
@@ -68,7 +65,7 @@ def hard_activations(writer: Writer, constants: Mapping[str, np.ndarray], output
     Clip(x + 3, 0, 6) / 6 (HardSigmoid's form) as HardSigmoid(x, 1/6, 0.5): onnxruntime fuses
     either into the convolution before it, and ran the four ops apart (MobileNetV3-Large through
     the onnxruntime vendor: 1.3x onnxruntime on the same file)."""
-    readers = _readers(writer.nodes)
+    readers, scalar = _readers(writer.nodes), _scalars(writer, constants).get
     dropped: set[int] = set()
 
     def sole_reader(node: onnx.NodeProto, op_type: str) -> onnx.NodeProto | None:
@@ -78,12 +75,12 @@ def hard_activations(writer: Writer, constants: Mapping[str, np.ndarray], output
     for add in list(writer.nodes):
         if add.op_type != "Add" or id(add) in dropped or len(add.input) != 2:
             continue
-        x = next((a for a, b in (add.input, add.input[::-1]) if _scalar(writer, constants, b) == 3.0), None)
+        x = next((a for a, b in (add.input, add.input[::-1]) if scalar(b) == 3.0), None)
         clip = sole_reader(add, "Clip") if x is not None else None
-        if clip is None or len(clip.input) != 3 or [_scalar(writer, constants, b) for b in clip.input[1:]] != [0.0, 6.0]:
+        if clip is None or len(clip.input) != 3 or [scalar(b) for b in clip.input[1:]] != [0.0, 6.0]:
             continue
         div = sole_reader(clip, "Div")
-        if div is None or div.input[0] != clip.output[0] or _scalar(writer, constants, div.input[1]) != 6.0:
+        if div is None or div.input[0] != clip.output[0] or scalar(div.input[1]) != 6.0:
             continue
         mul = sole_reader(div, "Mul")
         if mul is not None and set(mul.input) == {x, div.output[0]}:
@@ -93,21 +90,20 @@ def hard_activations(writer: Writer, constants: Mapping[str, np.ndarray], output
             div.op_type, div.input[:] = "HardSigmoid", [x]
             div.attribute.extend([helper.make_attribute("alpha", 1.0 / 6.0), helper.make_attribute("beta", 0.5)])
             dropped.update({id(add), id(clip)})
-    _scaled_hard_sigmoids(writer, constants, sole_reader, dropped)
+    _scaled_hard_sigmoids(writer, scalar, sole_reader, dropped)
     writer.nodes[:] = [node for node in writer.nodes if id(node) not in dropped]
 
 
-def _scaled_hard_sigmoids(writer: Writer, constants: Mapping[str, np.ndarray], sole_reader, dropped: set[int]) -> None:
+def _scaled_hard_sigmoids(writer: Writer, scalar, sole_reader, dropped: set[int]) -> None:
     """Clip(x * alpha + beta, 0, 1), TVM's importer's HardSigmoid, as HardSigmoid(x, alpha, beta)."""
     for mul in list(writer.nodes):
         if mul.op_type != "Mul" or id(mul) in dropped or len(mul.input) != 2:
             continue
-        scaled = next(((a, _scalar(writer, constants, b)) for a, b in (mul.input, mul.input[::-1])
-                       if _scalar(writer, constants, b) is not None), None)
+        scaled = next(((a, scalar(b)) for a, b in (mul.input, mul.input[::-1]) if scalar(b) is not None), None)
         add = sole_reader(mul, "Add") if scaled is not None else None
-        beta = next((_scalar(writer, constants, b) for b in add.input if b != mul.output[0]), None) if add is not None else None
+        beta = next((scalar(b) for b in add.input if b != mul.output[0]), None) if add is not None else None
         clip = sole_reader(add, "Clip") if beta is not None else None
-        if clip is None or len(clip.input) != 3 or [_scalar(writer, constants, b) for b in clip.input[1:]] != [0.0, 1.0]:
+        if clip is None or len(clip.input) != 3 or [scalar(b) for b in clip.input[1:]] != [0.0, 1.0]:
             continue
         clip.op_type, clip.input[:] = "HardSigmoid", [scaled[0]]
         clip.attribute.extend([helper.make_attribute("alpha", scaled[1]), helper.make_attribute("beta", beta)])

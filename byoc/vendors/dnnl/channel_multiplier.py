@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from byoc.codegen_json.references import value_spec
+from byoc.codegen_json.references import kernels, value_spec
 from byoc.processing.json_rewrite import GraphWriter
 
 
@@ -41,14 +41,8 @@ class ChannelMultiplierPass:
     name = "depthwise convolutions for channel multipliers"
 
     def __call__(self, graph, constants, context):
-        previous: dict | None = None
-        found = {}
-        for node in graph["nodes"]:
-            composite = node.get("composite")
-            starts = composite is None or (previous or {}).get("composite", {}).get("id") != composite["id"]
-            if (m := _multiplier(graph, node, starts)) > 1:
-                found[node["id"]] = m
-            previous = node
+        firsts = {kernel.nodes[0]["id"] for kernel in kernels(graph)}
+        found = {node["id"]: m for node in graph["nodes"] if (m := _multiplier(graph, node, node["id"] in firsts)) > 1}
         if not found:
             return graph, constants
         writer = GraphWriter(graph, constants)

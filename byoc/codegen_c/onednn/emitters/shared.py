@@ -18,9 +18,6 @@ GELU_FORMS = {"gelu": "dnnl_eltwise_gelu_erf", "gelu_erf_half_last": "dnnl_eltwi
 # Reshapes: views of their input's data where it is plain (`reshape`); transposes too, where
 # their readers take any layout (`permute_dims`).
 RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
-
-
-RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
 VIEWS = (*RESHAPES, "relax.permute_dims")
 
 
