@@ -4,31 +4,32 @@ Partition a model between a host and accelerators, generate code for each accele
 in the format its vendor chose, and run everything from one artifact.
 """
 
-from byoc import models
-from byoc.backend import (
-    BUILD,
-    PARTITION,
-    Backend,
-    CostRules,
-    Limits,
-    Pattern,
-    Tolerance,
-    VendorSettings,
-    get_backend,
-    list_backends,
-    register_backend,
-    setting,
-    unregister_backend,
-)
-from byoc.backend.registry import BUILTIN_VENDORS
-from byoc.compile_settings import Settings
-from byoc.flow import partition_for
-from byoc.frontend import cleanup, from_onnx, from_torch
-from byoc.partition import PartitionReport, RegionSummary, report
-from byoc.placement.precision import PrecisionReport, precision_report
-from byoc.placement.report import PlacementReport, placement_report
-from byoc.runtime_metadata import CompiledModel, Engine, build, load
+from byoc.backend.builtin import BUILTIN_VENDORS
+from byoc.exports import lazy_exports
 
+# Where each public name lives: imported on first use (see byoc.exports), so that `byoc.load`
+# works where TVM's compiler is not installed.
+_WHERE = {
+    **dict.fromkeys(["BUILD", "PARTITION", "VendorSettings", "setting"], "byoc.backend.settings"),
+    **dict.fromkeys(["Backend", "Pattern"], "byoc.backend.spec"),
+    "CostRules": "byoc.backend.cost",
+    "Limits": "byoc.backend.limits",
+    "Tolerance": "byoc.backend.tolerance",
+    **dict.fromkeys(["get_backend", "list_backends", "register_backend", "unregister_backend"], "byoc.backend.registry"),
+    "Engine": "byoc.backend.engine",
+    "Settings": "byoc.compile_settings",
+    "partition_for": "byoc.flow",
+    **dict.fromkeys(["cleanup", "from_onnx", "from_torch"], "byoc.frontend"),
+    "PartitionReport": "byoc.partition.report_table",
+    "report": "byoc.partition.module_report",
+    "RegionSummary": "byoc.backend.views",
+    **dict.fromkeys(["PrecisionReport", "precision_report"], "byoc.placement.precision"),
+    **dict.fromkeys(["PlacementReport", "placement_report"], "byoc.placement.report"),
+    "build": "byoc.runtime_metadata.build",
+    "CompiledModel": "byoc.runtime_metadata.model",
+    "load": "byoc.runtime_metadata.model",
+}
+_exported, __dir__ = lazy_exports(__name__, _WHERE)
 __version__ = "0.1.0"
 
 __all__ = [
@@ -72,11 +73,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """`byoc.partition_for_<vendor>`, importing that vendor alone on first use: `import byoc`
-    needs no vendor's dependencies (see byoc.backend.registry)."""
+    """A public name, or `byoc.partition_for_<vendor>`, importing that vendor alone on first use:
+    `import byoc` needs no vendor's dependencies (see byoc.backend.registry)."""
     vendor = name.removeprefix("partition_for_")
     if name.startswith("partition_for_") and vendor in BUILTIN_VENDORS:
         import importlib
 
-        return getattr(importlib.import_module(BUILTIN_VENDORS[vendor][0]), name)
-    raise AttributeError(f"module 'byoc' has no attribute {name!r}")
+        return getattr(importlib.import_module(BUILTIN_VENDORS[vendor].data_sheet), name)
+    if name == "models":
+        import importlib
+
+        return importlib.import_module("byoc.models")
+    return _exported(name)

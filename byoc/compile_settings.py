@@ -18,20 +18,13 @@ from typing import Any
 
 from byoc.backend.cost import COST_OPTIONS, CostRules
 from byoc.errors import ByocError, PartitionError
+from byoc.runtime_metadata.shape_memory import check_shape_memory
 
 PLACEMENTS = ("priority", "auto")
 PRECISIONS = ("fp32", "int8", "auto")
 ENGINES = ("lazy", "eager", "embed")
 # The fields `build` reads; `partition_for` reads the others.
 BUILD_FIELDS = ("target", "strict", "engines", "backend_options", "cache_dir", "shape_buckets", "max_shapes", "shape_memory")
-
-
-def check_shape_memory(limit: object) -> None:
-    """A ByocError unless `limit` is None or a whole number of bytes, at least 1."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ByocError(f"shape_memory is the bytes a model keeps for the shapes it meets: a whole number of at least 1, "
-                        f"not {limit!r}")
-
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from byoc.flow import partition_for
 from byoc.frontend import from_onnx, load_onnx_model
 from byoc.frontend.onnx.graph_inputs import bind_inputs
 from byoc.frontend.onnx.specialize import Specialization, arrange, has_dynamic_shape, runtime_inputs, shape_operands, specialize
-from byoc.runtime_metadata import CompiledModel, build
+from byoc.runtime_metadata.build import build
+from byoc.runtime_metadata.model import CompiledModel
 
 DEVICES = ("CPU",)
 

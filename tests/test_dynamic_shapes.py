@@ -342,7 +342,8 @@ def test_values_of_the_shape_alone_are_computed_once_per_shape(model, compiled, 
     """The position embeddings sliced to the sequence length depend on the shape only: the host
     computes them in a function of their own, once per shape, and main reads them."""
     from byoc.runtime_metadata.build import region_functions
-    from byoc.runtime_metadata.shape_values import SHAPE_VALUES, SHAPE_VALUES_FUNCTION, hoist_shape_values
+    from byoc.runtime_metadata.hoist_shape_values import hoist_shape_values
+    from byoc.runtime_metadata.shape_values import SHAPE_VALUES, SHAPE_VALUES_FUNCTION
     from byoc.runtime_metadata.shape_variants import through_dispatch
 
     partitioned = byoc.partition_for(byoc.from_onnx(model, dims=DIMS), "dnnl")

@@ -8,11 +8,11 @@ from pathlib import Path
 import byoc
 
 LAYERS = [
-    {"errors", "ir", "progress", "timing", "relative_l2", "models", "cache_dirs"},
+    {"errors", "ir", "progress", "timing", "relative_l2", "models", "cache_dirs", "exports", "compiler_presence", "library_path"},
     {"backend"},
     {"annotate", "frontend", "host", "codegen_json", "codegen_c", "custom_formats", "processing"},
     {"partition", "runtime_metadata", "compile_settings"},
-    {"placement", "flow", "accuracy", "onnx_backend"},
+    {"placement", "flow", "accuracy", "onnx_backend", "deploy"},
     {"vendors"},
     {"testing", "benchmarking", "cli", "__init__", "__main__"},
 ]

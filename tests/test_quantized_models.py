@@ -264,7 +264,7 @@ def test_the_onnxruntime_vendor_writes_a_quantized_dense_layer_as_the_model_did(
 def test_the_onnxruntime_vendor_hands_int8_activations_over_as_uint8_where_the_cpu_has_vnni(resnet_s8, monkeypatch):
     """With VNNI, onnxruntime's int8 kernels take uint8 activations without saturating, and it
     runs s8 ones through its float kernels: the region goes to it as uint8, the same values."""
-    import byoc.vendors.onnxruntime as vendor
+    import byoc.vendors.onnxruntime.runtime as vendor
     from byoc.timing import has_vnni
 
     sessions: list[onnx.ModelProto] = []

@@ -1,12 +1,16 @@
 """Backend specifications and their registry."""
 
-from byoc.backend.cost import CostRules
-from byoc.backend.limits import Limits
-from byoc.backend.registry import get_backend, list_backends, register_backend, unregister_backend
-from byoc.backend.settings import BUILD, PARTITION, VendorSettings, setting
-from byoc.backend.spec import Backend, OpRule, Pattern
-from byoc.backend.tolerance import Tolerance
-from byoc.backend.verdict import Verdict
+from byoc.exports import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "CostRules": "byoc.backend.cost",
+    "Limits": "byoc.backend.limits",
+    **dict.fromkeys(["get_backend", "list_backends", "register_backend", "unregister_backend"], "byoc.backend.registry"),
+    **dict.fromkeys(["BUILD", "PARTITION", "VendorSettings", "setting"], "byoc.backend.settings"),
+    **dict.fromkeys(["Backend", "OpRule", "Pattern"], "byoc.backend.spec"),
+    "Tolerance": "byoc.backend.tolerance",
+    "Verdict": "byoc.backend.verdict",
+})
 
 __all__ = [
     "BUILD",

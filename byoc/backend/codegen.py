@@ -84,6 +84,13 @@ class Codegen(ABC):
     engine_source: ClassVar[str] = "built"
 
     @property
+    def builds_with_compiler(self) -> bool:
+        """Whether `make_engine` needs TVM's compiler (it translates or compiles the region's
+        code with byoc's IR): where only TVM's runtime is installed, such a region runs from the
+        engine its artifact embeds (see byoc.deploy)."""
+        return False
+
+    @property
     @abstractmethod
     def library_version(self) -> str:
         """The version of what generates and runs the code: engine caches, artifacts and
@@ -105,6 +112,11 @@ class Codegen(ABC):
     def saves_engines(self) -> bool:
         return False
 
+    @property
+    def caches_engines(self) -> bool:
+        """Whether saved engines go to the disk cache too (not only into artifacts that embed them)."""
+        return self.saves_engines
+
     def saved_engine(self, engine: Engine) -> bytes:
         raise TypeError(f"{self.kind} engines cannot be saved")
 
@@ -114,6 +126,11 @@ class Codegen(ABC):
     def machine(self) -> dict[str, str]:
         """What a saved engine is bound to on this machine (empty when nothing is)."""
         return {}
+
+    def runtime_packages(self) -> tuple[str, ...]:
+        """The pip distributions whose shared libraries the format's regions load: a deployment
+        (byoc.deploy) carries the libraries a run loads from them, rather than the packages."""
+        return ()
 
     # Formats linked into the host.
     def link_flags(self) -> list[str]:

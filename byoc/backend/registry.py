@@ -11,23 +11,14 @@ from __future__ import annotations
 import importlib
 import threading
 import warnings
-from collections.abc import Mapping
 from importlib import metadata
 
+from byoc.backend import runtime
+from byoc.backend.builtin import BUILTIN_VENDORS, install_hint
 from byoc.backend.spec import Backend
-from byoc.errors import BackendRegistrationError, OptionError, UnknownBackendError
+from byoc.errors import BackendRegistrationError, UnknownBackendError
 
 ENTRY_POINT_GROUP = "byoc.vendors"
-# Each built-in vendor's module (importing it registers the vendor) and the extra that installs
-# what it needs beyond byoc's own dependencies.
-BUILTIN_VENDORS = {
-    "reference": ("byoc.vendors.reference", ""),
-    "dnnl": ("byoc.vendors.dnnl", "dnnl"),
-    "onnxruntime": ("byoc.vendors.onnxruntime", ""),
-    "vitis_ai": ("byoc.vendors.vitis_ai", ""),
-    "ethos_u": ("byoc.vendors.ethos_u", "ethos_u"),
-    "tensorrt": ("byoc.vendors.tensorrt", "tensorrt"),
-}
 
 _backends: dict[str, Backend] = {}
 _origins: dict[str, str] = {}
@@ -50,6 +41,7 @@ def register_backend(backend: Backend, origin: str = "user code", override: bool
             )
         _backends[backend.name] = backend
         _origins[backend.name] = origin
+    runtime.remember(backend.name, lambda: backend.runtime)
     return backend
 
 
@@ -57,6 +49,7 @@ def unregister_backend(name: str) -> None:
     with _lock:
         _backends.pop(name, None)
         _origins.pop(name, None)
+    runtime.forget(name)
 
 
 def get_backend(name: str | Backend) -> Backend:
@@ -87,23 +80,6 @@ def missing_vendors() -> dict[str, str]:
     discover_backends()
     with _lock:
         return dict(_missing)
-
-
-def checked_backend_options(backend_options: Mapping[str, Mapping], backends: Mapping[str, Backend | None] | None = None
-                            ) -> dict[str, dict]:
-    """Build and run options per vendor, checked against what each declares (an OptionError
-    names the vendor and what it takes): a typo must not pass silently to a vendor that ignores
-    it. `backends` are those to check against by name (configured ones), others are looked up."""
-    checked = {}
-    for name, values in backend_options.items():
-        backend = (backends or {}).get(name)
-        if backend is None:
-            try:
-                backend = get_backend(name)
-            except UnknownBackendError as error:
-                raise OptionError(f"backend_options names vendor {name!r}: {error}") from None
-        checked[name] = backend.checked_build_options(values)
-    return checked
 
 
 def backend_origin(name: str) -> str:
@@ -140,12 +116,10 @@ def _load_vendor(name: str) -> None:
 
 
 def _import_builtin(name: str) -> None:
-    module, extra = BUILTIN_VENDORS[name]
     try:
-        importlib.import_module(module)
+        importlib.import_module(BUILTIN_VENDORS[name].data_sheet)
     except ImportError as error:  # a dependency of the vendor is not installed
-        install = f"pip install 'byoc[{extra}]'" if extra else "reinstall byoc"
-        _missing[name] = f"{error} ({install})"
+        _missing[name] = f"{error} ({install_hint(name)})"
 
 
 def _load_plugin(entry_point: metadata.EntryPoint) -> None:

@@ -24,6 +24,7 @@ from byoc.backend.limits import Limits
 from byoc.backend.op_rules import OpCheck, OpRule
 from byoc.backend.options import Option
 from byoc.backend.region_pass import RegionPass
+from byoc.backend.runtime import VendorRuntime
 from byoc.backend.settings import BUILD, PARTITION, VendorSettings
 from byoc.backend.tolerance import FP32, Tolerance
 from byoc.backend.verdict import Verdict
@@ -96,9 +97,14 @@ class Backend:
         except TypeError as error:
             raise BackendRegistrationError(f"backend {self.name!r}: {error}") from None
 
+    @property
+    def runtime(self) -> VendorRuntime:
+        """What running this backend's regions needs of it (see byoc.backend.runtime)."""
+        return VendorRuntime(self.name, self.codegen, self.settings, self.unavailable)
+
     def missing_part(self) -> str | None:
         """Why this vendor cannot build regions on this machine, or None when it can."""
-        return self.unavailable() if self.unavailable is not None else None
+        return self.runtime.missing_part()
 
     def library_version(self) -> str:
         """The version of what generates and runs this backend's code (its runtime library, C
@@ -133,7 +139,7 @@ class Backend:
 
     def checked_build_options(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """`values` checked as build and load settings, as `build_settings` checks them."""
-        return type(self.settings).checked(self.name, values, BUILD)
+        return self.runtime.checked_build_options(values)
 
     def build_option(self, name: str) -> Option:
         """The build and load setting `name` as the command line reads it; an unknown one is an

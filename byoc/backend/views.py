@@ -7,8 +7,10 @@ spec, and every vendor written against it, depends on nothing above it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from tvm import relax
+if TYPE_CHECKING:  # read in annotations only: a run needs no compiler (byoc.backend.runtime)
+    from tvm import relax
 
 
 @dataclass

@@ -10,11 +10,11 @@ from byoc.errors import ByocError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from byoc.cli import bench, demo, matrix, models, partition, rpc, runtime, vendors
+    from byoc.cli import bench, demo, deploy, matrix, models, partition, rpc, runtime, vendors
 
     parser = argparse.ArgumentParser(prog="byoc", description="Partition, compile and run models on host + accelerators.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (models, vendors, partition, runtime, demo, bench, matrix, rpc):
+    for module in (models, vendors, partition, runtime, deploy, demo, bench, matrix, rpc):
         module.add_parser(commands)
     return parser
 

@@ -60,6 +60,8 @@ class CLibrary(Codegen):
     # destroys an arena's objects: a kernel's primitives are released and made again when the
     # dimensions it reads change. A library without it is generated per shape.
     ownership: str = ""
+    # The pip distributions whose libraries its regions load (see `Codegen.runtime_packages`).
+    packages: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if self.language not in ("c", "c++"):
@@ -76,6 +78,9 @@ class CLibrary(Codegen):
     def generate(self, region: RegionSource) -> RegionCode:
         source = generate_c_source(region.graph, self, region.constants, region.settings)
         return RegionCode(source.encode(), "c", tuple(region.constants))
+
+    def runtime_packages(self) -> tuple[str, ...]:
+        return tuple(self.packages)
 
     def bind(self, name: str, emitter: Emitter) -> None:
         self.emitters[name] = emitter

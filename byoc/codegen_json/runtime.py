@@ -44,10 +44,19 @@ class JsonRuntime(Codegen):
     save_engine: Callable[[Engine], bytes] | None = None
     load_engine: Callable[[bytes, JsonGraph, Constants, VendorSettings], Engine] | None = None
     environment: Callable[[], dict[str, str]] | None = None
+    # Whether `build_engine` needs TVM's compiler (see `Codegen.builds_with_compiler`).
+    needs_compiler: bool = False
+    # False where a saved engine is worth embedding in an artifact but not caching on disk (it is
+    # no faster to read than to build, and caching would write its weights again at every build).
+    cache_engines: bool = True
 
     @property
     def library_version(self) -> str:
         return self.version
+
+    @property
+    def builds_with_compiler(self) -> bool:
+        return self.needs_compiler
 
     def generate(self, region: RegionSource) -> RegionCode:
         payload = json.dumps(region.graph, sort_keys=True, separators=(",", ":")).encode()
@@ -61,6 +70,10 @@ class JsonRuntime(Codegen):
     @property
     def saves_engines(self) -> bool:
         return self.save_engine is not None and self.load_engine is not None
+
+    @property
+    def caches_engines(self) -> bool:
+        return self.saves_engines and self.cache_engines
 
     def saved_engine(self, engine: Engine) -> bytes:
         return self.save_engine(engine)

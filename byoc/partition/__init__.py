@@ -1,7 +1,12 @@
 """Graph partitioning: group, annotate, merge, split and outline regions; report the result."""
 
-from byoc.backend.views import RegionSummary
-from byoc.partition.pipeline import partition_graph
-from byoc.partition.report import PartitionReport, report
+from byoc.exports import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "RegionSummary": "byoc.backend.views",
+    "partition_graph": "byoc.partition.pipeline",
+    "PartitionReport": "byoc.partition.report_table",
+    "report": "byoc.partition.module_report",
+})
 
 __all__ = ["PartitionReport", "RegionSummary", "partition_graph", "report"]

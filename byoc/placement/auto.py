@@ -25,8 +25,8 @@ from byoc.errors import ByocError, PlacementError
 from byoc.models import random_inputs
 from byoc.partition.coverage import backend_coverage
 from byoc.partition.group import HOST
+from byoc.partition.module_report import report as partition_report
 from byoc.partition.pipeline import partition_graph
-from byoc.partition.report import report as partition_report
 from byoc.placement.cache import MeasurementCache
 from byoc.placement.candidates import BUDGET_SPENT, GIVE_UP_FACTOR, Search
 from byoc.placement.joint import (

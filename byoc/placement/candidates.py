@@ -17,8 +17,8 @@ import tvm
 from byoc.backend.spec import Backend
 from byoc.errors import ByocError, one_line
 from byoc.partition.group import HOST
+from byoc.partition.module_report import report
 from byoc.partition.pipeline import partition_graph
-from byoc.partition.report import report
 from byoc.placement.cache import MeasurementCache, candidate_key, content_hash
 from byoc.placement.measure import Measurement
 from byoc.processing.passes import needs_calibration

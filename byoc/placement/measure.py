@@ -48,7 +48,7 @@ def time_artifact(artifact_path: str, inputs_path: str, outputs_path: str = "", 
     seconds). Returns {"ms", "runs"}."""
     import tvm
 
-    from byoc.runtime_metadata import load
+    from byoc.runtime_metadata.model import load
 
     model = load(artifact_path, engines="eager")
     with np.load(inputs_path) as data:
@@ -75,7 +75,7 @@ def compare_artifacts(artifact_paths: list[str], inputs_path: str) -> dict:
     Returns {"results": [{"ms", "runs"} or {"error"}, ...]} in the order given."""
     import tvm
 
-    from byoc.runtime_metadata import load
+    from byoc.runtime_metadata.model import load
 
     models = []  # each model stays alive while its virtual machine is timed
     runners: dict[int, Callable[[], object]] = {}

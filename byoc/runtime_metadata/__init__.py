@@ -1,7 +1,3 @@
-"""The metadata-module runtime: build a partitioned module, run it, export and load one artifact."""
-
-from byoc.backend.engine import Engine
-from byoc.runtime_metadata.build import build
-from byoc.runtime_metadata.model import CompiledModel, load
-
-__all__ = ["CompiledModel", "Engine", "build", "load"]
+"""The metadata-module runtime: build a partitioned module (`build`), run it, export and load one
+artifact (`model`). Its loading and running import nothing of the compiler (see
+byoc.backend.runtime), so they work where only TVM's runtime is installed."""

@@ -39,7 +39,7 @@ import onnx
 import tvm
 
 from byoc.errors import ArtifactError, ByocError
-from byoc.ir.dims import DimRange
+from byoc.ir.dim_range import DimRange
 from byoc.ir.shape_conditions import ShapeCheck, names_in
 from byoc.ir.tail import ModelTail
 from byoc.runtime_metadata.artifact_types import (

@@ -14,7 +14,7 @@ from byoc.codegen_c.library import CLibrary
 from byoc.codegen_json.runtime import JsonRuntime
 from byoc.custom_formats.format import CustomFormat
 from byoc.errors import ArtifactError
-from byoc.ir.dims import DimRange
+from byoc.ir.dim_range import DimRange
 from byoc.ir.shape_conditions import ShapeCheck
 from byoc.ir.tail import ModelTail
 from byoc.runtime_metadata.constants import ConstantStore

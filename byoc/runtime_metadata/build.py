@@ -17,7 +17,8 @@ from tvm import relax
 
 from byoc.backend.codegen import SETTINGS_ATTR
 from byoc.backend.engine import EngineContext
-from byoc.backend.registry import backend_origin, checked_backend_options, get_backend
+from byoc.backend.registry import backend_origin, get_backend
+from byoc.backend.runtime import checked_backend_options
 from byoc.backend.settings import VendorSettings
 from byoc.backend.spec import Backend
 from byoc.cache_dirs import default_cache_dir
@@ -42,8 +43,8 @@ from byoc.runtime_metadata.engine_cache import EngineCache
 from byoc.runtime_metadata.engine_check import check_engine
 from byoc.runtime_metadata.engines import EngineRecord, create_engine
 from byoc.runtime_metadata.generate_regions import generate_region
+from byoc.runtime_metadata.hoist_shape_values import hoist_shape_values
 from byoc.runtime_metadata.model import CompiledModel, one_region_only
-from byoc.runtime_metadata.shape_values import hoist_shape_values
 from byoc.runtime_metadata.shape_variants import (
     check_buckets,
     dim_pattern,
@@ -338,7 +339,7 @@ class _Build:
         self.buckets = check_buckets(settings.shape_buckets, dims) if dims else []
         self.store = ConstantStore()
         self.configured = _region_backends(mod, overrides)
-        self.backend_options = checked_backend_options(settings.backend_options, self.configured)
+        self.backend_options = checked_backend_options(settings.backend_options, {name: b.runtime for name, b in self.configured.items()})
         record = mod.attrs.get(PARTITION_ATTR) if mod.attrs is not None else None
         self.partition = json.loads(str(record)) if record is not None else None
         self.planned = {r.symbol: r for r in PartitionRecord.from_dict(self.partition).regions} if self.partition else {}
@@ -391,7 +392,8 @@ class _Build:
                     raise
                 continue
             try:
-                return CompiledModel(self._parts(mod, library, backends, inputs, outputs), backends, self.cache, engines=self.records)
+                return CompiledModel(self._parts(mod, library, backends, inputs, outputs), {name: b.runtime for name, b in backends.items()},
+                                     self.cache, engines=self.records, data_sheets=backends)
             except EngineError as error:
                 if self.strict or not self._region_did_not_initialise(error):
                     raise

@@ -24,7 +24,7 @@ from tvm import relax
 
 from byoc.codegen_json.symbolic_dims import is_symbolic, names_in
 from byoc.runtime_metadata.artifact_types import DirectCall, RegionArtifact
-from byoc.runtime_metadata.shape_values import shape_value_positions
+from byoc.runtime_metadata.hoist_shape_values import shape_value_positions
 
 
 def find_direct_call(mod: tvm.IRModule, regions: Mapping[str, RegionArtifact], region_symbol,

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm.runtime.vm import VirtualMachine
 
 from byoc.backend.engine import EngineContext
+from byoc.backend.runtime import VendorRuntime
 from byoc.backend.settings import BUILD, VendorSettings
-from byoc.backend.spec import Backend
 from byoc.codegen_json.symbolic_dims import SymbolicDimError, is_symbolic, shape_at
 from byoc.errors import ArtifactError, ByocError, EngineError
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
@@ -64,7 +64,7 @@ class FailureRecord:
         return error
 
 
-def region_settings(backend: Backend, recorded: Mapping[str, Any] | None, values: Mapping[str, Any]) -> tuple[VendorSettings, bool]:
+def region_settings(backend: VendorRuntime, recorded: Mapping[str, Any] | None, values: Mapping[str, Any]) -> tuple[VendorSettings, bool]:
     """The vendor's settings a region's engine is made with: those its code was generated with
     (`recorded`, or the vendor's own in an artifact made before regions recorded them) under the
     build and load settings `values`; and whether they name the hardware the code must be bound
@@ -80,7 +80,7 @@ class RegionRuntime:
     def __init__(
         self,
         artifact: RegionArtifact,
-        backend: Backend,
+        backend: VendorRuntime,
         store: ConstantStore,
         settings: VendorSettings,
         cache: EngineCache | None,
@@ -209,7 +209,7 @@ class RegionRuntime:
 
 
 def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime], artifacts: Iterable[RegionArtifact],
-              others: Mapping[str, Callable] | None = None, memory: str = "pooled") -> relax.VirtualMachine:
+              others: Mapping[str, Callable] | None = None, memory: str = "pooled") -> VirtualMachine:
     """A VirtualMachine whose region calls reach these `regions` (and `others`, callables by
     symbol: shape-specialised regions), allocating with TVM's `memory` allocator. A region the
     host code calls but that the model does not have (an inconsistent artifact) is an
@@ -220,7 +220,7 @@ def create_vm(host: tvm.runtime.Module, regions: Iterable[RegionRuntime], artifa
             tvm_ffi.register_global_func(symbol, callable_, override=True)
             symbols.append(symbol)
         try:
-            return relax.VirtualMachine(host, tvm.cpu(), memory_cfg=memory)
+            return VirtualMachine(host, tvm.cpu(), memory_cfg=memory)
         except Exception as error:  # TVM errors share no base class
             missing = _MISSING_FUNCTION.search(str(error))
             if missing is None:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from byoc.backend.codegen import Codegen
 from byoc.backend.engine import Engine, EngineContext, creating_engine
+from byoc.backend.runtime import VendorRuntime
 from byoc.backend.settings import VendorSettings
-from byoc.backend.spec import Backend
+from byoc.compiler_presence import compiler_missing
 from byoc.errors import CacheError, EngineError
 from byoc.runtime_metadata.artifact_types import EmbeddedEngine, RegionArtifact
 from byoc.runtime_metadata.constants import ConstantStore
@@ -36,7 +37,7 @@ class EngineRecord:
 
 def create_engine(
     artifact: RegionArtifact,
-    backend: Backend,
+    backend: VendorRuntime,
     store: ConstantStore,
     settings: VendorSettings,
     cache: EngineCache | None,
@@ -56,7 +57,7 @@ def create_engine(
     return EngineRecord(engine, time.perf_counter() - start, source, saved)
 
 
-def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: Backend, store: ConstantStore,
+def save_for_embedding(record: EngineRecord, artifact: RegionArtifact, backend: VendorRuntime, store: ConstantStore,
                        settings: VendorSettings) -> EmbeddedEngine | None:
     """The region's built engine as the artifact carries it, or None when its vendor cannot save
     engines (C regions, custom blobs and engines without `save_engine` are rebuilt at load).
@@ -110,7 +111,7 @@ def _embedded_engine(codegen: Codegen, embedded: EmbeddedEngine, key: str, here:
 def _engine(artifact, codegen: Codegen, store, settings, cache, where, embedded=None, strict=False, hardware_given=True):
     """The region's engine, where it came from, and its saved bytes (when read or made)."""
     constants = store.subset(artifact.constants)
-    cacheable = cache is not None and codegen.saves_engines
+    cacheable = cache is not None and codegen.caches_engines
     if embedded is not None or cacheable:  # the key names the saved engine this region may use
         here = machine(codegen, where) if codegen.saves_engines else {}
         key = engine_cache_key(artifact, store, settings, here)
@@ -129,6 +130,10 @@ def _engine(artifact, codegen: Codegen, store, settings, cache, where, embedded=
         except Exception as error:
             warnings.warn(f"byoc: {where}: cached engine could not be loaded ({error}); rebuilding it", stacklevel=4)
             cache.discard(artifact.backend, key)
+    missing = compiler_missing() if codegen.builds_with_compiler else None
+    if missing is not None:
+        raise EngineError(f"{where}: its engine must be built on this machine, and building it needs byoc's compiler: {missing}; "
+                          "or embed the engine in the artifact on a machine like this one (byoc deploy)")
     engine = codegen.make_engine(artifact.code(), constants, settings, where, hardware_given)
     source = codegen.engine_source
     if cacheable:

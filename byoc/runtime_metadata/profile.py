@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm.runtime.vm import VirtualMachine
 
 from byoc.runtime_metadata.artifact_types import RegionArtifact
 from byoc.runtime_metadata.dispatch import RegionRuntime, RegionTimes
@@ -95,7 +95,7 @@ def _shortened(name: str, width: int) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def profile_model(vm: relax.VirtualMachine, artifacts: Sequence[RegionArtifact], regions: Mapping[str, RegionRuntime],
+def profile_model(vm: VirtualMachine, artifacts: Sequence[RegionArtifact], regions: Mapping[str, RegionRuntime],
                   arrays: list[np.ndarray], repeat: int, specialised: Mapping[str, Any] | None = None) -> ProfileReport:
     """Profile `repeat` runs of `vm` on `arrays`; `regions` are the Python-dispatched regions
     (engines created) among `artifacts`. `specialised` are the shape-specialised regions of a

@@ -15,18 +15,22 @@ import dataclasses
 import math
 import threading
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm.runtime.vm import VirtualMachine
 
 from byoc.codegen_json.symbolic_dims import shape_at
 from byoc.runtime_metadata.artifact_types import ModelParts, RegionArtifact, TensorSpec
+from byoc.runtime_metadata.current_dims import reset_current_dims, set_current_dims
 from byoc.runtime_metadata.dispatch import RegionRuntime, create_vm
 from byoc.runtime_metadata.numpy_views import numpy_view
 from byoc.runtime_metadata.shape_values import SHAPE_VALUES
-from byoc.runtime_metadata.shapes import SpecialisedRuntime, reset_current_dims, set_current_dims
+
+if TYPE_CHECKING:
+    from byoc.runtime_metadata.shapes import SpecialisedRuntime
 
 # Input buffers a model with dynamic dimensions keeps per thread, for its most recent shapes.
 KEPT_INPUT_SHAPES = 8
@@ -46,7 +50,7 @@ class ThreadVMs:
         self.memory = "naive" if dynamic else "pooled"
         self._local = threading.local()
 
-    def get(self) -> relax.VirtualMachine:
+    def get(self) -> VirtualMachine:
         vm = getattr(self._local, "vm", None)
         if vm is None:
             vm = self._local.vm = self.of_its_own()
@@ -56,7 +60,7 @@ class ThreadVMs:
         """Whether this thread made its VM (a model run directly makes none)."""
         return getattr(self._local, "vm", None) is not None
 
-    def of_its_own(self) -> relax.VirtualMachine:
+    def of_its_own(self) -> VirtualMachine:
         """A VirtualMachine of its own, for calls made while another runs `main`."""
         return create_vm(self._host, self._regions.values(), self._artifacts, self._by_name, self.memory)
 

@@ -25,6 +25,8 @@ import collections
 import threading
 from collections.abc import Callable, Hashable
 
+from byoc.errors import ByocError
+
 # Values of the shape alone keep at most 16 MiB of their own (past it they gain no time:
 # byoc.runtime_metadata.shape_values); the rest is for variants, which hold a copy of their
 # region's weights each. 256 MiB keeps 16 variants of a region of 15 MiB, as max_shapes' default
@@ -96,3 +98,10 @@ class ShapeMemory:
 
 
 __all__ = ["DEFAULT_SHAPE_MEMORY", "ShapeMemory"]
+
+
+def check_shape_memory(limit: object) -> None:
+    """A ByocError unless `limit` is None or a whole number of bytes, at least 1."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ByocError(f"shape_memory is the bytes a model keeps for the shapes it meets: a whole number of at least 1, "
+                        f"not {limit!r}")

@@ -26,7 +26,6 @@ not take so is generated per shape as above (`SpecialisedRegion.per_shape_reason
 from __future__ import annotations
 
 import collections
-import contextvars
 import hashlib
 import os
 import tempfile
@@ -48,22 +47,11 @@ from byoc.ir.dims import DimRange
 from byoc.runtime_metadata.artifact_types import DEFAULT_MAX_SHAPES, SYMBOLIC, RegionArtifact, SpecialisedRegion
 from byoc.runtime_metadata.compiler import compiler, export_shared, link_flags
 from byoc.runtime_metadata.constants import ConstantStore
+from byoc.runtime_metadata.current_dims import current_dims
 from byoc.runtime_metadata.dispatch import FailureRecord
 from byoc.runtime_metadata.host_library import initialise, libraries_directory, load_library
 from byoc.runtime_metadata.shape_memory import ShapeMemory
 from byoc.runtime_metadata.shape_variants import generate_variant, load_template
-
-# The named dimensions of the model's current run, for a region whose tensors do not give all
-# of its dimensions plainly (a region that only sees `batch * 4`).
-_CURRENT: contextvars.ContextVar[Mapping[str, int] | None] = contextvars.ContextVar("byoc_current_dims", default=None)
-
-
-def set_current_dims(values: Mapping[str, int]) -> contextvars.Token:
-    return _CURRENT.set(dict(values))
-
-
-def reset_current_dims(token: contextvars.Token) -> None:
-    _CURRENT.reset(token)
 
 
 def _compiled(artifact: RegionArtifact, codegen: Codegen, where: str) -> bytes:
@@ -153,7 +141,7 @@ class SpecialisedRuntime:
                 if isinstance(dim, str):
                     values.setdefault(dim, int(size))
         from_shapes = all(name in values for name in self.region.dims)
-        current = _CURRENT.get() or {}
+        current = current_dims() or {}
         for name in self.region.dims:
             if name not in values and name in current:
                 values[name] = current[name]

@@ -33,7 +33,8 @@ from byoc.frontend import from_onnx
 from byoc.models import exported, vision
 from byoc.partition import PartitionReport
 from byoc.processing.passes import needs_calibration
-from byoc.runtime_metadata import CompiledModel, build
+from byoc.runtime_metadata.build import build
+from byoc.runtime_metadata.model import CompiledModel
 from byoc.testing.onnx_models import light_model, light_model_names
 
 LIGHT_PREFIX = "light_"

@@ -31,6 +31,7 @@ def onednn_library() -> CLibrary:
         views=VIEWS,
         runtime_setup=_runtime_setup,
         held=threads.primitive_cache_held,
+        packages=(library.RUNTIME_PACKAGE, library.TBB_PACKAGE, library.INTEL_RUNTIME_PACKAGE, openblas.PACKAGE),
     )
 
 

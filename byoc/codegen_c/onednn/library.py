@@ -24,11 +24,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from byoc import library_path
 from byoc.cache_dirs import library_cache_dir
 from byoc.codegen_c.kernel_call import CBuffer, KernelCode
 from byoc.codegen_c.onednn.kernel_scales import DNNL_TYPES
@@ -49,6 +51,9 @@ def _locate(package: str, suffix: str) -> Path:
     try:
         files = metadata.distribution(package).files or []
     except metadata.PackageNotFoundError:
+        deployed = library_path.find(Path(suffix).name)  # a deployment's copy (see byoc.library_path)
+        if deployed is not None:
+            return deployed
         raise BuildError(f"oneDNN is not installed ({package} is missing): pip install {' '.join(PACKAGES)}") from None
     for file in files:
         if str(file).endswith(suffix):
@@ -84,11 +89,26 @@ def installed() -> bool:
         metadata.distribution(RUNTIME_PACKAGE)
         return True
     except metadata.PackageNotFoundError:
-        return False
+        return library_path.find("libdnnl.so.3") is not None
 
 
 def version() -> str:
-    return metadata.version(RUNTIME_PACKAGE)
+    try:
+        return metadata.version(RUNTIME_PACKAGE)
+    except metadata.PackageNotFoundError:
+        return f"deployed ({library_path.VARIABLE})"
+
+
+def helpers_missing() -> str | None:
+    """Why the small C++ helpers (`compiled_once`) cannot be compiled on this machine, or None: a
+    deployment target (see byoc.deploy) may have oneDNN's runtime without its headers or g++."""
+    if shutil.which("g++") is None:
+        return "g++ is not installed"
+    try:
+        include_dir(), tbb_include_dir()
+    except BuildError as error:
+        return str(error)
+    return None
 
 
 def compiled_once(name: str, source: str, flags: list[str], what: str) -> Path:

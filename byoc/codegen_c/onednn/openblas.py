@@ -27,6 +27,8 @@ import os
 from importlib import metadata
 from pathlib import Path
 
+from byoc import library_path
+
 PACKAGE = "scipy-openblas32"
 LIBRARY = "scipy_openblas"  # linked as -lscipy_openblas
 SPIN_ENV = "OPENBLAS_THREAD_TIMEOUT"
@@ -38,7 +40,7 @@ SGEMM_DECLARATION = ("void scipy_cblas_sgemm(int order, int transa, int transb, 
 ROW_MAJOR, NO_TRANSPOSE = 101, 111  # CblasRowMajor, CblasNoTrans
 
 
-def installed() -> bool:
+def _package() -> bool:
     try:
         metadata.distribution(PACKAGE)
         return True
@@ -46,14 +48,23 @@ def installed() -> bool:
         return False
 
 
+def installed() -> bool:
+    return _package() or library_path.find(f"lib{LIBRARY}.so") is not None
+
+
 def version() -> str:
-    return metadata.version(PACKAGE) if installed() else "not installed"
+    if not installed():
+        return "not installed"
+    return metadata.version(PACKAGE) if _package() else f"deployed ({library_path.VARIABLE})"
 
 
 @functools.cache
 def library_dir() -> str:
-    """The directory of libscipy_openblas.so (the package's `get_lib_dir`)."""
+    """The directory of libscipy_openblas.so (the package's `get_lib_dir`, or a deployment's copy,
+    see byoc.library_path)."""
     os.environ.setdefault(SPIN_ENV, SPIN_LEAST)  # importing the package loads the library (above)
+    if not _package():
+        return str(library_path.find(f"lib{LIBRARY}.so").parent)
     import scipy_openblas32
 
     return str(Path(scipy_openblas32.get_lib_dir()).resolve())

@@ -257,5 +257,8 @@ def _by_openblas_here(key: str) -> int:
 
 
 def register_choice() -> None:
-    """Let regions ask this process which kernel runs each product (`GLOBAL_FUNCTION`)."""
-    tvm_ffi.register_global_func(GLOBAL_FUNCTION, _by_openblas_here, override=True)
+    """Let regions ask this process which kernel runs each product (`GLOBAL_FUNCTION`), where the
+    timing program can be compiled here; elsewhere (a deployment without g++ or oneDNN's
+    headers) nothing answers, and the building machine's choice runs."""
+    if library.helpers_missing() is None:
+        tvm_ffi.register_global_func(GLOBAL_FUNCTION, _by_openblas_here, override=True)

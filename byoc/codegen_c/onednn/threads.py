@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import warnings
 from pathlib import Path
 
 from byoc.codegen_c.onednn import library
@@ -85,6 +86,10 @@ def limit_threads() -> None:
         if _applied:
             return
         count = requested()
-        if count is not None:
+        missing = library.helpers_missing() if count is not None else None
+        if missing is not None:
+            warnings.warn(f"byoc: oneDNN's thread limit ({count}) is not applied: its helper cannot be compiled here ({missing}); "
+                          "oneDNN takes every core", stacklevel=2)
+        elif count is not None:
             ctypes.CDLL(str(_helper())).byoc_limit_threads(ctypes.c_size_t(count))
         _applied = True

@@ -93,6 +93,7 @@ class SessionEngine:
         for key, value in SPINNING[spinning].items():
             session_options.add_session_config_entry(key, value)
         self.session = ort.InferenceSession(model_bytes, session_options, providers=["CPUExecutionProvider"])
+        self.model = model_bytes  # what the engine saves (onnxruntime's session holds these bytes anyway)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
         self._bindings = _Bindings()

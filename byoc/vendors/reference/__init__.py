@@ -1,67 +1,7 @@
-"""The `reference` backend: a generic tensor accelerator whose regions TVM compiles itself.
+"""The `reference` vendor: its data sheet (`data_sheet`), which registers it, and what running its
+regions needs (`runtime`), which an artifact loads without byoc's compiler (see
+byoc.backend.runtime)."""
 
-Data sheet: float32, static shapes; convolutions and matrix products, pooling, element-wise
-arithmetic and activations, normalisation, softmax, and the layout ops around them. Gather,
-comparisons, control flow and detection post-processing stay on the host. Conv2d with optional
-bias and ReLU is one composite instruction.
-"""
+from byoc.exports import lazy_exports
 
-from __future__ import annotations
-
-import tvm
-
-from byoc.annotate.patterns import fused_pattern
-from byoc.backend import Backend, Limits, register_backend
-from byoc.codegen_json import JsonRuntime, tvm_engine
-from byoc.flow import partition_for
-
-reference = Backend(
-    name="reference",
-    description="regions compiled by TVM (LLVM, untuned); the runnable stand-in for an accelerator",
-    limits=Limits(dtypes=("float32",)),
-    settings=tvm_engine.TvmSettings(),
-    codegen=JsonRuntime(
-        build_engine=tvm_engine.build_engine,
-        version=f"tvm-{tvm.__version__}-{tvm_engine.TARGET}",
-        save_engine=tvm_engine.save_engine,
-        load_engine=tvm_engine.load_engine,
-        environment=tvm_engine.environment,
-    ),
-)
-
-reference.pattern("conv2d_bias_relu", *fused_pattern("relax.nn.conv2d", bias=True, activation="relax.nn.relu"))
-reference.pattern("conv2d_bias", *fused_pattern("relax.nn.conv2d", bias=True))
-
-reference.supports(
-    "relax.nn.conv2d",
-    "relax.matmul",
-    "relax.nn.max_pool2d",
-    "relax.nn.avg_pool2d",
-    "relax.nn.adaptive_avg_pool2d",
-    "relax.mean",
-    "relax.add",
-    "relax.subtract",
-    "relax.multiply",
-    "relax.divide",
-    "relax.nn.relu",
-    "relax.clip",
-    "relax.sigmoid",
-    "relax.tanh",
-    "relax.exp",
-    "relax.erf",
-    "relax.sqrt",
-    "relax.nn.gelu",
-    "relax.nn.softmax",
-    "relax.nn.layer_norm",
-    "relax.reshape",
-    "relax.permute_dims",
-    "relax.concat",
-    "relax.split",
-)
-
-register_backend(reference, origin="byoc (built-in)")
-
-
-def partition_for_reference(mod: tvm.IRModule, **options) -> tvm.IRModule:
-    """Partition for the reference backend; `byoc.partition_for(mod, "reference", **options)`; options are cost rules."""
-    return partition_for(mod, "reference", **options)
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(["reference", "partition_for_reference"], "byoc.vendors.reference.data_sheet"))

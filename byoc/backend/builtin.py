@@ -1,0 +1,27 @@
+"""The vendors byoc ships: for each, the module that registers its data sheet, the extra that
+installs what it needs beyond byoc's own dependencies, and the module that declares what running
+its regions needs (see byoc.backend.runtime; None where that is the data sheet's). This table
+imports none of them, so `import byoc` needs no vendor's dependencies and no compiler."""
+
+from typing import NamedTuple
+
+
+class BuiltinVendor(NamedTuple):
+    data_sheet: str
+    extra: str
+    runtime: str | None
+
+
+BUILTIN_VENDORS = {
+    "reference": BuiltinVendor("byoc.vendors.reference.data_sheet", "", "byoc.vendors.reference.runtime"),
+    "dnnl": BuiltinVendor("byoc.vendors.dnnl.data_sheet", "dnnl", "byoc.vendors.dnnl.runtime"),
+    "onnxruntime": BuiltinVendor("byoc.vendors.onnxruntime.data_sheet", "", "byoc.vendors.onnxruntime.runtime"),
+    "vitis_ai": BuiltinVendor("byoc.vendors.vitis_ai", "", None),
+    "ethos_u": BuiltinVendor("byoc.vendors.ethos_u", "ethos_u", None),
+    "tensorrt": BuiltinVendor("byoc.vendors.tensorrt", "tensorrt", None),
+}
+
+
+def install_hint(name: str) -> str:
+    extra = BUILTIN_VENDORS[name].extra
+    return f"pip install 'byoc[{extra}]'" if extra else "reinstall byoc"
