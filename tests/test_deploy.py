@@ -108,3 +108,32 @@ def test_import_byoc_and_load_need_no_compiler(tmp_path):
     """, str(artifact))
     assert done.returncode == 0, done.stderr
     assert "relax imported: False" in done.stdout
+
+
+@pytest.mark.parametrize("vendor", ["vitis_ai", "ethos_u"])
+def test_custom_format_regions_run_without_the_compiler_or_the_vendors_build_tools(tmp_path, vendor):
+    """A DPU program runs on its simulator, an Ethos-U payload on its executor: neither needs
+    TVM's compiler, nor Vela (which is made unimportable here), at load or run."""
+    if vendor == "ethos_u" and "ethos_u" not in byoc.list_backends():
+        pytest.skip("Vela is not installed (pip install 'byoc[ethos_u]')")
+    from byoc import models as zoo
+
+    model = small_model("mlp")
+    calibration = [list(zoo.sample_inputs(model, seed=seed).values()) for seed in range(2)]
+    compiled = byoc.build(byoc.partition_for(small_module("mlp"), vendor, calibration=calibration))
+    artifact = tmp_path / f"{vendor}.byoc"
+    compiled.export(artifact)
+    inputs = list(zoo.sample_inputs(model, seed=5).values())
+    np.save(tmp_path / "x.npy", inputs[0])
+    done = _runtime_only("""
+        import sys
+        import numpy as np
+        sys.modules["ethosu"] = None
+        import byoc
+        model = byoc.load(sys.argv[1])
+        np.save(sys.argv[3], model.run(np.load(sys.argv[2]))[0])
+        print("relax imported:", "tvm.relax" in sys.modules)
+    """, str(artifact), str(tmp_path / "x.npy"), str(tmp_path / "y.npy"))
+    assert done.returncode == 0, done.stderr
+    assert "relax imported: False" in done.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), compiled.run(*inputs)[0])

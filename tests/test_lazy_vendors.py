@@ -24,7 +24,7 @@ def test_import_byoc_imports_no_vendor_and_a_vendor_imports_alone():
     """).splitlines()
     assert out[0] == "[]"
     assert all(m.startswith("byoc.vendors.reference") for m in eval(out[1])) and eval(out[1])
-    assert out[2] == "byoc.vendors.vitis_ai"
+    assert out[2] == "byoc.vendors.vitis_ai.data_sheet"
 
 
 def test_a_vendor_without_its_dependency_is_listed_as_missing_with_its_extra():

@@ -16,8 +16,8 @@ BUILTIN_VENDORS = {
     "reference": BuiltinVendor("byoc.vendors.reference.data_sheet", "", "byoc.vendors.reference.runtime"),
     "dnnl": BuiltinVendor("byoc.vendors.dnnl.data_sheet", "dnnl", "byoc.vendors.dnnl.runtime"),
     "onnxruntime": BuiltinVendor("byoc.vendors.onnxruntime.data_sheet", "", "byoc.vendors.onnxruntime.runtime"),
-    "vitis_ai": BuiltinVendor("byoc.vendors.vitis_ai", "", None),
-    "ethos_u": BuiltinVendor("byoc.vendors.ethos_u", "ethos_u", None),
+    "vitis_ai": BuiltinVendor("byoc.vendors.vitis_ai.data_sheet", "", "byoc.vendors.vitis_ai.runtime"),
+    "ethos_u": BuiltinVendor("byoc.vendors.ethos_u.data_sheet", "ethos_u", "byoc.vendors.ethos_u.runtime"),
     "tensorrt": BuiltinVendor("byoc.vendors.tensorrt", "tensorrt", None),
 }
 

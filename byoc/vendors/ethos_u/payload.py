@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from byoc.vendors.ethos_u.program import EOp, EProgram, ETensor
-from byoc.vendors.ethos_u.vela_lowering import Lowered
 
 VERSION = 1
 _ARRAYS = ("weights", "weight_scales", "bias", "multipliers", "shifts")
@@ -38,6 +38,14 @@ class _Data:
     def array(self, array: np.ndarray) -> dict[str, Any]:
         offset, length = self.add(np.require(array, requirements="C").tobytes())
         return {"offset": offset, "length": length, "shape": list(array.shape), "dtype": str(array.dtype)}
+
+
+@dataclass
+class Lowered:
+    segments: list[list[int]]  # command stream words per segment of consecutive NPU operations
+    weights: bytes
+    sram_bytes: int
+    estimate: dict = field(default_factory=dict)
 
 
 def encode(program: EProgram, lowered: Lowered) -> bytes:

@@ -35,6 +35,10 @@ def quantize_multiplier(multiplier: float) -> tuple[int, int]:
     return int(quantized), int(shift)
 
 
+# The Ethos-U configurations Vela compiles for (byoc.vendors.ethos_u.vela_lowering).
+ACCELERATORS = ("ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256", "ethos-u65-256", "ethos-u65-512")
+
+
 @dataclass
 class ETensor:
     shape: tuple[int, ...]

@@ -13,34 +13,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-from dataclasses import dataclass, field
 
 import numpy as np
 from ethosu.vela import api as vela
 from ethosu.vela.scaling import quantise_scale
 
 from byoc.errors import CodegenError
-from byoc.vendors.ethos_u.program import EOp, EProgram, ETensor
+from byoc.vendors.ethos_u.payload import Lowered
+from byoc.vendors.ethos_u.program import ACCELERATORS, EOp, EProgram, ETensor
 
-ACCELERATORS = {
-    "ethos-u55-32": vela.NpuAccelerator.Ethos_U55_32,
-    "ethos-u55-64": vela.NpuAccelerator.Ethos_U55_64,
-    "ethos-u55-128": vela.NpuAccelerator.Ethos_U55_128,
-    "ethos-u55-256": vela.NpuAccelerator.Ethos_U55_256,
-    "ethos-u65-256": vela.NpuAccelerator.Ethos_U65_256,
-    "ethos-u65-512": vela.NpuAccelerator.Ethos_U65_512,
-}
+# Vela's accelerator of each configuration name ("ethos-u55-32" -> Ethos_U55_32).
+NPU_ACCELERATORS = {name: getattr(vela.NpuAccelerator, "Ethos_U" + name.removeprefix("ethos-u").replace("-", "_")) for name in ACCELERATORS}
 WEIGHTS_REGION = 0
 SCRATCH_REGION = 1
 _ALIGN = 16
-
-
-@dataclass
-class Lowered:
-    segments: list[list[int]]  # command stream words per segment of consecutive NPU operations
-    weights: bytes
-    sram_bytes: int
-    estimate: dict = field(default_factory=dict)
 
 
 def _shape3d(tensor: ETensor) -> vela.NpuShape3D:
@@ -88,7 +74,7 @@ class _Lowering:
         if program.accelerator not in ACCELERATORS:
             raise CodegenError(f"unknown Ethos-U accelerator {program.accelerator!r}; known: {', '.join(ACCELERATORS)}")
         self.program = program
-        self.accelerator = ACCELERATORS[program.accelerator]
+        self.accelerator = NPU_ACCELERATORS[program.accelerator]
         self.addresses, self.sram_bytes = _plan_addresses(program)
         self.weights = bytearray()
 
