@@ -26,9 +26,8 @@ import numpy as np
 
 from byoc.backend.settings import VendorSettings, setting
 from byoc.codegen_json.symbolic_dims import is_symbolic, shape_at
-from byoc.codegen_json.to_onnx import graph_to_onnx
 from byoc.errors import EngineError
-from byoc.ir.dims import OPEN
+from byoc.ir.dim_range import OPEN
 from byoc.vendors.tensorrt.versions import format_version, parse_version, resolve_version
 
 INSTALL = ("pip install 'byoc[tensorrt]' --extra-index-url https://pypi.nvidia.com "
@@ -269,6 +268,10 @@ def _where(graph: Mapping[str, Any]) -> str:
 def region_onnx(graph: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> bytes:
     """The ONNX model TensorRT's parser is given for a region (after its processing: float16
     casts included)."""
+    # The translation reads byoc's IR: imported where an engine is built, never where the plans
+    # come embedded and only TVM's runtime is installed.
+    from byoc.codegen_json.to_onnx import graph_to_onnx
+
     return graph_to_onnx(graph, constants).SerializeToString()
 
 
