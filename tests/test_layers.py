@@ -10,7 +10,7 @@ import byoc
 LAYERS = [
     {"errors", "ir", "progress", "timing", "relative_l2", "models", "cache_dirs", "exports", "compiler_presence", "library_path"},
     {"backend"},
-    {"annotate", "frontend", "host", "codegen_json", "codegen_c", "custom_formats", "processing"},
+    {"annotate", "frontend", "host", "codegen_json", "codegen_c", "codegen_cuda", "custom_formats", "processing"},
     {"partition", "runtime_metadata", "compile_settings"},
     {"placement", "flow", "accuracy", "onnx_backend", "deploy"},
     {"vendors"},

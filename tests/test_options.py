@@ -181,7 +181,7 @@ def test_a_vendors_data_sheet_is_read_off_its_declaration(capsys):
     assert main(["vendors", "--datasheet", "ethos_u"]) == 0
     assert "| `accelerator` | partition, build and load |" in capsys.readouterr().out
     assert main(["vendors", "--datasheet", "no_such_vendor"]) == 2
-    assert "unknown backend 'no_such_vendor'; registered backends: dnnl" in capsys.readouterr().err
+    assert "unknown backend 'no_such_vendor'; registered backends: cuda, dnnl" in capsys.readouterr().err
 
 
 def test_one_settings_object_is_read_by_partition_and_build(tmp_path):

@@ -18,6 +18,7 @@ BUILTIN_VENDORS = {
     "onnxruntime": BuiltinVendor("byoc.vendors.onnxruntime.data_sheet", "", "byoc.vendors.onnxruntime.runtime"),
     "vitis_ai": BuiltinVendor("byoc.vendors.vitis_ai.data_sheet", "", "byoc.vendors.vitis_ai.runtime"),
     "ethos_u": BuiltinVendor("byoc.vendors.ethos_u.data_sheet", "ethos_u", "byoc.vendors.ethos_u.runtime"),
+    "cuda": BuiltinVendor("byoc.vendors.cuda.data_sheet", "", "byoc.vendors.cuda.runtime"),
     "tensorrt": BuiltinVendor("byoc.vendors.tensorrt.data_sheet", "tensorrt", "byoc.vendors.tensorrt.runtime"),
 }
 

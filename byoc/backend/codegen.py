@@ -127,6 +127,12 @@ class Codegen(ABC):
         """What a saved engine is bound to on this machine (empty when nothing is)."""
         return {}
 
+    def device_missing(self) -> str | None:
+        """Why this machine cannot run the format's engines (no device), or None. Where it cannot,
+        the build generates the regions' code and leaves their engines, and the check of them, to
+        the machine that loads the model."""
+        return None
+
     def runtime_packages(self) -> tuple[str, ...]:
         """The pip distributions whose shared libraries the format's regions load: a deployment
         (byoc.deploy) carries the libraries a run loads from them, rather than the packages."""

@@ -37,6 +37,11 @@ class CustomFormat(Codegen):
     # What the vendor knows about a serialized region at build time (estimated cycles, memory
     # use); it goes into the artifact and the model's report.
     describe: Callable[[bytes, VendorSettings], dict] | None = None
+    # Why this machine has no device to run the blobs on, or None (see `Codegen.device_missing`).
+    device: Callable[[], str | None] | None = None
+
+    def device_missing(self) -> str | None:
+        return self.device() if self.device is not None else None
 
     def versions(self) -> tuple[int, ...]:
         return self.readable_versions or (self.version,)

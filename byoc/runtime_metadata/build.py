@@ -474,6 +474,11 @@ class _Build:
             if artifact.symbol in self.records or artifact.linked_into_host:  # no engine: checked when the host library initialises it
                 continue
             where = f"region {artifact.symbol} ({artifact.backend})"
+            absent = self.configured[artifact.backend].codegen.device_missing()
+            if absent is not None:  # built for a device elsewhere: its engine is made and run where the model is loaded
+                warnings.warn(f"byoc: {where}: its code is built, but not run or checked here ({absent}): the machine that loads "
+                              "the model makes its engine", stacklevel=4)
+                continue
             try:
                 backend = self.configured[artifact.backend]
                 record = create_engine(artifact, backend, self.store, self._settings(backend), self.cache,

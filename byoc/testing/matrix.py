@@ -284,10 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = {}  # vendors whose library or device this machine lacks: listed with the reason, not run
     for vendor in vendors:
         backend = get_backend(vendor)
-        reason = backend.missing_part()
+        reason = backend.missing_part() or backend.codegen.device_missing()
         if reason:
             missing[vendor] = reason
-            print(f"byoc matrix: {vendor} does not build on this machine, left out: {reason}", file=sys.stderr)
+            print(f"byoc matrix: {vendor} does not build or run on this machine, left out: {reason}", file=sys.stderr)
     vendors = [v for v in vendors if v not in missing]
     models = [m for name in (args.models or _default_models()) for m in _expanded(name)]
     for name in models:
