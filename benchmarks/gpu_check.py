@@ -109,6 +109,8 @@ def torch_function(graph: dict, constants: list, torch):
                 return [value(r) for r in ref["tuple"]]
             if "shape" in ref:
                 return ref["shape"]
+            if "prim" in ref:
+                return ref["prim"]
             return values[(ref["node"], ref.get("index", 0))]
 
         for node in graph["nodes"]:
@@ -138,6 +140,7 @@ _TORCH_OPS = {
     "minimum": lambda a, t, torch, F: torch.minimum(a[0], a[1]),
     "power": lambda a, t, torch, F: torch.pow(a[0], a[1]),
     "nn.relu": lambda a, t, torch, F: F.relu(a[0]),
+    "clip": lambda a, t, torch, F: torch.clamp(a[0], a[1], a[2]),
     "erf": lambda a, t, torch, F: torch.erf(a[0]),
     "exp": lambda a, t, torch, F: torch.exp(a[0]),
     "sigmoid": lambda a, t, torch, F: torch.sigmoid(a[0]),

@@ -116,7 +116,7 @@ def cuda_backend(settings: CudaSettings | None = None) -> Backend:
     backend.supports("relax.nn.max_pool2d", "relax.nn.avg_pool2d", check=_pool)
     backend.supports("relax.nn.softmax", "relax.nn.layer_norm", check=_last_axis)
     backend.supports("relax.take", check=_take)
-    backend.supports(*sorted(ELEMENTWISE - {"relax.clip"}), "relax.mean", "relax.sum", "relax.permute_dims", "relax.concat",
+    backend.supports(*sorted(ELEMENTWISE), "relax.mean", "relax.sum", "relax.permute_dims", "relax.concat",
                      "relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims", check=_float)
     return backend
 
