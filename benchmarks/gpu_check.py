@@ -53,7 +53,7 @@ def prepare(out: Path, arch: str) -> None:
         name = f"{model}-b{batch}-{'fp16' if fp16 else 'fp32'}"
         start = time.perf_counter()
         onnx_model = models.resnet50(batch=batch) if model == "resnet50" else models.bert_encoder(batch=batch)
-        partitioned = byoc.partition_for(byoc.from_onnx(onnx_model), "cuda", arch=arch, fp16=fp16)
+        partitioned = byoc.partition_for(byoc.from_onnx(onnx_model), "cuda", arch=arch, dtype="float16" if fp16 else "float32")
         report = byoc.report(partitioned)
         if len(report.regions) != 1 or report.host_ops:
             raise SystemExit(f"{name}: expected one region and nothing on the host:\n{report}")

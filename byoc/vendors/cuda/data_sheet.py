@@ -1,7 +1,7 @@
 """The `cuda` backend: NVIDIA GPUs, each region one CUDA library compiled by nvcc.
 
-Data sheet: float32 regions, or float16 ones (`fp16=True`: cast inside the region,
-float32 at its boundary), of static shapes. Matrix products through cuBLAS (float32
+Data sheet: float32 regions, or float16 or bfloat16 ones (`dtype="float16"`: cast inside the
+region, float32 at its boundary), of static shapes. Matrix products through cuBLAS (float32
 accumulation; an activation's batch folded into the rows against 2-D weights, batched products of
 activations), 2-D NCHW convolutions through cuDNN (grouped and dilated, symmetric padding; its
 heuristics' algorithm; float32 without TF32, as torch's `allow_tf32=False`), and between them
@@ -24,15 +24,15 @@ import tvm
 
 from byoc.annotate.predicates import shape
 from byoc.backend import Backend, CostRules, Limits, register_backend
-from byoc.backend.tolerance import FP16, FP32
+from byoc.backend.tolerance import BF16, FP16, FP32
 from byoc.codegen_cuda.compile import nvcc
 from byoc.codegen_cuda.elementwise import ELEMENTWISE
 from byoc.flow import partition_for
 from byoc.ir.types import dtype_name
-from byoc.processing import Float16Pass
+from byoc.processing.cast import to_float16
 from byoc.vendors.cuda.runtime import RUNTIME, CudaSettings
 
-FLOATS = ("float32", "float16")
+FLOATS = ("float32", "float16", "bfloat16")
 
 
 def _float(call) -> str | None:
@@ -82,13 +82,14 @@ def _take(call) -> str | None:
     return None if index in ("int32", "int64") else f"{index} indices"
 
 
-class _Precision(Float16Pass):
-    """Float16 for the regions partitioned with fp16=True."""
+class _Precision:
+    """The region cast to the half type its settings name (`dtype`), float32 at its boundary."""
 
-    name = "float16 (regions partitioned with fp16=True)"
+    name = "float16 or bfloat16 (regions partitioned with dtype=float16 or bfloat16)"
 
     def __call__(self, graph, constants, context):
-        return super().__call__(graph, constants, context) if context.settings.fp16 else (graph, constants)
+        half = context.settings.dtype
+        return to_float16(graph, constants, half) if half != "float32" else (graph, constants)
 
 
 def _no_nvcc() -> str | None:
@@ -101,14 +102,14 @@ def cuda_backend(settings: CudaSettings | None = None) -> Backend:
     backend = Backend(
         name=RUNTIME.name,
         priority=9,
-        description=f"NVIDIA GPU ({settings.arch}, {'fp16' if settings.fp16 else 'fp32'}): cuBLAS, cuDNN and generated CUDA",
+        description=f"NVIDIA GPU ({settings.arch}, {settings.dtype}): cuBLAS, cuDNN and generated CUDA",
         limits=Limits(dtypes=(*FLOATS, "int64", "int32"), max_rank=6),
         cost=CostRules(fallback_without_macs=True),
         codegen=RUNTIME.codegen,
         processing=[_Precision()],
         settings=settings,
         configure=cuda_backend,
-        tolerance=FP16 if settings.fp16 else FP32,
+        tolerance={"float16": FP16, "bfloat16": BF16}.get(settings.dtype, FP32),
         unavailable=_no_nvcc,
     )
     backend.supports("relax.matmul", check=_matmul)
@@ -125,5 +126,6 @@ register_backend(cuda_backend(), origin="byoc (built-in)")
 
 
 def partition_for_cuda(mod: tvm.IRModule, **options) -> tvm.IRModule:
-    """`byoc.partition_for(mod, "cuda", **options)`: `arch` ("sm_90"), `fp16`, and cost rules."""
+    """`byoc.partition_for(mod, "cuda", **options)`: `arch` ("sm_90"), `dtype` ("float32",
+    "float16", "bfloat16"), and cost rules."""
     return partition_for(mod, "cuda", **options)
