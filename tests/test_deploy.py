@@ -13,6 +13,7 @@ import pytest
 
 import byoc
 from byoc.cli import main
+from byoc.codegen_cuda.compile import nvcc
 from byoc.deploy import check, deploy
 from byoc.deploy.sizes import full_install, tree_bytes
 from byoc.errors import ByocError
@@ -137,3 +138,21 @@ def test_custom_format_regions_run_without_the_compiler_or_the_vendors_build_too
     assert done.returncode == 0, done.stderr
     assert "relax imported: False" in done.stdout
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), compiled.run(*inputs)[0])
+
+
+@pytest.mark.skipif(nvcc() is None, reason="nvcc is not installed")
+def test_a_gpu_model_built_without_a_gpu_is_deployed_for_the_target_to_run(tmp_path, capsys):
+    """Built here, where there is no GPU, the model is deployed loaded but not run, and its
+    requirements name the libraries its regions open on the target."""
+    from byoc.codegen_cuda.engine import device_missing
+
+    if device_missing() is None:
+        pytest.skip("this machine has a CUDA device: the deployment runs and is checked as any other")
+    artifact, folder = tmp_path / "mlp.byoc", tmp_path / "deployed"
+    with pytest.warns(UserWarning, match="its code is built, but not run or checked here"):
+        byoc.build(byoc.partition_for(small_module("mlp"), "cuda")).export(artifact)
+    assert main(["deploy", str(artifact), "-o", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "cuda's regions were loaded, not run, here" in out and "not checked here" in out
+    assert (folder / "requirements.txt").read_text().endswith("nvidia-cublas\nnvidia-cudnn-cu13\n")
+    assert (folder / "runtime" / "byoc" / "codegen_cuda" / "engine.py").exists()

@@ -39,9 +39,14 @@ class CustomFormat(Codegen):
     describe: Callable[[bytes, VendorSettings], dict] | None = None
     # Why this machine has no device to run the blobs on, or None (see `Codegen.device_missing`).
     device: Callable[[], str | None] | None = None
+    # The pip distributions whose libraries its engines load (see `Codegen.runtime_packages`).
+    packages: tuple[str, ...] = ()
 
     def device_missing(self) -> str | None:
         return self.device() if self.device is not None else None
+
+    def runtime_packages(self) -> tuple[str, ...]:
+        return self.packages
 
     def versions(self) -> tuple[int, ...]:
         return self.readable_versions or (self.version,)

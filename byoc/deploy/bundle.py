@@ -15,7 +15,7 @@ import tvm
 from byoc import library_path
 from byoc.backend.runtime import vendor_runtime
 from byoc.deploy.probe import BYOC_ROOT, Probe, probe
-from byoc.deploy.sizes import Requirement, full_install, owner, requirements_of, tree_bytes
+from byoc.deploy.sizes import Requirement, full_install, installed, owner, requirements_of, tree_bytes
 from byoc.errors import ByocError
 from byoc.runtime_metadata.artifact import read_manifest
 
@@ -41,6 +41,8 @@ class Deployment:
     directory: str
     embedded: list[str]  # regions whose engines were embedded for it
     requirements: list[Requirement]
+    not_run: dict[str, str]  # vendor -> why its regions did not run here (their device is the target's)
+    target_packages: list[str]  # what the vendors' code loads on the target and this machine has not
     folder_bytes: int
     requirements_bytes: int  # the requirements as installed here
     full_install_bytes: int  # byoc, TVM with its compiler, and their dependencies for these vendors, as installed here
@@ -54,6 +56,9 @@ class Deployment:
         lines = [f"wrote {self.directory}: {ARTIFACT}, {RUNTIME}/ (TVM's runtime and byoc's runtime modules), {LIBRARIES}/ (the vendors' "
                  f"libraries), requirements.txt, {LOADER}",
                  f"  engines embedded for a run without the compiler: {', '.join(self.embedded) or 'none needed'}",
+                 *(f"  {vendor}'s regions were loaded, not run, here ({reason}): the target runs them" for vendor, reason in self.not_run.items()),
+                 *([f"  for the target to install besides (not on this machine, so not pinned): {' '.join(self.target_packages)}"]
+                   if self.target_packages else []),
                  f"  on disk: the folder {self.folder_bytes / mib:.1f} MiB + its requirements {self.requirements_bytes / mib:.1f} MiB "
                  f"= {self.total_bytes / mib:.1f} MiB, against {self.full_install_bytes / mib:.1f} MiB for a full install "
                  f"({self.total_bytes / self.full_install_bytes:.2f} of it)",
@@ -77,10 +82,13 @@ def deploy(artifact: str | os.PathLike, directory: str | os.PathLike) -> Deploym
     _copy_byoc(found, runtime)
     carried = _copy_libraries(found, vendors, directory / LIBRARIES)
     requirements = requirements_of(found, carried)
-    (directory / "requirements.txt").write_text("".join(f"{r.name}=={r.version}\n" for r in requirements))
+    elsewhere = sorted(name for name in carried if not installed(name))
+    (directory / "requirements.txt").write_text("".join(f"{r.name}=={r.version}\n" for r in requirements)
+                                                + ("# the vendors' libraries, not installed where this was deployed:\n" if elsewhere else "")
+                                                + "".join(f"{name}\n" for name in elsewhere))
     (directory / LOADER).write_text(LOADER_SOURCE)
-    deployment = Deployment(str(directory), embedded, requirements, tree_bytes(directory), sum(r.bytes for r in requirements),
-                            full_install(vendors))
+    deployment = Deployment(str(directory), embedded, requirements, found.not_run, elsewhere, tree_bytes(directory),
+                            sum(r.bytes for r in requirements), full_install(vendors))
     (directory / "deployment.json").write_text(json.dumps({**asdict(deployment), "python": sys.version.split()[0],
                                                            "tvm": tvm.__version__, "byoc": metadata.version("byoc")}, indent=1))
     return deployment

@@ -3,7 +3,8 @@
 `python -m byoc.deploy.probe ARTIFACT` loads the artifact with its engines made at load, runs it
 once on zeros of its inputs' shapes (each named dimension at its `opt`), and prints, as JSON, the
 files of byoc's modules it imported, the top-level names of the other modules, and the shared
-libraries the process mapped. `probe` runs it in a fresh process with `TVM_USE_RUNTIME_LIB=1`,
+libraries the process mapped. A model whose regions need a device this machine lacks (a GPU) is
+loaded but not run, and says so. `probe` runs it in a fresh process with `TVM_USE_RUNTIME_LIB=1`,
 so that anything that needs the compiler fails there, as it would on the target.
 """
 
@@ -27,6 +28,7 @@ class Probe:
     byoc_files: list[str]  # relative to the directory that holds the `byoc` package
     modules: list[str]  # top-level names of the other modules imported (stdlib included)
     libraries: list[str]  # shared libraries mapped, resolved
+    not_run: dict[str, str]  # vendor -> why its regions could not run here (no device): loaded only
 
 
 def probe(artifact: str | os.PathLike, env: dict[str, str] | None = None) -> Probe:
@@ -54,19 +56,25 @@ def _mapped_libraries() -> list[str]:
 
 
 def main(artifact: str) -> None:
+    from byoc.backend.runtime import vendor_runtime
     from byoc.ir.dim_range import dim_range
     from byoc.runtime_metadata.artifact import read_manifest
     from byoc.runtime_metadata.model import load
 
     manifest = read_manifest(artifact)
     dims = {name: dim_range(name, (low, opt, high)) for name, (low, high, opt) in manifest.get("dims", {}).items()}
-    model = load(artifact, engines="eager")
-    model.run(*_zeros(manifest["inputs"], dims))
+    # A model built here for a device this machine lacks (a GPU) is loaded, not run: what it
+    # imports is known, and the libraries it would map are its vendors' to name.
+    not_run = {vendor: reason for vendor in sorted({r["backend"] for r in manifest["regions"]})
+               if (reason := vendor_runtime(vendor).codegen.device_missing()) is not None}
+    model = load(artifact, engines="lazy" if not_run else "eager")
+    if not not_run:
+        model.run(*_zeros(manifest["inputs"], dims))
     root = BYOC_ROOT
     byoc_files = sorted(str(Path(m.__file__).resolve().relative_to(root)) for name, m in list(sys.modules.items())
                         if (name == "byoc" or name.startswith("byoc.")) and getattr(m, "__file__", None))
     modules = sorted({name.split(".")[0] for name in sys.modules if not name.startswith("byoc")})
-    print(MARK + json.dumps({"byoc_files": byoc_files, "modules": modules, "libraries": _mapped_libraries()}))
+    print(MARK + json.dumps({"byoc_files": byoc_files, "modules": modules, "libraries": _mapped_libraries(), "not_run": not_run}))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,14 @@ def _bytes(name: str) -> int:
     return total
 
 
+def installed(name: str) -> bool:
+    try:
+        metadata.distribution(name)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
 def owner(path: str) -> str | None:
     """The distribution that installed the file at `path` (resolved), or None."""
     return _files().get(path)

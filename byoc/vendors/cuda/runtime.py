@@ -21,7 +21,7 @@ from byoc.backend.engine import engine_context
 from byoc.backend.runtime import VendorRuntime
 from byoc.backend.settings import BUILD, PARTITION, VendorSettings, setting
 from byoc.codegen_cuda.compile import compile_region
-from byoc.codegen_cuda.engine import CudaEngine, device_missing
+from byoc.codegen_cuda.engine import CUBLAS, CUDNN, CudaEngine, device_missing
 from byoc.codegen_cuda.generate import region_source
 from byoc.custom_formats.format import CustomFormat
 from byoc.errors import CustomFormatError, OptionError
@@ -90,6 +90,6 @@ def _describe(payload: bytes, settings: CudaSettings) -> dict:
 
 
 CUDA_REGION = CustomFormat(name="cuda-region", version=1, serialize=_serialize, deserialize=_deserialize, describe=_describe,
-                           device=device_missing)
+                           device=device_missing, packages=(CUBLAS[0][0], CUDNN[0][0]))
 
 RUNTIME = VendorRuntime(name="cuda", codegen=CUDA_REGION, settings=CudaSettings())
