@@ -73,14 +73,15 @@ def broadcast_offset(operand: Sequence[int], output: Sequence[int]) -> str:
     if math.prod(operand) == 1:
         return "0"
     skip = len(output) - len(operand)
-    terms = [f"c{skip + k} * {step}LL" for k, (size, step) in enumerate(zip(operand, strides(operand))) if size != 1]
+    terms = [f"c{skip + k} * {step}" for k, (size, step) in enumerate(zip(operand, strides(operand))) if size != 1]
     return " + ".join(terms) or "0"
 
 
 def coordinates(shape: Sequence[int]) -> str:
-    """C that sets `c0, c1, ...` to the coordinates of flat index `i` in `shape`."""
+    """C that sets `c0, c1, ...` to the coordinates of flat index `i` in `shape` (of the kernel's
+    index type, `byoc_index_t`)."""
     lines, rest = [], "i"
     for axis in range(len(shape) - 1, -1, -1):
-        lines.append(f"  const long long c{axis} = {rest} % {shape[axis]}LL;")
-        rest = f"({rest} / {shape[axis]}LL)"
+        lines.append(f"  const byoc_index_t c{axis} = {rest} % {shape[axis]};")
+        rest = f"({rest} / {shape[axis]})"
     return "\n".join(lines)

@@ -185,9 +185,13 @@ def layer_norm(node, kernel, inputs, output) -> Code:
 
 
 def _per_element(kernel: str, inputs: Sequence[Operand], output: Operand, body: str) -> Code:
+    # 32-bit indices where every tensor is under 2^31 elements: a 64-bit division by a constant
+    # costs several times a 32-bit one, and an element-wise kernel makes one per axis.
+    wide = max(o.size for o in (*inputs, output)) >= 2**31
     source = f"""
 {_signature(kernel, inputs, output)} {{
-  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  typedef {'long long' if wide else 'int'} byoc_index_t;
+  const byoc_index_t i = blockIdx.x * (byoc_index_t)blockDim.x + threadIdx.x;
   if (i >= {output.size}LL) return;
 {coordinates(output.shape)}
 {body}
@@ -202,18 +206,18 @@ def mean(node, kernel, inputs, output) -> Code:
     kept = [a for a in range(len(x.shape)) if a not in axes]
     keepdims = node["attrs"]["keepdims"]
     in_strides = strides(x.shape)
-    base = " + ".join(f"c{axis if keepdims else k} * {in_strides[axis]}LL" for k, axis in enumerate(kept)) or "0"
+    base = " + ".join(f"c{axis if keepdims else k} * {in_strides[axis]}" for k, axis in enumerate(kept)) or "0"
     count = math.prod(x.shape[a] for a in axes)
     inner = []
     rest = "r"
     for axis in reversed(axes):
-        inner.append(f"    const long long r{axis} = {rest} % {x.shape[axis]}LL;")
-        rest = f"({rest} / {x.shape[axis]}LL)"
-    offset = " + ".join(f"r{a} * {in_strides[a]}LL" for a in axes)
+        inner.append(f"    const byoc_index_t r{axis} = {rest} % {x.shape[axis]};")
+        rest = f"({rest} / {x.shape[axis]})"
+    offset = " + ".join(f"r{a} * {in_strides[a]}" for a in axes)
     scale = f" / {count}.0f" if node["op"] == "relax.mean" else ""
-    body = f"""  const long long base = {base};
+    body = f"""  const byoc_index_t base = {base};
   float total = 0.0f;
-  for (long long r = 0; r < {count}LL; ++r) {{
+  for (byoc_index_t r = 0; r < {count}; ++r) {{
 {chr(10).join(inner)}
     total += to_f(in0[base + {offset}]);
   }}
@@ -230,11 +234,11 @@ def pool2d(node, kernel, inputs, output) -> Code:
     height, width = x.shape[2], x.shape[3]
     is_max = node["op"] == "relax.nn.max_pool2d"
     count = "(float)counted" if not attrs.get("count_include_pad", False) else f"{kh * kw}.0f"
-    body = f"""  const {x.ctype}* plane = in0 + (c0 * {x.shape[1]}LL + c1) * {height * width}LL;
+    body = f"""  const {x.ctype}* plane = in0 + (c0 * {x.shape[1]} + c1) * (byoc_index_t){height * width};
   float value = {'-INFINITY' if is_max else '0.0f'};
   int counted = 0;
   for (int a = 0; a < {kh}; ++a) for (int b = 0; b < {kw}; ++b) {{
-    const long long h = c2 * {sh} - {top} + a * {dh}, w = c3 * {sw} - {left} + b * {dw};
+    const byoc_index_t h = c2 * {sh} - {top} + a * {dh}, w = c3 * {sw} - {left} + b * {dw};
     if (h < 0 || h >= {height} || w < 0 || w >= {width}) continue;
     const float v = to_f(plane[h * {width} + w]);
     value = {'fmaxf(value, v)' if is_max else 'value + v'}; ++counted;
@@ -249,8 +253,8 @@ def take(node, kernel, inputs, output) -> Code:
     rows, width = table.shape[0], math.prod(table.shape[1:])
     mode = node["attrs"].get("mode", "fast")
     row = f"(r % {rows}LL + {rows}LL) % {rows}LL" if mode == "wrap" else f"(r < 0 ? 0 : r >= {rows} ? {rows - 1} : r)"
-    body = f"""  const long long r = (long long)in1[i / {width}LL];
-  out[i] = in0[({row}) * {width}LL + i % {width}LL];"""
+    body = f"""  const long long r = (long long)in1[i / {width}];
+  out[i] = in0[({row}) * {width}LL + i % {width}];"""
     return _per_element(kernel, inputs, output, body)
 
 
@@ -259,7 +263,7 @@ def permute_dims(node, kernel, inputs, output) -> Code:
     (x,) = inputs
     axes = node["attrs"]["axes"] or list(range(len(x.shape)))[::-1]
     in_strides = strides(x.shape)
-    offset = " + ".join(f"c{k} * {in_strides[axis]}LL" for k, axis in enumerate(axes)) or "0"
+    offset = " + ".join(f"c{k} * {in_strides[axis]}" for k, axis in enumerate(axes)) or "0"
     return _per_element(kernel, inputs, output, f"  out[i] = in0[{offset}];")
 
 
@@ -270,7 +274,7 @@ def concat(node, kernel, inputs, output) -> Code:
     for k, operand in enumerate(inputs):
         end = start + operand.shape[axis]
         operand_strides = strides(operand.shape)
-        offset = " + ".join(f"(c{a}{f' - {start}' if a == axis else ''}) * {operand_strides[a]}LL" for a in range(len(output.shape)))
+        offset = " + ".join(f"(c{a}{f' - {start}' if a == axis else ''}) * {operand_strides[a]}" for a in range(len(output.shape)))
         lines.append(f"  {'if' if k == 0 else 'else if'} (c{axis} < {end}) out[i] = in{k}[{offset}];")
         start = end
     return _per_element(kernel, inputs, output, "\n".join(lines))
