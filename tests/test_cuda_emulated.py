@@ -30,12 +30,16 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not 
 
 def _host_source(source: str) -> str:
     """The generated source with each kernel launch made a call of the emulation's launcher: a
-    kernel that synchronises its block runs its threads at once."""
+    kernel that synchronises its block runs its threads at once, two warps of them rather than
+    eight (each is a host thread; the kernels read their block's size, and two warps still
+    reduce across warps)."""
     blocking = set(re.findall(r"__global__ void (\w+)\([^)]*\) \{\n  __shared__", source))
 
     def launch(match: re.Match) -> str:
         kernel, blocks, threads, args = match.groups()
-        return f"{'byoc_launch_block' if kernel in blocking else 'byoc_launch'}({kernel}, {blocks}, {threads}, {args});"
+        if kernel in blocking:
+            return f"byoc_launch_block({kernel}, {blocks}, 64, {args});"
+        return f"byoc_launch({kernel}, {blocks}, {threads}, {args});"
 
     return re.sub(r"(\w+)<<<(\d+), (\d+), 0, byoc_stream>>>\((.*?)\);", launch, source)
 
