@@ -63,20 +63,29 @@ def _region(name: str, dtype: str, tmp_path: Path):
         return header["graph"], [arrays[f"c{k}"] for k in range(len(header["constants"]))]
 
 
-def _run_on_host(graph, constants, inputs, libraries: str, tmp_path: Path) -> list[np.ndarray]:
+def _host_region(graph, tmp_path: Path, arch: int = 90) -> ctypes.CDLL:
     from byoc.codegen_cuda.generate import region_source
 
     unit = tmp_path / "region.cpp"
-    unit.write_text(_host_source(region_source(graph, 90)))
-    library = tmp_path / "region.so"
+    unit.write_text(_host_source(region_source(graph, arch)))
+    library = tmp_path / f"region{arch}.so"
     built = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", f"-I{EMULATION}", "-o", str(library), str(unit), "-ldl",
                             "-lpthread"], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
     region = ctypes.CDLL(str(library))
     region.byoc_error.restype = ctypes.c_char_p
+    return region
+
+
+def _init(region: ctypes.CDLL, constants, cublas: str, cudnn: str) -> int:
     kept = [np.ascontiguousarray(c) for c in constants]
     pointers = (ctypes.c_void_p * max(1, len(kept)))(*[c.ctypes.data for c in kept])
-    assert region.byoc_init(libraries.encode(), libraries.encode(), pointers, 0) == 0, region.byoc_error()
+    return region.byoc_init(cublas.encode(), cudnn.encode(), pointers, 0)
+
+
+def _run_on_host(graph, constants, inputs, libraries: str, tmp_path: Path) -> list[np.ndarray]:
+    region = _host_region(graph, tmp_path)
+    assert _init(region, constants, libraries, libraries) == 0, region.byoc_error()
     given = [np.ascontiguousarray(x) for x in inputs]
     outputs = [np.empty(graph["nodes"][r["node"]]["outputs"][0]["shape"], graph["nodes"][r["node"]]["outputs"][0]["dtype"])
                for r in graph["outputs"]]
@@ -107,3 +116,21 @@ def test_the_generated_cuda_computes_what_onnxruntime_does(name, dtype, librarie
             assert error <= BOUNDS[dtype], error
         else:
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * float(np.abs(w).max()))
+
+
+def test_what_a_region_lacks_on_the_device_is_said_naming_the_region_and_what_failed(libraries, tmp_path, monkeypatch):
+    """Another architecture than the device's, a library that will not load, and a device out of
+    memory: `byoc_init` fails with a message naming the region and what is missing (the engine
+    raises it as an EngineError)."""
+    graph, constants = _region("mlp", "float32", tmp_path)
+    newer = _host_region(graph, tmp_path, arch=100)
+    assert _init(newer, constants, libraries, libraries) == 1
+    assert newer.byoc_error().decode() == "region cuda_0 (cuda) is built for sm_100; device 0 (host emulation) is sm_90"
+    region = _host_region(graph, tmp_path)
+    assert _init(region, constants, str(tmp_path / "libcublas.so.13"), libraries) == 1
+    assert region.byoc_error().decode().startswith(f"cuBLAS cannot be loaded ({tmp_path / 'libcublas.so.13'})")
+    monkeypatch.setenv("BYOC_EMULATED_MEMORY", "1000")
+    (tmp_path / "full").mkdir()
+    full = _host_region(graph, tmp_path / "full")  # its own copy: a library loaded twice from one file is one
+    assert _init(full, constants, libraries, libraries) == 1
+    assert re.fullmatch(r"region cuda_0 \(cuda\): allocating .* on the device: out of memory \(emulated\)", full.byoc_error().decode())

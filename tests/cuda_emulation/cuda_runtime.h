@@ -41,9 +41,16 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) { *
 inline cudaError_t cudaEventCreate(cudaEvent_t* event) { *event = nullptr; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
+/* The device's memory: BYOC_EMULATED_MEMORY bytes where it is set (an allocation past it fails, as
+   on a full device), else the host's. */
+inline size_t byoc_allocated = 0;
 inline cudaError_t cudaMalloc(void** pointer, size_t bytes) {
+  const char* limit = getenv("BYOC_EMULATED_MEMORY");
+  if (limit != nullptr && byoc_allocated + bytes > strtoull(limit, nullptr, 10)) return cudaErrorMemoryAllocation;
   *pointer = malloc(bytes ? bytes : 1);
-  return *pointer ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (*pointer == nullptr) return cudaErrorMemoryAllocation;
+  byoc_allocated += bytes;
+  return cudaSuccess;
 }
 inline cudaError_t cudaFree(void* pointer) { free(pointer); return cudaSuccess; }
 inline cudaError_t cudaMemcpy(void* to, const void* from, size_t bytes, cudaMemcpyKind) { memcpy(to, from, bytes); return cudaSuccess; }
