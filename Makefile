@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.byoc-installed
 
-.PHONY: demo test test-avx2 test-exported lint bench conformance matrix exported vision setup clean
+.PHONY: demo test test-avx2 test-exported lint bench conformance matrix exported vision gpu-check setup clean
 
 setup: $(STAMP)
 
@@ -74,6 +74,12 @@ vision: $(STAMP)
 		$(VENV)/bin/byoc matrix --models vision --vendors dnnl onnxruntime --no-timing --markdown docs/vision-matrix.md \
 			> /dev/null || status=1; \
 		$(PY) -m pip uninstall --quiet -y torchvision pillow timm ultralytics ultralytics-thop opencv-python-headless; exit $$status
+
+# The cuda vendor's check on a GPU, prepared here (nvcc, no GPU needed): ResNet-50 and BERT-base at
+# batch 1 and 32, fp32 and fp16, compiled for sm_90 into out/gpu-check (13 MiB, no weights). On the
+# GPU machine: `python benchmarks/gpu_check.py run out/gpu-check --table out/gpu-check.md`.
+gpu-check: $(STAMP)
+	$(PY) -m benchmarks.gpu_check prepare --out out/gpu-check
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
