@@ -80,6 +80,7 @@ class CudaEngine:
         self._lock = threading.Lock()
         self._times = (ctypes.c_float * 2)()
         self.last_transfer_s = 0.0  # moving the last call's inputs and outputs between host and device
+        self.last_execution_s = 0.0  # the last call's ops on the device
 
     def _check(self, status: int, what: str) -> None:
         if status != 0:
@@ -94,7 +95,7 @@ class CudaEngine:
         outs = (ctypes.c_void_p * max(1, len(outputs)))(*[o.ctypes.data for o in outputs])
         with self._lock:
             self._check(self._library.byoc_run(ins, outs, self._times), "running")
-            self.last_transfer_s = self._times[0] / 1000.0
+            self.last_transfer_s, self.last_execution_s = self._times[0] / 1000.0, self._times[1] / 1000.0
 
     def __del__(self) -> None:
         library = getattr(self, "_library", None)
