@@ -30,8 +30,12 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from byoc.timing import Spread
 
 CASES = [(model, batch, fp16) for model in ("resnet50", "bert_base") for batch in (1, 32) for fp16 in (False, True)]
 
@@ -82,12 +86,12 @@ def _constants(graph: dict, statistics: dict) -> list[np.ndarray]:
     return arrays
 
 
-def _inputs(graph: dict, batch_rows: int) -> list[np.ndarray]:
+def _inputs(graph: dict, index_range: int) -> list[np.ndarray]:
     rng = np.random.default_rng(7)
     arrays = []
     for spec in graph["inputs"]:
         if spec["dtype"].startswith("int"):
-            arrays.append(rng.integers(0, batch_rows, spec["shape"]).astype(spec["dtype"]))
+            arrays.append(rng.integers(0, index_range, spec["shape"]).astype(spec["dtype"]))
         else:
             arrays.append(rng.standard_normal(spec["shape"]).astype(spec["dtype"]))
     return arrays
@@ -166,33 +170,28 @@ _TORCH_OPS = {
 }
 
 
-def _median_p90(times: list[float]) -> tuple[float, float]:
-    ordered = sorted(times)
-    return 1000 * ordered[len(ordered) // 2], 1000 * ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+def _timed(call, runs: int, synchronize) -> Spread:
+    """`call` timed to its device's end (`synchronize`), after five untimed calls."""
+    from byoc.timing import spread, time_runs
+
+    return spread(time_runs(lambda: (call(), synchronize()), runs, warmup=5))
 
 
-def _timed(call, runs: int, synchronize) -> tuple[float, float]:
-    for _ in range(5):
-        call()
-    synchronize()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    return _median_p90(times)
+def _index_range(graph: dict) -> int:
+    """How many rows every table the graph looks up has (its integer inputs index them)."""
+    tables = [graph["constants"][node["args"][0]["const"]]["shape"][0] for node in graph["nodes"]
+              if node["op"] == "relax.take" and "const" in node["args"][0]]
+    return min(tables, default=1)
 
 
 def run_case(case: Path, runs: int, compile_budget_s: float, torch) -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from byoc.codegen_cuda.engine import CudaEngine
+    from byoc.timing import spread
 
     graph = json.loads((case / "graph.json").read_text())
     statistics = json.loads((case / "constants.json").read_text())
     constants = _constants(graph, statistics)
-    table_rows = max((spec["shape"][0] for spec in graph["constants"].values() if len(spec["shape"]) == 2), default=1)
-    inputs = _inputs(graph, table_rows)
+    inputs = _inputs(graph, _index_range(graph))
     engine = CudaEngine((case / "region.so").read_bytes(), constants, case.name)
     outputs = [np.empty(out["shape"], out["dtype"]) for out in
                (graph["nodes"][r["node"]]["outputs"][r.get("index", 0)] for r in graph["outputs"])]
@@ -220,7 +219,7 @@ def run_case(case: Path, runs: int, compile_budget_s: float, torch) -> dict:
     synchronize = torch.cuda.synchronize
     row = {"case": case.name, "error": max(errors), "bound": bound, "passed": max(errors) <= bound}
     row["byoc_ms"] = _timed(byoc_call, runs, synchronize)
-    row["byoc_device_ms"] = _median_p90(device_times[-runs:])
+    row["byoc_device_ms"] = spread(device_times[-runs:])
     with torch.no_grad():
         row["eager_ms"] = _timed(lambda: eager(*given), runs, synchronize)
         if compile_budget_s > 0:
@@ -243,17 +242,17 @@ def run(directory: Path, runs: int, table: Path | None, compile_budget_s: float)
         case = directory / f"{model}-b{batch}-{'fp16' if fp16 else 'fp32'}"
         left = compile_budget_s - (time.perf_counter() - started)
         rows.append(run_case(case, runs, left, torch))
-        print(json.dumps(rows[-1]), flush=True)
+        print(json.dumps(rows[-1], default=vars), flush=True)
     lines = [f"GPU: {name}; torch {torch.__version__}; {runs} runs after warm-up; medians (p90) in ms; error: fp32 max over "
              "the output's range, fp16 relative L2, each against torch on the same graph and weights", "",
              "| case | error (bound) | byoc on the device | byoc with copies | torch eager | torch.compile | byoc / eager |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         def cell(key: str, r: dict = r) -> str:
-            return f"{r[key][0]:.2f} ({r[key][1]:.2f})" if key in r else "not run"
+            return f"{r[key].median_ms:.2f} ({r[key].p90_ms:.2f})" if key in r else "not run"
 
         lines.append(f"| {r['case']} | {r['error']:.1e} ({r['bound']:.0e}){'' if r['passed'] else ' FAIL'} | {cell('byoc_device_ms')} | "
-                     f"{cell('byoc_ms')} | {cell('eager_ms')} | {cell('compiled_ms')} | {r['byoc_device_ms'][0] / r['eager_ms'][0]:.2f}x |")
+                     f"{cell('byoc_ms')} | {cell('eager_ms')} | {cell('compiled_ms')} | {r['byoc_device_ms'].median_ms / r['eager_ms'].median_ms:.2f}x |")
     text = "\n".join(lines)
     print(text)
     if table is not None:
@@ -281,4 +280,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this repository's byoc, where it is not installed
     sys.exit(main())
