@@ -4,7 +4,9 @@ Partition a model between a host and accelerators, generate code for each accele
 in the format its vendor chose, and run everything from one artifact.
 """
 
-from byoc.backend.builtin import BUILTIN_VENDORS
+import importlib
+
+from byoc.backend.builtin import BUILTIN_VENDORS, data_sheet
 from byoc.exports import lazy_exports
 
 # Where each public name lives: imported on first use (see byoc.exports), so that `byoc.load`
@@ -77,11 +79,7 @@ def __getattr__(name: str):
     `import byoc` needs no vendor's dependencies (see byoc.backend.registry)."""
     vendor = name.removeprefix("partition_for_")
     if name.startswith("partition_for_") and vendor in BUILTIN_VENDORS:
-        import importlib
-
-        return getattr(importlib.import_module(BUILTIN_VENDORS[vendor].data_sheet), name)
-    if name == "models":
-        import importlib
-
+        return getattr(importlib.import_module(data_sheet(vendor)), name)
+    if name == "models":  # a submodule: the exports' getattr would ask this function again
         return importlib.import_module("byoc.models")
     return _exported(name)

@@ -14,7 +14,7 @@ import warnings
 from importlib import metadata
 
 from byoc.backend import runtime
-from byoc.backend.builtin import BUILTIN_VENDORS, install_hint
+from byoc.backend.builtin import BUILTIN_VENDORS, data_sheet, install_hint
 from byoc.backend.spec import Backend
 from byoc.errors import BackendRegistrationError, UnknownBackendError
 
@@ -117,7 +117,7 @@ def _load_vendor(name: str) -> None:
 
 def _import_builtin(name: str) -> None:
     try:
-        importlib.import_module(BUILTIN_VENDORS[name].data_sheet)
+        importlib.import_module(data_sheet(name))
     except ImportError as error:  # a dependency of the vendor is not installed
         _missing[name] = f"{error} ({install_hint(name)})"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from byoc.backend.builtin import BUILTIN_VENDORS, install_hint
+from byoc.backend.builtin import BUILTIN_VENDORS, install_hint, runtime_module
 from byoc.backend.codegen import Codegen
 from byoc.backend.settings import BUILD, VendorSettings
 from byoc.compiler_presence import compiler_missing
@@ -73,9 +73,9 @@ def vendor_runtime(name: str) -> VendorRuntime:
         registered = _registered.get(name)
     if registered is not None:
         return registered()
-    if name in BUILTIN_VENDORS and BUILTIN_VENDORS[name].runtime is not None:
+    if name in BUILTIN_VENDORS:
         try:
-            module = importlib.import_module(BUILTIN_VENDORS[name].runtime)
+            module = importlib.import_module(runtime_module(name))
         except ImportError as error:
             raise MissingVendorError(f"vendor {name!r} cannot run here: {error} ({install_hint(name)})") from None
         return module.RUNTIME

@@ -76,7 +76,7 @@ def requirements_of(found: Probe, carried: set[str]) -> list[Requirement]:
 def full_install(vendors: list[str]) -> int:
     """What byoc takes installed with its compiler and the dependencies of `vendors` (their
     extras), as installed here."""
-    extras = {BUILTIN_VENDORS[v].extra for v in vendors if v in BUILTIN_VENDORS and BUILTIN_VENDORS[v].extra}
+    extras = {BUILTIN_VENDORS[v] for v in vendors if BUILTIN_VENDORS.get(v)}
     seen: set[str] = set()
     pending = [Specifier(r) for r in metadata.requires("byoc") or []]
     pending = [r for r in pending if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in extras)]
