@@ -18,23 +18,15 @@ Each returns 0, or 1 with `byoc_error()` saying what failed and where (the op's 
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 from byoc.codegen_cuda import elementwise, kernels
 from byoc.codegen_cuda.kernels import Code, Operand
 from byoc.codegen_cuda.prologue import PROLOGUE
-from byoc.codegen_json.references import tensor_refs, value_spec
+from byoc.codegen_json.references import ref_key, tensor_refs, value_spec
 from byoc.errors import CodegenError
-
-
-def _ref_key(ref: Mapping[str, Any]) -> tuple:
-    if "input" in ref:
-        return ("input", ref["input"])
-    if "const" in ref:
-        return ("const", ref["const"])
-    return ("node", ref["node"], ref.get("index", 0))
 
 
 class _Region:
@@ -45,8 +37,11 @@ class _Region:
         self.names: dict[tuple, str] = {("input", k): f"byoc_in{k}" for k in range(len(graph["inputs"]))}
         self.names.update({("const", name): f"byoc_c{k}" for k, name in enumerate(self.constants)})
         self.nodes = {node["id"]: node for node in graph["nodes"]}
-        self.readers = Counter(_ref_key(r) for node in graph["nodes"] for arg in node["args"] for r in tensor_refs(arg))
-        self.outputs = [_ref_key(r) for r in graph["outputs"]]
+        self.readers: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)  # tensor -> the nodes that read it
+        for node in graph["nodes"]:
+            for r in self.tensor_args(node):
+                self.readers[ref_key(r)].append(node)
+        self.outputs = [ref_key(r) for r in graph["outputs"]]
         self.inlined = {node["id"] for node in graph["nodes"] if self._inlined(node)}
         self.aliases: dict[tuple, tuple] = {}
         self.code: list[Code] = []
@@ -54,29 +49,34 @@ class _Region:
     def _inlined(self, node: Mapping[str, Any]) -> bool:
         """An element-wise node read once, by an element-wise node of its shape, and not an output."""
         key = ("node", node["id"], 0)
-        if not elementwise.is_elementwise(node) or self.readers[key] != 1 or key in self.outputs:
+        if not elementwise.is_elementwise(node) or len(self.readers[key]) != 1 or key in self.outputs:
             return False
-        reader = next(n for n in self.graph["nodes"] for arg in n["args"] for r in tensor_refs(arg) if _ref_key(r) == key)
+        (reader,) = self.readers[key]
         return elementwise.is_elementwise(reader) and reader["outputs"][0]["shape"] == node["outputs"][0]["shape"]
+
+    @staticmethod
+    def tensor_args(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The tensors a node reads, in order (a tuple argument's each)."""
+        return [r for arg in node["args"] for r in tensor_refs(arg)]
 
     def operand(self, ref: Mapping[str, Any]) -> Operand:
         spec = value_spec(self.graph, ref)
-        key = self.aliases.get(_ref_key(ref), _ref_key(ref))
+        key = self.aliases.get(ref_key(ref), ref_key(ref))
         return Operand(self.names[key], tuple(spec["shape"]), spec["dtype"])
 
     # ------------------------------------------------------------------ element-wise
     def expression(self, ref: Mapping[str, Any], shape: tuple[int, ...], loads: list[Operand]) -> str:
-        key = _ref_key(ref)
+        key = ref_key(ref)
         if key[0] == "node" and key[1] in self.inlined:
             node = self.nodes[key[1]]
-            return elementwise.operator(node, [self.expression(r, shape, loads) for arg in node["args"] for r in tensor_refs(arg)])
+            return elementwise.operator(node, [self.expression(r, shape, loads) for r in self.tensor_args(node)])
         operand = self.operand(ref)
         loads.append(operand)
         return f"to_f(in{len(loads) - 1}[{elementwise.broadcast_offset(operand.shape, shape)}])"
 
     def fused(self, node: Mapping[str, Any], kernel: str, output: Operand) -> Code:
         loads: list[Operand] = []
-        operands = [self.expression(r, output.shape, loads) for arg in node["args"] for r in tensor_refs(arg)]
+        operands = [self.expression(r, output.shape, loads) for r in self.tensor_args(node)]
         value = elementwise.operator(node, operands)
         return kernels._per_element(kernel, loads, output, f"  out[i] = from_f<{output.ctype}>({value});")
 
@@ -89,7 +89,7 @@ class _Region:
                 raise CodegenError(f"{self.where}: {node['op']} (node {node['name']!r}) has {len(node['outputs'])} outputs")
             key = ("node", node["id"], 0)
             if node["op"] in kernels.VIEWS:
-                source = _ref_key(node["args"][0])
+                source = ref_key(node["args"][0])
                 self.aliases[key] = self.aliases.get(source, source)
                 continue
             spec = node["outputs"][0]
@@ -100,7 +100,7 @@ class _Region:
                 if elementwise.is_elementwise(node):
                     self.code.append(self.fused(node, kernel, output))
                 elif node["op"] in kernels.WRITERS:
-                    inputs = [self.operand(r) for arg in node["args"] for r in tensor_refs(arg)]
+                    inputs = [self.operand(r) for r in self.tensor_args(node)]
                     self.code.append(kernels.WRITERS[node["op"]](node, kernel, inputs, output))
                 else:
                     raise CodegenError(f"no CUDA for {node['op']}")
