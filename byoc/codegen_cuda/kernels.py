@@ -45,9 +45,8 @@ class Code:
 Writer = Callable[[Mapping[str, Any], str, Sequence[Operand], Operand], Code]
 
 
-def launch(kernel: str, count: int, args: Sequence[str], threads: int = THREADS) -> str:
-    blocks = max(1, -(-count // threads))
-    return (f"{kernel}<<<{blocks}, {threads}, 0, byoc_stream>>>({', '.join(args)}); "
+def launch(kernel: str, blocks: int, args: Sequence[str]) -> str:
+    return (f"{kernel}<<<{max(1, blocks)}, {THREADS}, 0, byoc_stream>>>({', '.join(args)}); "
             f"CUDA_CHECK(cudaGetLastError(), \"launching {kernel}\");")
 
 
@@ -136,32 +135,34 @@ static int byoc_choose_algorithm(void* x, void* w, void* conv, void* y, int any_
 """
 
 
-def _reduction_kernel(kernel: str, inputs: Sequence[Operand], output: Operand, body: str) -> str:
-    return f"""
+def _per_row(kernel: str, inputs: Sequence[Operand], output: Operand, body: str) -> Code:
+    """A kernel of one block per row of the first input's last axis: `xs` is the row read, `ys`
+    the row written, `shared` the block's scratch for its reductions."""
+    x = inputs[0]
+    length = x.shape[-1]
+    source = f"""
 {_signature(kernel, inputs, output)} {{
   __shared__ float shared[32];
   const long long row = blockIdx.x;
+  const {x.ctype}* xs = in0 + row * {length}LL;
+  {output.ctype}* ys = out + row * {length}LL;
 {body}
 }}"""
+    return Code(source, run=[launch(kernel, x.size // length, _args(inputs, output))])
 
 
 def softmax(node, kernel, inputs, output) -> Code:
     """relax.nn.softmax over the last axis: one block per row, its max and sum reduced in the block."""
     (x,) = inputs
     length = x.shape[-1]
-    body = f"""  const {x.ctype}* xs = in0 + row * {length}LL;
-  {output.ctype}* ys = out + row * {length}LL;
-  float best = -INFINITY;
+    body = f"""  float best = -INFINITY;
   for (int j = threadIdx.x; j < {length}; j += blockDim.x) best = fmaxf(best, to_f(xs[j]));
   best = byoc_block_max(best, shared);
   float total = 0.0f;
   for (int j = threadIdx.x; j < {length}; j += blockDim.x) total += expf(to_f(xs[j]) - best);
   total = byoc_block_sum(total, shared);
   for (int j = threadIdx.x; j < {length}; j += blockDim.x) ys[j] = from_f<{output.ctype}>(expf(to_f(xs[j]) - best) / total);"""
-    rows = x.size // length
-    return Code(_reduction_kernel(kernel, inputs, output, body),
-                run=[f"{kernel}<<<{rows}, {THREADS}, 0, byoc_stream>>>({', '.join(_args(inputs, output))}); "
-                     f"CUDA_CHECK(cudaGetLastError(), \"launching {kernel}\");"])
+    return _per_row(kernel, inputs, output, body)
 
 
 def layer_norm(node, kernel, inputs, output) -> Code:
@@ -169,9 +170,7 @@ def layer_norm(node, kernel, inputs, output) -> Code:
     and then the variance reduced in the block (two passes, as exact as onnxruntime's)."""
     x, gamma, beta = inputs
     length, epsilon = x.shape[-1], float(node["attrs"]["epsilon"])
-    body = f"""  const {x.ctype}* xs = in0 + row * {length}LL;
-  {output.ctype}* ys = out + row * {length}LL;
-  float total = 0.0f;
+    body = f"""  float total = 0.0f;
   for (int j = threadIdx.x; j < {length}; j += blockDim.x) total += to_f(xs[j]);
   const float mean = byoc_block_sum(total, shared) / {length}.0f;
   float squares = 0.0f;
@@ -179,9 +178,7 @@ def layer_norm(node, kernel, inputs, output) -> Code:
   const float scale = rsqrtf(byoc_block_sum(squares, shared) / {length}.0f + {epsilon!r}f);
   for (int j = threadIdx.x; j < {length}; j += blockDim.x)
     ys[j] = from_f<{output.ctype}>((to_f(xs[j]) - mean) * scale * to_f(in1[j]) + to_f(in2[j]));"""
-    return Code(_reduction_kernel(kernel, inputs, output, body),
-                run=[f"{kernel}<<<{x.size // length}, {THREADS}, 0, byoc_stream>>>({', '.join(_args(inputs, output))}); "
-                     f"CUDA_CHECK(cudaGetLastError(), \"launching {kernel}\");"])
+    return _per_row(kernel, inputs, output, body)
 
 
 def _per_element(kernel: str, inputs: Sequence[Operand], output: Operand, body: str) -> Code:
@@ -196,7 +193,7 @@ def _per_element(kernel: str, inputs: Sequence[Operand], output: Operand, body: 
 {coordinates(output.shape)}
 {body}
 }}"""
-    return Code(source, run=[launch(kernel, output.size, _args(inputs, output))])
+    return Code(source, run=[launch(kernel, -(-output.size // THREADS), _args(inputs, output))])
 
 
 def mean(node, kernel, inputs, output) -> Code:

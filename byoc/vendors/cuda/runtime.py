@@ -40,7 +40,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 class CudaSettings(VendorSettings):
     arch: str = setting("sm_90", "the GPU architecture regions are compiled for (sm_90: H100 and H200; sm_80: A100; sm_87: "
                         "Jetson Orin); a region runs on that architecture or a newer one", applies=(PARTITION, BUILD),
-                        parse=_arch, hardware=True)
+                        hardware=True)
     dtype: str = setting("float32", "what regions compute in: float32, or float16 or bfloat16 (each region cast to it inside, "
                          "float32 at its boundary)", choices=DTYPES)
     device: int = setting(0, "the CUDA device regions run on", applies=BUILD, minimum=0)
