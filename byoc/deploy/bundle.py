@@ -133,14 +133,13 @@ def _copy_tvm(target: Path) -> None:
 
 def _copy_byoc(found: Probe, runtime: Path) -> None:
     """The modules of byoc the probe imported, and the data files of their packages."""
-    root = BYOC_ROOT
     packages = set()
     for relative in found.byoc_files:
         (runtime / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(root / relative, runtime / relative)
+        shutil.copyfile(BYOC_ROOT / relative, runtime / relative)
         packages.add(Path(relative).parent)
     for package in packages:
-        for data in (root / package).glob("*.json"):
+        for data in (BYOC_ROOT / package).glob("*.json"):
             shutil.copyfile(data, runtime / package / data.name)
     missing = [str(p / "__init__.py") for p in packages if not (runtime / p / "__init__.py").exists()]
     if missing:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from byoc.deploy.bundle import ARTIFACT, LIBRARIES
+from byoc.deploy.probe import input_shapes
 from byoc.errors import ByocError
 from byoc.runtime_metadata.artifact import read_manifest
 
@@ -52,11 +53,9 @@ class CheckResult:
 
 def _inputs(directory: Path) -> list[np.ndarray]:
     manifest = read_manifest(directory / ARTIFACT)
-    dims = {name: opt for name, (_, _, opt) in manifest.get("dims", {}).items()}
     rng = np.random.default_rng(0)
     arrays = []
-    for spec in manifest["inputs"]:
-        shape = [dims[d] if isinstance(d, str) else d for d in spec["shape"]]
+    for shape, spec in zip(input_shapes(manifest), manifest["inputs"]):
         dtype = np.dtype(spec["dtype"])
         arrays.append(rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype))
     return arrays

@@ -17,7 +17,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from byoc.errors import ByocError
+from byoc.ir.dim_range import DimRange, at_opt
 
 MARK = "byoc-deploy-probe:"  # the line of the probe's output that holds its JSON
 BYOC_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the `byoc` package
@@ -43,10 +46,10 @@ def probe(artifact: str | os.PathLike, env: dict[str, str] | None = None) -> Pro
     return Probe(**json.loads(found[0]))
 
 
-def _zeros(specs, dims) -> list:
-    import numpy as np
-
-    return [np.zeros([dims[d].opt if isinstance(d, str) else d for d in s["shape"]], s["dtype"]) for s in specs]
+def input_shapes(manifest: dict) -> list[tuple[int, ...]]:
+    """Each input's shape with every named dimension at its `opt` (an example input's)."""
+    dims = {name: DimRange(*values) for name, values in manifest.get("dims", {}).items()}
+    return [at_opt(spec["shape"], dims) for spec in manifest["inputs"]]
 
 
 def _mapped_libraries() -> list[str]:
@@ -57,21 +60,18 @@ def _mapped_libraries() -> list[str]:
 
 def main(artifact: str) -> None:
     from byoc.backend.runtime import vendor_runtime
-    from byoc.ir.dim_range import dim_range
     from byoc.runtime_metadata.artifact import read_manifest
     from byoc.runtime_metadata.model import load
 
     manifest = read_manifest(artifact)
-    dims = {name: dim_range(name, (low, opt, high)) for name, (low, high, opt) in manifest.get("dims", {}).items()}
     # A model built here for a device this machine lacks (a GPU) is loaded, not run: what it
     # imports is known, and the libraries it would map are its vendors' to name.
     not_run = {vendor: reason for vendor in sorted({r["backend"] for r in manifest["regions"]})
                if (reason := vendor_runtime(vendor).codegen.device_missing()) is not None}
     model = load(artifact, engines="lazy" if not_run else "eager")
     if not not_run:
-        model.run(*_zeros(manifest["inputs"], dims))
-    root = BYOC_ROOT
-    byoc_files = sorted(str(Path(m.__file__).resolve().relative_to(root)) for name, m in list(sys.modules.items())
+        model.run(*[np.zeros(shape, spec["dtype"]) for shape, spec in zip(input_shapes(manifest), manifest["inputs"])])
+    byoc_files = sorted(str(Path(m.__file__).resolve().relative_to(BYOC_ROOT)) for name, m in list(sys.modules.items())
                         if (name == "byoc" or name.startswith("byoc.")) and getattr(m, "__file__", None))
     modules = sorted({name.split(".")[0] for name in sys.modules if not name.startswith("byoc")})
     print(MARK + json.dumps({"byoc_files": byoc_files, "modules": modules, "libraries": _mapped_libraries(), "not_run": not_run}))
