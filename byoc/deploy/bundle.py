@@ -69,7 +69,7 @@ class Deployment:
 def deploy(artifact: str | os.PathLike, directory: str | os.PathLike) -> Deployment:
     """Write the deployment folder of `artifact` into `directory` (see byoc.deploy). A ByocError
     where the artifact cannot run without the compiler even with its engines embedded (a
-    region generated for each shape it meets)."""
+    region of dynamic dimensions)."""
     directory = Path(directory)
     if directory.exists() and any(directory.iterdir()):
         raise ByocError(f"{os.fspath(directory)!r} is not empty: deploy writes a folder of its own")
@@ -96,14 +96,14 @@ def deploy(artifact: str | os.PathLike, directory: str | os.PathLike) -> Deploym
 
 def _artifact(source: Path, target: Path) -> list[str]:
     """The artifact copied to `target` (its signature kept), or exported again with the engines a
-    run without the compiler must read from it embedded (their regions' symbols). A region
-    generated for each shape it meets cannot be: a ByocError says so."""
-    from byoc.runtime_metadata.model import engines_built_here, load
+    run without the compiler must read from it embedded (their regions' symbols). A region of
+    dynamic dimensions cannot be: a ByocError says why."""
+    from byoc.runtime_metadata.model import dispatched_per_shape, engines_built_here, load
 
     model = load(source)
-    if model.parts.specialised:
-        raise ByocError(f"{os.fspath(source)!r} has regions generated for each shape they meet "
-                        f"({', '.join(r.symbol for r in model.parts.specialised)}), which needs byoc's compiler where it runs")
+    per_shape = dispatched_per_shape(model.parts)
+    if per_shape:
+        raise ByocError(f"{os.fspath(source)!r} cannot run without byoc's compiler: {'; '.join(per_shape)}")
     runtimes = {a.backend: vendor_runtime(a.backend) for a in model.parts.artifacts}
     needs = [a.symbol for a in engines_built_here(model.parts, runtimes)]
     if not needs:

@@ -281,15 +281,24 @@ def engines_built_here(parts: ModelParts, backends: Mapping[str, VendorRuntime])
             if not a.linked_into_host and backends[a.backend].codegen.builds_with_compiler and not embedded_here(a)]
 
 
+def dispatched_per_shape(parts: ModelParts) -> list[str]:
+    """The model's regions of dynamic dimensions, each as why running it needs TVM's compiler: their
+    dispatch over shapes reads the vendor's data sheet, and a region not written symbolically is
+    generated for each shape it meets."""
+    return [f"region {region.symbol} ({region.backend}) "
+            + ("takes its dynamic dimensions through a dispatch that reads its vendor's data sheet" if region.symbolic
+               else "is generated for each shape it meets") for region in parts.specialised]
+
+
 def needs_compiler(parts: ModelParts, backends: Mapping[str, VendorRuntime], label: str) -> None:
     """Where TVM's compiler is missing (a runtime-only install, see byoc.deploy), an ArtifactError
     before any region runs for each part of the model that would generate or compile code: a
-    shape-specialised region (its variants are made for the shapes met), and a region whose
-    engine must be built here (`engines_built_here`)."""
+    region of dynamic dimensions (`dispatched_per_shape`), and a region whose engine must be built
+    here (`engines_built_here`)."""
     missing = compiler_missing()
     if missing is None:
         return
-    needs = [f"region {region.symbol} ({region.backend}) is generated for each shape it meets" for region in parts.specialised]
+    needs = dispatched_per_shape(parts)
     needs += [f"region {a.symbol} ({a.backend}): its engine is built from the region's code"
               + (" (the one embedded was built for another machine)" if a.symbol in parts.engines else "")
               for a in engines_built_here(parts, backends)]
