@@ -27,10 +27,9 @@ from byoc.custom_formats.format import CustomFormat
 from byoc.errors import CustomFormatError, OptionError
 
 
-def _arch(text: str) -> str:
+def _check_arch(text: str) -> None:
     if not re.fullmatch(r"sm_\d{2,3}", text):
         raise OptionError(f"arch={text!r}: expected a CUDA architecture, sm_<major><minor> (sm_90 for Hopper)")
-    return text
 
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -46,7 +45,7 @@ class CudaSettings(VendorSettings):
     device: int = setting(0, "the CUDA device regions run on", applies=BUILD, minimum=0)
 
     def __post_init__(self) -> None:
-        _arch(self.arch)
+        _check_arch(self.arch)
 
     def hardware(self) -> str:
         return self.arch
